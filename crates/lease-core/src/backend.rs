@@ -1,0 +1,435 @@
+//! The backend trait adapters implement, and its typed requests and outcomes.
+//!
+//! A backend stores leases: one or more lock keys holding an owner value with a TTL, and
+//! optionally a fence counter (`<fence>`) and an applied mark (`<fence>:applied`). Outcomes
+//! (acquired, held by someone else, not ours) are values; failures to get an answer are
+//! [`BackendError`]s. Every adapter implements the same semantics as the in-memory backend
+//! ([`crate::memory::MemoryBackend`]), which is the executable specification:
+//!
+//! - **acquire**: if every lock key is absent or holds this owner, lift the counter to the mark
+//!   when the mark is ahead (counter healing), `INCR` the counter to mint a token, stamp the mark
+//!   with it, then set every key to the owner value with the TTL. Same-owner takeover mints a
+//!   fresh token. Otherwise nothing changes and the outcome is [`AcquireOutcome::Held`].
+//! - **renew**: if every key holds this owner, set the TTL on each; otherwise nothing changes.
+//! - **release**: delete every key that holds this owner (compare-and-delete), unless a `term`
+//!   is given and the counter has moved past it (a later term of the same owner).
+//! - **fenced write**: guard (`token >= 1`, `token >= mark`), write, then advance the mark.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::config::{ConfigError, MAX_ID_LEN, MAX_NAME_LEN, Ttl, check_text};
+use crate::token::{FenceMark, Token};
+
+/// The most keys one lease may span.
+pub const MAX_KEYS: usize = 64;
+/// The largest metadata accepted, in bytes.
+pub const MAX_METADATA_LEN: usize = 64 * 1024;
+
+/// The keys of one lease: the lock keys and the optional fence counter.
+///
+/// The applied mark lives at `<fence>:applied`.
+///
+/// ```
+/// use lease_core::LeaseSpec;
+/// let e = LeaseSpec::election("{jobs}");
+/// assert_eq!(e.keys(), ["{jobs}:leader"]);
+/// assert_eq!(e.fence_key(), Some("{jobs}:fence"));
+/// assert_eq!(e.mark_key().as_deref(), Some("{jobs}:fence:applied"));
+/// let l = LeaseSpec::lock(["a", "b"], None)?;
+/// assert_eq!(l.keys().len(), 2);
+/// assert!(LeaseSpec::lock(["a", "a"], None).is_err());
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct LeaseSpec {
+    keys: Vec<String>,
+    fence: Option<String>,
+}
+
+impl LeaseSpec {
+    /// The lease of election `name`: `<name>:leader`, fenced by `<name>:fence`.
+    ///
+    /// The name is assumed valid (see [`crate::ElectionConfig`]).
+    pub fn election(name: &str) -> LeaseSpec {
+        LeaseSpec {
+            keys: vec![format!("{name}:leader")],
+            fence: Some(format!("{name}:fence")),
+        }
+    }
+
+    /// A lock over `keys` (all-or-nothing), optionally minting tokens from `fence`.
+    pub fn lock<I, S>(keys: I, fence: Option<String>) -> Result<LeaseSpec, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        if keys.is_empty() {
+            return Err(ConfigError::Empty { what: "key list" });
+        }
+        if keys.len() > MAX_KEYS {
+            return Err(ConfigError::TooManyKeys {
+                len: keys.len(),
+                max: MAX_KEYS,
+            });
+        }
+        for (i, k) in keys.iter().enumerate() {
+            check_key("lock key", k)?;
+            if keys[..i].contains(k) {
+                return Err(ConfigError::DuplicateKey(k.clone()));
+            }
+        }
+        if let Some(f) = &fence {
+            check_key("fence key", f)?;
+            let mark = format!("{f}:applied");
+            if let Some(k) = keys.iter().find(|k| *k == f || **k == mark) {
+                return Err(ConfigError::DuplicateKey(k.clone()));
+            }
+        }
+        Ok(LeaseSpec { keys, fence })
+    }
+
+    /// The lock keys.
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The fence counter key, if fenced.
+    pub fn fence_key(&self) -> Option<&str> {
+        self.fence.as_deref()
+    }
+
+    /// The applied-mark key, if fenced: `<fence>:applied`.
+    pub fn mark_key(&self) -> Option<String> {
+        self.fence.as_deref().map(mark_key_of)
+    }
+}
+
+/// The applied-mark key of a fence counter key.
+pub fn mark_key_of(fence_key: &str) -> String {
+    format!("{fence_key}:applied")
+}
+
+fn check_key(what: &'static str, k: &str) -> Result<(), ConfigError> {
+    if k.is_empty() {
+        return Err(ConfigError::Empty { what });
+    }
+    if k.len() > MAX_NAME_LEN {
+        return Err(ConfigError::TooLong {
+            what,
+            len: k.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// The owner of a lease: an election's instance id, or a lock's ownership token.
+///
+/// Matched exactly (never by prefix). Non-empty, at most 256 bytes, no NUL byte (NUL separates
+/// the owner from metadata in the stored value).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    /// Validates an owner.
+    ///
+    /// ```
+    /// use lease_core::Owner;
+    /// assert!(Owner::new("host-a-1").is_ok());
+    /// assert!(Owner::new("").is_err());
+    /// assert!(Owner::new("a\0b").is_err());
+    /// ```
+    pub fn new(s: impl AsRef<str>) -> Result<Owner, ConfigError> {
+        let s = s.as_ref();
+        check_text("owner", s, MAX_ID_LEN)?;
+        Ok(Owner(Arc::from(s)))
+    }
+
+    /// The owner as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The value stored in a lock key: the owner, then NUL and the metadata when there is any.
+    pub fn stored_value(&self, metadata: &Metadata) -> String {
+        if metadata.is_empty() {
+            self.0.to_string()
+        } else {
+            format!("{}\0{}", self.0, metadata.as_str())
+        }
+    }
+
+    /// Whether a stored value belongs to this owner (exact match of the owner part).
+    pub fn matches(&self, stored: &str) -> bool {
+        split_stored(stored).0 == &*self.0
+    }
+}
+
+/// Splits a stored lock value into owner and metadata.
+pub fn split_stored(stored: &str) -> (&str, &str) {
+    match stored.split_once('\0') {
+        Some((o, m)) => (o, m),
+        None => (stored, ""),
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Metadata stored with a lock (at most 64 KiB), returned to anyone who inspects it.
+#[derive(Clone, PartialEq, Eq, Hash, Default, Debug)]
+pub struct Metadata(Arc<str>);
+
+impl Metadata {
+    /// Validates metadata.
+    pub fn new(s: impl AsRef<str>) -> Result<Metadata, ConfigError> {
+        let s = s.as_ref();
+        if s.len() > MAX_METADATA_LEN {
+            return Err(ConfigError::MetadataTooLong {
+                len: s.len(),
+                max: MAX_METADATA_LEN,
+            });
+        }
+        Ok(Metadata(Arc::from(s)))
+    }
+    /// The metadata as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Acquire (or take over, for the same owner) a lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The lease's keys.
+    pub spec: Arc<LeaseSpec>,
+    /// Who acquires.
+    pub owner: Owner,
+    /// The TTL to set.
+    pub ttl: Ttl,
+    /// Metadata stored with the owner.
+    pub metadata: Metadata,
+}
+
+/// Extend a lease this owner holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenewRequest {
+    /// The lease's keys.
+    pub spec: Arc<LeaseSpec>,
+    /// Who renews.
+    pub owner: Owner,
+    /// The new TTL.
+    pub ttl: Ttl,
+}
+
+/// Release a lease this owner holds (compare-and-delete).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseRequest {
+    /// The lease's keys.
+    pub spec: Arc<LeaseSpec>,
+    /// Who releases.
+    pub owner: Owner,
+    /// When set, release only if the fence counter still equals this term's token: a release
+    /// that arrives late never deletes a later term of the same owner. Backends that cannot
+    /// check it (quorum backends) may ignore it.
+    pub term: Option<Token>,
+}
+
+/// What an acquire found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireOutcome {
+    /// The lease is ours; `token` is minted when the lease is fenced.
+    Acquired {
+        /// The fencing token of this acquisition.
+        token: Option<Token>,
+    },
+    /// Someone else holds (at least one of) the keys; nothing was changed.
+    Held {
+        /// The holder's owner value, when the backend reports it.
+        holder: Option<String>,
+        /// The holder's remaining TTL, when the backend reports it.
+        remaining: Option<Duration>,
+    },
+}
+
+/// What a renew found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RenewOutcome {
+    /// Extended.
+    Renewed,
+    /// Not ours any more (expired, or someone else holds it): nothing was changed.
+    NotHeld,
+}
+
+/// What a release found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// Every key was ours and is deleted.
+    Released,
+    /// Not (entirely) ours: only keys still holding our value were deleted, nothing else.
+    NotHeld,
+}
+
+/// What an inspection of a lease found.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LeaseInfo {
+    /// The current holder of the first key, if any.
+    pub holder: Option<String>,
+    /// Metadata stored with the holder.
+    pub metadata: Option<String>,
+    /// The holder's remaining TTL.
+    pub remaining: Option<Duration>,
+    /// The fence counter: the latest token minted (the current holder's, while held).
+    pub counter: Option<Token>,
+    /// The applied mark.
+    pub mark: FenceMark,
+}
+
+/// A boxed error from an adapter.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A failure to get an answer from a backend (as opposed to an answer we did not like).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The backend could not be reached or the connection failed (transient).
+    #[error("backend unreachable: {0}")]
+    Unavailable(#[source] BoxError),
+    /// The request got no reply in time; it may or may not have taken effect.
+    #[error("no reply within {0:?}; the outcome is unknown")]
+    Timeout(Duration),
+    /// The request was refused before any round trip (permanent: retrying cannot help).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The server answered with an error (script error, WRONGTYPE, ...).
+    #[error("server error: {0}")]
+    Server(String),
+    /// The server's reply had an unexpected shape.
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+    /// The server refuses because a value is out of range (e.g. the counter passed 2^53).
+    #[error("fence counter exhausted: {0}")]
+    TokenExhausted(String),
+    /// An adapter-specific failure (for example a quorum failure with per-node causes).
+    #[error(transparent)]
+    Other(BoxError),
+}
+
+impl BackendError {
+    /// Whether retrying the same request can help (false for invalid input).
+    pub fn is_transient(&self) -> bool {
+        !matches!(
+            self,
+            BackendError::Invalid(_) | BackendError::TokenExhausted(_)
+        )
+    }
+}
+
+/// A store of leases. Implemented by the Redis, Redlock and in-memory backends.
+///
+/// Each method is one atomic step at the store (for Redis: one script). Implementations must not
+/// retry internally: retries and timeouts are the driver's and the machine's business.
+#[async_trait]
+pub trait LeaseBackend: Send + Sync + 'static {
+    /// Acquires the lease for `req.owner` if free or already theirs.
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError>;
+    /// Extends the lease if still ours.
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError>;
+    /// Releases the lease if still ours.
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError>;
+    /// The minimum remaining TTL over the keys if every key is held by `owner`, else `None`.
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError>;
+    /// Who holds the lease now, and the fence counter and mark.
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError>;
+}
+
+#[async_trait]
+impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        (**self).acquire(req).await
+    }
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        (**self).renew(req).await
+    }
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        (**self).release(req).await
+    }
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        (**self).remaining(spec, owner).await
+    }
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        (**self).inspect(spec).await
+    }
+}
+
+/// The result of a fenced write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a stale outcome means this holder was fenced out and must stop writing"]
+pub enum FenceOutcome {
+    /// The write was applied and the mark advanced to the token.
+    Applied,
+    /// The token was below the mark: nothing was written.
+    Stale {
+        /// The mark that refused the write.
+        mark: FenceMark,
+    },
+}
+
+impl FenceOutcome {
+    /// Whether the write was applied.
+    pub fn is_applied(self) -> bool {
+        matches!(self, FenceOutcome::Applied)
+    }
+}
+
+/// A resource that enforces the fence rule atomically with each write.
+///
+/// Implemented by the Redis fencer, the Postgres adapter and the in-memory fencer; implement it
+/// for your own store: check `token >= mark`, apply the write, and advance the mark, atomically.
+#[async_trait]
+pub trait FencedResource: Send + Sync {
+    /// A write this resource understands.
+    type Write: Send;
+    /// Why a write failed (not a stale token: that is [`FenceOutcome::Stale`]).
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Applies `write` iff `token` passes the fence; a failed write never advances the mark.
+    async fn apply(&self, token: Token, write: Self::Write) -> Result<FenceOutcome, Self::Error>;
+}
+
+/// A backend whose leases can fence writes in the same store.
+pub trait Fencing {
+    /// The fencer handed to each term: binds the token to the store.
+    type Fencer: Clone + Send + Sync + 'static;
+    /// A fencer for writes under `token` against the mark of `spec`, or `None` when `spec` is
+    /// not fenced.
+    fn fencer(&self, spec: &LeaseSpec, token: Token) -> Option<Self::Fencer>;
+}

@@ -1,0 +1,652 @@
+//! The election machine: contend, lead one term per token, step down, release.
+//!
+//! Sans-IO in the manner of quinn-proto. The driver loops:
+//!
+//! 1. send every request [`Election::poll_request`] returns, each bounded by its `deadline`;
+//! 2. feed each request's reply — or [`Reply::TimedOut`] at its deadline — to
+//!    [`Election::handle_reply`]; **every** polled request gets exactly one reply;
+//! 3. act on [`Election::poll_event`];
+//! 4. sleep until [`Election::poll_timeout`], a reply, or a command ([`Election::resign`],
+//!    [`Election::work_returned`], [`Election::shutdown`]), then call
+//!    [`Election::handle_timeout`].
+//!
+//! The rules (each is tested by property in `tests/election_props.rs`):
+//!
+//! - contend every acquire interval, shortened by up to 10 % of jitter (never lengthened), so
+//!   contenders that start together spread out;
+//! - an acquire that errs or times out backs off: acquire interval × 2^(errors−1), capped at the
+//!   TTL, jittered the same way; any answer resets it; losing the race never backs off;
+//! - one term per token: `Elected(token)`, then the held lease's rules (see [`crate::lease`]);
+//! - a term ends on loss, deadline, [`Election::resign`], [`Election::shutdown`], or
+//!   [`Election::work_returned`]; every ended term asks for exactly one release, and no acquire
+//!   is sent while a release is pending (a late release must not delete our own next term);
+//! - `Follower` is reported once per transition into the follower role, not per poll;
+//! - every tolerated failure is reported as an `Error` event;
+//! - after [`Election::shutdown`] the machine releases what it may hold — including the lease
+//!   an in-flight or timed-out acquire may have won — and then reports `Stopped`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{
+    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Metadata, Owner, ReleaseOutcome,
+    ReleaseRequest, RenewOutcome, RenewRequest,
+};
+use crate::config::ElectionConfig;
+use crate::lease::{HeldLease, LeaseEvent, LeaseTiming, LossReason};
+use crate::rng::SplitMix64;
+use crate::time::Instant;
+use crate::token::Token;
+
+/// Jitter applied to acquire delays: up to this percentage shorter, never longer.
+pub const ACQUIRE_JITTER_PERCENT: u32 = 10;
+
+/// Identifies a request, to match its reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// Which operation a request or error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Acquire the lease.
+    Acquire,
+    /// Renew the lease.
+    Renew,
+    /// Release the lease.
+    Release,
+}
+
+/// What to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// Acquire the lease.
+    Acquire(AcquireRequest),
+    /// Renew the lease.
+    Renew(RenewRequest),
+    /// Release the lease.
+    Release(ReleaseRequest),
+}
+
+impl RequestKind {
+    /// The operation.
+    pub fn op(&self) -> Op {
+        match self {
+            RequestKind::Acquire(_) => Op::Acquire,
+            RequestKind::Renew(_) => Op::Renew,
+            RequestKind::Release(_) => Op::Release,
+        }
+    }
+}
+
+/// A request the machine asks the driver to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Its id, to pass back with the reply.
+    pub id: RequestId,
+    /// What to send.
+    pub kind: RequestKind,
+    /// When it was sent (the `now` it was polled at): leases are dated from it.
+    pub sent_at: Instant,
+    /// When to stop waiting and report [`Reply::TimedOut`]. A reply that is ready when the
+    /// deadline fires counts as the reply.
+    pub deadline: Instant,
+}
+
+/// The reply to a request.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Reply {
+    /// Reply to an acquire.
+    Acquire(Result<AcquireOutcome, BackendError>),
+    /// Reply to a renew.
+    Renew(Result<RenewOutcome, BackendError>),
+    /// Reply to a release.
+    Release(Result<ReleaseOutcome, BackendError>),
+    /// No reply by the request's deadline: the outcome is unknown.
+    TimedOut,
+}
+
+/// Why a term ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StepDownReason {
+    /// A renewal found the lease held by someone else.
+    Lost,
+    /// The local deadline passed without a successful renewal.
+    DeadlineExpired,
+    /// [`Election::resign`] was called.
+    Resigned,
+    /// [`Election::shutdown`] was called.
+    Shutdown,
+    /// The leader's work returned ([`Election::work_returned`]).
+    WorkReturned,
+}
+
+impl From<LossReason> for StepDownReason {
+    fn from(r: LossReason) -> Self {
+        match r {
+            LossReason::NotOurs => StepDownReason::Lost,
+            LossReason::DeadlineExpired => StepDownReason::DeadlineExpired,
+        }
+    }
+}
+
+/// What the election reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// This instance leads a new term.
+    Elected {
+        /// The term's fencing token.
+        token: Token,
+        /// The local deadline of the lease as first acquired.
+        valid_until: Instant,
+    },
+    /// The term with `token` ended.
+    SteppedDown {
+        /// The ended term's token.
+        token: Token,
+        /// Why.
+        reason: StepDownReason,
+    },
+    /// This instance became a follower (once per transition).
+    Follower {
+        /// The current holder, when the backend reported it.
+        holder: Option<String>,
+    },
+    /// A failure the machine tolerated (retried, backed off, or stepped down from).
+    Error {
+        /// Which operation failed.
+        op: Op,
+        /// The failure.
+        error: BackendError,
+    },
+    /// A release completed (or failed: `outcome` is `None`).
+    Released {
+        /// The released term's token (`None` for the release of a lease an unanswered
+        /// acquire may have won).
+        token: Option<Token>,
+        /// What the backend said.
+        outcome: Option<ReleaseOutcome>,
+    },
+    /// After [`Election::shutdown`]: everything is released; no more requests.
+    Stopped,
+}
+
+/// The role at an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Role {
+    /// Contending, role not yet known (starting, or the backend is not answering).
+    Candidate,
+    /// Someone else holds the lease.
+    Follower,
+    /// This instance leads the term with this token.
+    Leader(Token),
+    /// Shut down.
+    Stopped,
+}
+
+#[derive(Debug)]
+struct Term {
+    token: Token,
+    lease: HeldLease,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Announced {
+    Nothing,
+    Follower,
+    Leader,
+}
+
+/// The election state machine of one instance. See the [module docs](self).
+#[derive(Debug)]
+pub struct Election {
+    config: ElectionConfig,
+    spec: Arc<LeaseSpec>,
+    owner: Owner,
+    rng: SplitMix64,
+    next_id: u64,
+    term: Option<Term>,
+    stopped: bool,
+    shutting_down: bool,
+    acquire_in_flight: Option<(RequestId, Instant)>,
+    renew_in_flight: Option<(RequestId, Token, Instant)>,
+    release_in_flight: Option<(RequestId, Option<Token>)>,
+    release_queue: VecDeque<Option<Token>>,
+    next_acquire: Instant,
+    consecutive_errors: u32,
+    announced: Announced,
+    events: VecDeque<Event>,
+}
+
+impl Election {
+    /// A machine for `config`, with jitter drawn from `seed`, starting at `now`.
+    ///
+    /// The first acquire is due at once.
+    pub fn new(config: ElectionConfig, seed: u64, now: Instant) -> Self {
+        let spec = Arc::new(config.lease_spec());
+        let owner = config.owner().clone();
+        Election {
+            config,
+            spec,
+            owner,
+            rng: SplitMix64::new(seed),
+            next_id: 0,
+            term: None,
+            stopped: false,
+            shutting_down: false,
+            acquire_in_flight: None,
+            renew_in_flight: None,
+            release_in_flight: None,
+            release_queue: VecDeque::new(),
+            next_acquire: now,
+            consecutive_errors: 0,
+            announced: Announced::Nothing,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ElectionConfig {
+        &self.config
+    }
+
+    /// The lease keys.
+    pub fn spec(&self) -> &Arc<LeaseSpec> {
+        &self.spec
+    }
+
+    /// The owner value (instance id).
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// The role at `now`. Never `Leader` at or after the lease's local deadline, even before
+    /// [`Election::handle_timeout`] is called.
+    pub fn role(&self, now: Instant) -> Role {
+        if self.stopped {
+            return Role::Stopped;
+        }
+        match &self.term {
+            Some(t) if t.lease.is_held(now) => Role::Leader(t.token),
+            _ if self.announced == Announced::Follower => Role::Follower,
+            _ => Role::Candidate,
+        }
+    }
+
+    /// The current term's token, if leader at `now`.
+    pub fn token(&self, now: Instant) -> Option<Token> {
+        match self.role(now) {
+            Role::Leader(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The local deadline of the current term, if leading.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.term.as_ref().map(|t| t.lease.valid_until())
+    }
+
+    /// Whether the machine has stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The current backoff exponent (consecutive acquire errors).
+    pub fn consecutive_errors(&self) -> u32 {
+        self.consecutive_errors
+    }
+
+    fn timing(&self) -> LeaseTiming {
+        LeaseTiming {
+            ttl: self.config.ttl(),
+            renew_interval: self.config.renew_interval(),
+            operation_timeout: self.config.operation_timeout(),
+        }
+    }
+
+    fn next_request_id(&mut self) -> RequestId {
+        self.next_id += 1;
+        RequestId(self.next_id)
+    }
+
+    /// The delay before the next acquire after `errors` consecutive errors, before jitter:
+    /// the acquire interval, doubled per error after the first, capped at the TTL.
+    pub fn backoff_base(&self, errors: u32) -> Duration {
+        let interval = self.config.acquire_interval();
+        let ttl = self.config.ttl().get();
+        if errors <= 1 {
+            return interval.min(ttl);
+        }
+        let factor = 1u32.checked_shl(errors - 1).unwrap_or(u32::MAX);
+        interval.checked_mul(factor).unwrap_or(ttl).min(ttl)
+    }
+
+    fn schedule_acquire(&mut self, now: Instant) {
+        let base = self.backoff_base(self.consecutive_errors);
+        let d = self.rng.jitter_down(base, ACQUIRE_JITTER_PERCENT);
+        self.next_acquire = now + d;
+    }
+
+    /// The next request to send at `now`, if any. Call until it returns `None`.
+    pub fn poll_request(&mut self, now: Instant) -> Option<Request> {
+        self.handle_timeout(now);
+        if self.stopped {
+            return None;
+        }
+        // Releases first: an acquire never overtakes a pending release.
+        if self.release_in_flight.is_none()
+            && let Some(term) = self.release_queue.pop_front()
+        {
+            let id = self.next_request_id();
+            self.release_in_flight = Some((id, term));
+            return Some(Request {
+                id,
+                kind: RequestKind::Release(ReleaseRequest {
+                    spec: Arc::clone(&self.spec),
+                    owner: self.owner.clone(),
+                    term,
+                }),
+                sent_at: now,
+                deadline: now + self.config.release_timeout(),
+            });
+        }
+        if self.renew_in_flight.is_none()
+            && let Some(term) = self.term.as_mut()
+            && let Some(order) = term.lease.poll_renew(now)
+        {
+            let token = term.token;
+            let id = self.next_request_id();
+            self.renew_in_flight = Some((id, token, order.sent_at));
+            return Some(Request {
+                id,
+                kind: RequestKind::Renew(RenewRequest {
+                    spec: Arc::clone(&self.spec),
+                    owner: self.owner.clone(),
+                    ttl: self.config.ttl(),
+                }),
+                sent_at: order.sent_at,
+                deadline: order.deadline,
+            });
+        }
+        if self.may_acquire() && now >= self.next_acquire {
+            let id = self.next_request_id();
+            self.acquire_in_flight = Some((id, now));
+            return Some(Request {
+                id,
+                kind: RequestKind::Acquire(AcquireRequest {
+                    spec: Arc::clone(&self.spec),
+                    owner: self.owner.clone(),
+                    ttl: self.config.ttl(),
+                    metadata: Metadata::default(),
+                }),
+                sent_at: now,
+                deadline: now + self.config.acquire_timeout(),
+            });
+        }
+        None
+    }
+
+    fn may_acquire(&self) -> bool {
+        !self.stopped
+            && !self.shutting_down
+            && self.term.is_none()
+            && self.acquire_in_flight.is_none()
+            && self.release_in_flight.is_none()
+            && self.release_queue.is_empty()
+    }
+
+    /// Feeds the reply to request `id`. Replies to unknown or stale requests are ignored.
+    pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        self.handle_timeout(now);
+        if self.acquire_in_flight.is_some_and(|(i, _)| i == id) {
+            let sent_at = self.acquire_in_flight.take().map_or(now, |(_, s)| s);
+            let result = match reply {
+                Reply::Acquire(r) => Some(r),
+                Reply::TimedOut => None,
+                other => Some(Err(mismatch(&other))),
+            };
+            self.on_acquire(now, sent_at, result);
+        } else if self.renew_in_flight.is_some_and(|(i, _, _)| i == id) {
+            let (token, sent_at) = match self.renew_in_flight.take() {
+                Some((_, t, s)) => (Some(t), s),
+                None => (None, now),
+            };
+            let result = match reply {
+                Reply::Renew(r) => r,
+                Reply::TimedOut => Err(BackendError::Timeout(now - sent_at)),
+                other => Err(mismatch(&other)),
+            };
+            self.on_renew(now, token, result);
+        } else if self.release_in_flight.is_some_and(|(i, _)| i == id) {
+            let token = self.release_in_flight.take().and_then(|(_, t)| t);
+            let result = match reply {
+                Reply::Release(r) => r,
+                Reply::TimedOut => Err(BackendError::Timeout(self.config.release_timeout())),
+                other => Err(mismatch(&other)),
+            };
+            match result {
+                Ok(outcome) => self.events.push_back(Event::Released {
+                    token,
+                    outcome: Some(outcome),
+                }),
+                Err(error) => {
+                    self.events.push_back(Event::Error {
+                        op: Op::Release,
+                        error,
+                    });
+                    self.events.push_back(Event::Released {
+                        token,
+                        outcome: None,
+                    });
+                }
+            }
+        }
+        self.maybe_stop();
+    }
+
+    fn on_acquire(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        result: Option<Result<AcquireOutcome, BackendError>>,
+    ) {
+        match result {
+            Some(Ok(AcquireOutcome::Acquired { token: Some(token) })) => {
+                self.consecutive_errors = 0;
+                let expired = now >= sent_at + self.config.ttl().get();
+                if self.shutting_down || self.term.is_some() || expired {
+                    // Won, but must not lead: shutting down, or the reply came after the lease
+                    // it granted had already lapsed. Give it back.
+                    if expired && !self.shutting_down {
+                        self.events.push_back(Event::Error {
+                            op: Op::Acquire,
+                            error: BackendError::Timeout(now - sent_at),
+                        });
+                    }
+                    self.release_queue.push_back(Some(token));
+                    self.schedule_acquire(now);
+                    return;
+                }
+                let lease = HeldLease::new(self.timing(), Some(token), sent_at, now);
+                let valid_until = lease.valid_until();
+                self.term = Some(Term { token, lease });
+                self.announced = Announced::Leader;
+                self.events.push_back(Event::Elected { token, valid_until });
+            }
+            Some(Ok(AcquireOutcome::Acquired { token: None })) => {
+                self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+                self.events.push_back(Event::Error {
+                    op: Op::Acquire,
+                    error: BackendError::Protocol(
+                        "acquire granted an unfenced lease; elections need a token".into(),
+                    ),
+                });
+                self.release_queue.push_back(None);
+                self.schedule_acquire(now);
+            }
+            Some(Ok(AcquireOutcome::Held { holder, .. })) => {
+                self.consecutive_errors = 0;
+                if self.announced != Announced::Follower {
+                    self.announced = Announced::Follower;
+                    self.events.push_back(Event::Follower { holder });
+                }
+                self.schedule_acquire(now);
+            }
+            Some(Err(error)) => {
+                self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+                self.events.push_back(Event::Error {
+                    op: Op::Acquire,
+                    error,
+                });
+                self.schedule_acquire(now);
+            }
+            None => {
+                self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+                self.events.push_back(Event::Error {
+                    op: Op::Acquire,
+                    error: BackendError::Timeout(now - sent_at),
+                });
+                if self.shutting_down {
+                    // The unanswered acquire may have won: release whatever it took.
+                    self.release_queue.push_back(None);
+                }
+                self.schedule_acquire(now);
+            }
+        }
+    }
+
+    fn on_renew(
+        &mut self,
+        now: Instant,
+        token: Option<Token>,
+        result: Result<RenewOutcome, BackendError>,
+    ) {
+        let Some(term) = self.term.as_mut() else {
+            return;
+        };
+        if Some(term.token) != token {
+            return;
+        }
+        term.lease.handle_renew(now, result);
+        self.drain_lease(now);
+    }
+
+    fn drain_lease(&mut self, now: Instant) {
+        let mut lost = None;
+        if let Some(term) = self.term.as_mut() {
+            while let Some(ev) = term.lease.poll_event() {
+                match ev {
+                    LeaseEvent::Renewed { .. } => {}
+                    LeaseEvent::RenewFailed(error) => self.events.push_back(Event::Error {
+                        op: Op::Renew,
+                        error,
+                    }),
+                    LeaseEvent::Lost(reason) => lost = Some(reason),
+                }
+            }
+        }
+        if let Some(reason) = lost {
+            self.end_term(now, reason.into());
+        }
+    }
+
+    fn end_term(&mut self, now: Instant, reason: StepDownReason) {
+        let Some(mut term) = self.term.take() else {
+            return;
+        };
+        term.lease.end();
+        self.announced = Announced::Nothing;
+        self.events.push_back(Event::SteppedDown {
+            token: term.token,
+            reason,
+        });
+        self.release_queue.push_back(Some(term.token));
+        self.schedule_acquire(now);
+    }
+
+    /// When to call [`Election::handle_timeout`] next; `None` when nothing is scheduled.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stopped {
+            return None;
+        }
+        if let Some(term) = &self.term {
+            return if self.renew_in_flight.is_some() {
+                Some(term.lease.valid_until())
+            } else {
+                term.lease.poll_timeout()
+            };
+        }
+        if self.may_acquire() {
+            return Some(self.next_acquire);
+        }
+        None
+    }
+
+    /// Advances time to `now`: steps down at the lease's deadline.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(term) = self.term.as_mut() {
+            term.lease.handle_timeout(now);
+        }
+        self.drain_lease(now);
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Ends the current term voluntarily and re-contends after one acquire interval. Returns
+    /// whether there was a term to end.
+    pub fn resign(&mut self, now: Instant) -> bool {
+        self.handle_timeout(now);
+        let had = self.term.is_some();
+        self.end_term(now, StepDownReason::Resigned);
+        had
+    }
+
+    /// The leader's work for term `token` returned: the term ends (a leader that wants to stay
+    /// elected keeps its work running). Ignored for any other term.
+    pub fn work_returned(&mut self, now: Instant, token: Token) -> bool {
+        self.handle_timeout(now);
+        if self.term.as_ref().is_some_and(|t| t.token == token) {
+            self.end_term(now, StepDownReason::WorkReturned);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Stops: ends the term, releases everything this instance may hold, then `Stopped`.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.handle_timeout(now);
+        if self.shutting_down {
+            return;
+        }
+        self.shutting_down = true;
+        self.end_term(now, StepDownReason::Shutdown);
+        self.maybe_stop();
+    }
+
+    fn maybe_stop(&mut self) {
+        if self.shutting_down
+            && !self.stopped
+            && self.term.is_none()
+            && self.acquire_in_flight.is_none()
+            && self.release_in_flight.is_none()
+            && self.release_queue.is_empty()
+        {
+            self.stopped = true;
+            self.events.push_back(Event::Stopped);
+        }
+    }
+}
+
+fn mismatch(reply: &Reply) -> BackendError {
+    BackendError::Protocol(format!("reply of the wrong kind: {reply:?}"))
+}

@@ -1,0 +1,223 @@
+//! The lease-holding machine, shared by leader election and auto-renewing locks.
+//!
+//! Once acquired, a lease is *held*: it renews at once, then every renew interval; it tolerates
+//! failed renewals until the local deadline (the send time of the last successful acquire or
+//! renew, plus the TTL); it steps down exactly at that deadline; a renewal that answers "not
+//! ours" is loss at once.
+//!
+//! The lease is dated from the instant each request was **sent**: the server's TTL starts
+//! before the client hears back, so dating from the reply would overestimate the lease.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::backend::{BackendError, RenewOutcome};
+use crate::config::Ttl;
+use crate::time::Instant;
+use crate::token::Token;
+
+/// The timing of a held lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// The TTL set by each acquire and renew.
+    pub ttl: Ttl,
+    /// The interval between renewals.
+    pub renew_interval: Duration,
+    /// An extra cap on each renewal round trip.
+    pub operation_timeout: Option<Duration>,
+}
+
+/// Why a held lease was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A renewal answered that the lease is no longer ours.
+    NotOurs,
+    /// The local deadline passed without a successful renewal.
+    DeadlineExpired,
+}
+
+/// What a held lease reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LeaseEvent {
+    /// A renewal succeeded; the lease is valid until `valid_until`.
+    Renewed {
+        /// The new local deadline.
+        valid_until: Instant,
+    },
+    /// A renewal failed and was tolerated (the deadline has not passed).
+    RenewFailed(BackendError),
+    /// The lease is lost.
+    Lost(LossReason),
+}
+
+/// A renewal the machine asks the caller to send now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RenewOrder {
+    /// When it is sent (the `now` it was polled at).
+    pub sent_at: Instant,
+    /// When to give up waiting for its reply: the local deadline (the remaining budget),
+    /// capped by the operation timeout.
+    pub deadline: Instant,
+}
+
+/// A lease that has been acquired and is kept alive by renewals.
+#[derive(Debug)]
+pub struct HeldLease {
+    timing: LeaseTiming,
+    token: Option<Token>,
+    valid_until: Instant,
+    next_renew: Instant,
+    in_flight: Option<Instant>,
+    lost: Option<LossReason>,
+    ended: bool,
+    events: VecDeque<LeaseEvent>,
+}
+
+impl HeldLease {
+    /// A lease acquired by a request sent at `sent_at`; polled first at `now`.
+    ///
+    /// The first renewal is due at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Instant, Ttl};
+    /// use lease_core::lease::{HeldLease, LeaseTiming};
+    /// let timing = LeaseTiming { ttl: Ttl::new(Duration::from_secs(3))?, renew_interval: Duration::from_secs(1), operation_timeout: None };
+    /// let t0 = Instant::ZERO;
+    /// let now = t0 + Duration::from_millis(20);
+    /// let mut lease = HeldLease::new(timing, None, t0, now);
+    /// assert_eq!(lease.valid_until(), t0 + Duration::from_secs(3), "dated from the send");
+    /// assert!(lease.poll_renew(now).is_some(), "renews at once");
+    /// assert!(lease.poll_renew(now).is_none(), "one renewal in flight at most");
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn new(timing: LeaseTiming, token: Option<Token>, sent_at: Instant, now: Instant) -> Self {
+        let mut lease = HeldLease {
+            timing,
+            token,
+            valid_until: sent_at + timing.ttl.get(),
+            next_renew: now,
+            in_flight: None,
+            lost: None,
+            ended: false,
+            events: VecDeque::new(),
+        };
+        lease.handle_timeout(now);
+        lease
+    }
+
+    /// The token of this lease, if fenced.
+    pub fn token(&self) -> Option<Token> {
+        self.token
+    }
+
+    /// The local deadline: after it, the lease must be considered lost.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Whether the lease is held at `now` (not lost, and before the deadline).
+    pub fn is_held(&self, now: Instant) -> bool {
+        self.lost.is_none() && !self.ended && now < self.valid_until
+    }
+
+    /// Why the lease was lost, once it is.
+    pub fn lost(&self) -> Option<LossReason> {
+        self.lost
+    }
+
+    /// Whether a renewal is in flight.
+    pub fn renew_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// The next renewal to send, if one is due at `now` and none is in flight.
+    pub fn poll_renew(&mut self, now: Instant) -> Option<RenewOrder> {
+        self.handle_timeout(now);
+        if self.lost.is_some() || self.ended || self.in_flight.is_some() || now < self.next_renew {
+            return None;
+        }
+        self.in_flight = Some(now);
+        let mut deadline = self.valid_until;
+        if let Some(cap) = self.timing.operation_timeout {
+            deadline = deadline.min(now + cap);
+        }
+        Some(RenewOrder {
+            sent_at: now,
+            deadline,
+        })
+    }
+
+    /// Feeds the reply (or error, or timeout as [`BackendError::Timeout`]) to the renewal in
+    /// flight. A reply with nothing in flight is ignored.
+    pub fn handle_renew(&mut self, now: Instant, reply: Result<RenewOutcome, BackendError>) {
+        let Some(sent_at) = self.in_flight.take() else {
+            return;
+        };
+        if self.lost.is_some() || self.ended {
+            return;
+        }
+        match reply {
+            Ok(RenewOutcome::Renewed) => {
+                let until = sent_at + self.timing.ttl.get();
+                if until > self.valid_until {
+                    self.valid_until = until;
+                }
+                self.next_renew = (sent_at + self.timing.renew_interval).max(now);
+                if now < self.valid_until {
+                    self.events.push_back(LeaseEvent::Renewed {
+                        valid_until: self.valid_until,
+                    });
+                }
+            }
+            Ok(RenewOutcome::NotHeld) => self.lose(LossReason::NotOurs),
+            Err(e) => {
+                self.next_renew = (sent_at + self.timing.renew_interval).max(now);
+                self.events.push_back(LeaseEvent::RenewFailed(e));
+            }
+        }
+        self.handle_timeout(now);
+    }
+
+    /// When the machine next needs [`HeldLease::handle_timeout`] (the deadline, or the next
+    /// renewal when none is in flight); `None` once lost.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.lost.is_some() || self.ended {
+            return None;
+        }
+        if self.in_flight.is_some() {
+            Some(self.valid_until)
+        } else {
+            Some(self.valid_until.min(self.next_renew))
+        }
+    }
+
+    /// Advances time: at or after the deadline the lease is lost.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.lost.is_none() && !self.ended && now >= self.valid_until {
+            self.lose(LossReason::DeadlineExpired);
+        }
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<LeaseEvent> {
+        self.events.pop_front()
+    }
+
+    /// Ends the lease locally (resign, release): no more renewals, no loss event.
+    pub fn end(&mut self) {
+        self.ended = true;
+    }
+
+    /// Whether the lease was ended locally with [`HeldLease::end`].
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    fn lose(&mut self, reason: LossReason) {
+        self.lost = Some(reason);
+        self.events.push_back(LeaseEvent::Lost(reason));
+    }
+}

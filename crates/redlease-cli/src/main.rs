@@ -1,0 +1,3 @@
+//! The `redlease` command.
+
+fn main() {}
