@@ -166,6 +166,11 @@ impl Ttl {
     }
 }
 
+/// `d` truncated to whole milliseconds.
+pub(crate) fn whole_millis(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 pub(crate) fn check_text(what: &'static str, s: &str, max: usize) -> Result<(), ConfigError> {
     if s.is_empty() {
         return Err(ConfigError::Empty { what });
@@ -337,7 +342,9 @@ impl ElectionConfigBuilder {
                 min: MIN_ELECTION_TTL,
             });
         }
-        let renew = self.renew_interval.unwrap_or(ttl.get() / 3);
+        let renew = self
+            .renew_interval
+            .unwrap_or_else(|| whole_millis(ttl.get() / 3));
         if renew.is_zero() {
             return Err(ConfigError::ZeroRenewInterval);
         }
@@ -347,7 +354,9 @@ impl ElectionConfigBuilder {
                 ttl: ttl.get(),
             });
         }
-        let acquire = self.acquire_interval.unwrap_or(ttl.get() / 2);
+        let acquire = self
+            .acquire_interval
+            .unwrap_or_else(|| whole_millis(ttl.get() / 2));
         if acquire.is_zero() {
             return Err(ConfigError::ZeroAcquireInterval);
         }
