@@ -429,7 +429,7 @@ pub trait FencedResource: Send + Sync {
 pub trait Fencing {
     /// The fencer handed to each term: binds the token to the store.
     type Fencer: Clone + Send + Sync + 'static;
-    /// A fencer for writes under `token` against the mark of `spec`, or `None` when `spec` is
-    /// not fenced.
-    fn fencer(&self, spec: &LeaseSpec, token: Token) -> Option<Self::Fencer>;
+    /// A fencer for writes under `token` against the applied mark stored at `mark_key`
+    /// (for a lease, [`LeaseSpec::mark_key`]; for an election `<name>:fence:applied`).
+    fn fencer(&self, mark_key: &str, token: Token) -> Self::Fencer;
 }

@@ -221,6 +221,7 @@ pub struct Election {
     next_acquire: Instant,
     consecutive_errors: u32,
     announced: Announced,
+    contention_paused: bool,
     events: VecDeque<Event>,
 }
 
@@ -247,6 +248,7 @@ impl Election {
             next_acquire: now,
             consecutive_errors: 0,
             announced: Announced::Nothing,
+            contention_paused: false,
             events: VecDeque::new(),
         }
     }
@@ -395,6 +397,7 @@ impl Election {
     fn may_acquire(&self) -> bool {
         !self.stopped
             && !self.shutting_down
+            && !self.contention_paused
             && self.term.is_none()
             && self.acquire_in_flight.is_none()
             && self.release_in_flight.is_none()
@@ -620,6 +623,13 @@ impl Election {
         } else {
             false
         }
+    }
+
+    /// Holds back (or allows again) new acquire requests, for example while the previous
+    /// term's work is still winding down: a process never runs two terms' work at once.
+    /// Renewals, releases and timeouts are unaffected.
+    pub fn pause_contention(&mut self, paused: bool) {
+        self.contention_paused = paused;
     }
 
     /// Stops: ends the term, releases everything this instance may hold, then `Stopped`.
