@@ -103,6 +103,11 @@ impl LeaseSpec {
         self.fence.as_deref()
     }
 
+    /// The applied-mark key of election `name`: `<name>:fence:applied`.
+    pub fn election_mark_key(name: &str) -> String {
+        format!("{name}:fence:applied")
+    }
+
     /// The applied-mark key, if fenced: `<fence>:applied`.
     pub fn mark_key(&self) -> Option<String> {
         self.fence.as_deref().map(mark_key_of)

@@ -675,8 +675,7 @@ impl FencedResource for MemoryFencer {
 
 impl Fencing for MemoryBackend {
     type Fencer = MemoryFencer;
-    fn fencer(&self, spec: &LeaseSpec, token: Token) -> Option<MemoryFencer> {
-        spec.mark_key()
-            .map(|m| MemoryFencer::new(self.clone(), m, token))
+    fn fencer(&self, mark_key: &str, token: Token) -> MemoryFencer {
+        MemoryFencer::new(self.clone(), mark_key, token)
     }
 }
