@@ -1,2 +1,45 @@
-//! Test kit for redlease: real Redis, Redis Cluster and Postgres servers, and a TCP fault proxy, torn down on drop.
+//! Test kit for redlease: real Redis, Redis Cluster and Postgres servers, and a TCP
+//! fault proxy, torn down on drop.
+//!
+//! Every server is owned by the test that started it. Dropping it — also while the
+//! test panics — kills the process or removes the container (even a paused one)
+//! and deletes its temporary directory, synchronously.
+//!
+//! * [`redis::RedisServer`]: a Redis server, as a testcontainers container or a
+//!   `redis-server` process (see [`mode`] for how the kit chooses), with faults:
+//!   `pause`/`resume`, `kill`, `stop`, `restart`.
+//! * [`cluster::RedisCluster`]: a 3-primary Redis Cluster (processes).
+//! * [`postgres::Postgres`]: a Postgres server (`initdb` + `postgres`).
+//! * [`proxy::FaultProxy`]: a TCP proxy with pass / latency / blackhole modes and
+//!   connection resets, for partition and slow-node tests.
+//!
+//! ```no_run
+//! use lease_testkit::redis::RedisServer;
+//!
+//! #[tokio::test]
+//! async fn answers() {
+//!     let server = RedisServer::start().await.unwrap();
+//!     let mut conn = server.connection().await.unwrap();
+//!     let pong: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+//!     assert_eq!(pong, "PONG");
+//! }
+//! ```
 #![forbid(unsafe_code)]
+
+pub mod cluster;
+mod docker;
+mod error;
+pub mod mode;
+pub mod postgres;
+mod process;
+pub mod proxy;
+pub mod redis;
+mod resp;
+pub mod tempdir;
+
+pub use crate::cluster::RedisCluster;
+pub use crate::error::{Error, Result};
+pub use crate::mode::ServerMode;
+pub use crate::postgres::Postgres;
+pub use crate::proxy::{FaultProxy, Mode};
+pub use crate::redis::{Persistence, RedisServer};

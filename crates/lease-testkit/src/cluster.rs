@@ -1,0 +1,198 @@
+//! A Redis Cluster of primaries (process mode), created with
+//! `redis-cli --cluster create` and ready when every node reports
+//! `cluster_state:ok` with all 16384 slots covered.
+//!
+//! ```no_run
+//! use lease_testkit::cluster::RedisCluster;
+//!
+//! # async fn demo() -> lease_testkit::Result<()> {
+//! let cluster = RedisCluster::start().await?;
+//! let client = redis::cluster::ClusterClient::new(cluster.urls())?;
+//! let mut conn = client.get_async_connection().await?;
+//! let _: () = redis::cmd("SET").arg("{t}a").arg(1).query_async(&mut conn).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::mode::ServerMode;
+use crate::process::{describe_output, display_command, require_program, run_with_timeout_async};
+use crate::redis::{RedisOptions, RedisServer};
+use crate::resp::{self, Reply};
+use crate::{Error, Result};
+
+/// How long to wait for `cluster_state:ok` on every node.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(90);
+/// The number of hash slots.
+const SLOTS: u32 = 16384;
+
+/// Builder for a [`RedisCluster`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisClusterBuilder {
+    primaries: usize,
+}
+
+impl Default for RedisClusterBuilder {
+    fn default() -> Self {
+        RedisClusterBuilder { primaries: 3 }
+    }
+}
+
+impl RedisClusterBuilder {
+    /// Number of primaries (default 3, minimum 3 as required by `redis-cli`).
+    pub fn primaries(mut self, primaries: usize) -> Self {
+        self.primaries = primaries;
+        self
+    }
+
+    /// Starts the nodes, creates the cluster and waits until all slots are served.
+    pub async fn start(self) -> Result<RedisCluster> {
+        if self.primaries < 3 {
+            return Err(Error::Config(
+                "a Redis Cluster needs at least 3 primaries".to_owned(),
+            ));
+        }
+        let redis_cli = require_program(
+            "redis-cli",
+            &[],
+            "install redis-tools (Debian/Ubuntu: `apt-get install redis-tools`, or run scripts/install-deps.sh)",
+        )?;
+        let mut nodes = Vec::with_capacity(self.primaries);
+        for _ in 0..self.primaries {
+            let mut opts = RedisOptions::default();
+            opts.cluster = true;
+            nodes.push(RedisServer::start_with(opts).await?);
+        }
+        let mut cmd = Command::new(redis_cli);
+        cmd.args(["--cluster", "create"]);
+        for node in &nodes {
+            cmd.arg(node.addr().to_string());
+        }
+        cmd.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let shown = display_command(&cmd);
+        let out = run_with_timeout_async(cmd, CLUSTER_DEADLINE).await?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                command: shown,
+                output: describe_output(&out.status, &out.stdout, &out.stderr),
+            });
+        }
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ready(CLUSTER_DEADLINE).await?;
+        Ok(cluster)
+    }
+}
+
+/// A Redis Cluster owned by the test; dropping it kills every node.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts a 3-primary cluster (process mode: needs `redis-server` and `redis-cli`).
+    pub async fn start() -> Result<Self> {
+        Self::builder().start().await
+    }
+
+    /// A builder (number of primaries).
+    pub fn builder() -> RedisClusterBuilder {
+        RedisClusterBuilder::default()
+    }
+
+    /// The seed list for `redis::cluster::ClusterClient::new`: one
+    /// `redis://127.0.0.1:<port>/` per node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes' addresses.
+    pub fn addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.nodes.iter().map(RedisServer::addr).collect()
+    }
+
+    /// The nodes, for per-node faults (`pause`, `kill`, `restart`, ...).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// Cluster nodes always run as processes.
+    pub fn mode(&self) -> ServerMode {
+        ServerMode::Process
+    }
+
+    /// A redis-rs cluster client for [`urls`](Self::urls).
+    pub fn client(&self) -> Result<redis::cluster::ClusterClient> {
+        Ok(redis::cluster::ClusterClient::new(self.urls())?)
+    }
+
+    /// A new async cluster connection.
+    pub async fn connection(&self) -> Result<redis::cluster_async::ClusterConnection> {
+        Ok(self.client()?.get_async_connection().await?)
+    }
+
+    /// Waits until every node reports `cluster_state:ok`, all slots ok and knows
+    /// every other node (also usable after restarting a node).
+    pub async fn wait_ready(&self, deadline: Duration) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            let mut last_error = None;
+            for node in &self.nodes {
+                if let Err(e) = self.node_ready(node).await {
+                    last_error = Some(format!("{}: {e}", node.addr()));
+                    break;
+                }
+            }
+            let Some(last_error) = last_error else {
+                return Ok(());
+            };
+            if started.elapsed() > deadline {
+                return Err(Error::NotReady {
+                    what: "redis cluster".to_owned(),
+                    waited: started.elapsed(),
+                    last_error,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn node_ready(&self, node: &RedisServer) -> std::result::Result<(), String> {
+        let reply = resp::probe(
+            node.addr(),
+            &node.probe_auth(),
+            &["CLUSTER", "INFO"],
+            Duration::from_secs(2),
+        )
+        .await?;
+        let text = match &reply {
+            Reply::Error(e) => return Err(e.clone()),
+            other => other
+                .text()
+                .ok_or_else(|| format!("unexpected CLUSTER INFO reply {other:?}"))?,
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let state = field("cluster_state");
+        let slots_ok = field("cluster_slots_ok");
+        let known = field("cluster_known_nodes");
+        if state == "ok"
+            && slots_ok == SLOTS.to_string()
+            && known == self.nodes.len().to_string()
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "cluster_state:{state} cluster_slots_ok:{slots_ok} cluster_known_nodes:{known}"
+            ))
+        }
+    }
+}
