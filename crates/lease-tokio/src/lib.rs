@@ -1,2 +1,31 @@
-//! The tokio driver for redlease: one generic election and lock loop over any lease backend.
+//! The tokio driver for redlease: one generic loop over any [`LeaseBackend`].
+//!
+//! The rules live in `lease-core` (sans-IO); this crate only performs what the machines ask
+//! for — sends each request bounded by its deadline, feeds back the reply, sleeps until the
+//! machine's next timeout — and exposes the result as async Rust:
+//!
+//! - [`Elector`]: leader election with fencing tokens, a leader callback or a token-driven
+//!   style, a [`CancellationToken`] per term, role subscriptions, and [`Observer`] hooks;
+//! - [`Locker`]: locks (single or multi-key) with retry strategies, metadata, fencing tokens,
+//!   refresh/release/TTL, and opt-in auto-renewal with a loss signal.
+//!
+//! The same code runs over Redis, Redlock and the in-memory backend, so it is tested once.
+//!
+//! [`LeaseBackend`]: lease_core::LeaseBackend
+//! [`CancellationToken`]: tokio_util::sync::CancellationToken
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod clock;
+mod elector;
+mod ids;
+mod lock;
+mod observer;
+
+pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, Term};
+pub use ids::{default_instance_id, random_token};
+pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
+pub use observer::{NoopObserver, Observer};
+
+pub use lease_core;
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,563 @@
+//! Leader election: the generic loop that drives [`lease_core::Election`] on tokio.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::election::{Event, Op, Reply, Request, RequestId, RequestKind};
+use lease_core::{
+    BackendError, Election, ElectionConfig, Fencing, LeaseBackend, LeaseSpec, Role, StepDownReason,
+    Token,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::clock::Clock;
+use crate::ids::random_u64;
+use crate::observer::{NoopObserver, Observer};
+
+/// Errors of [`Elector`] operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ElectorError {
+    /// [`Elector::run`] (or [`Elector::hold`]) is already running for this elector.
+    #[error("this elector is already running; run it once at a time")]
+    AlreadyRunning,
+    /// A query to the backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// The observable state of an elector, published to [`Elector::subscribe`] on every role
+/// change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectorState {
+    /// The role.
+    pub role: Role,
+    /// The leader's instance id when known (ours when leading; the holder reported by the
+    /// last acquire attempt when following).
+    pub leader: Option<String>,
+}
+
+/// Who holds an election's lease now, as stored in the backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The leader's instance id.
+    pub instance_id: String,
+    /// The leader's term token (the latest minted), when known.
+    pub token: Option<Token>,
+    /// The lease's remaining TTL at the backend.
+    pub remaining: Option<Duration>,
+}
+
+/// One leadership term, handed to the leader callback.
+#[derive(Debug)]
+pub struct Term<B> {
+    token: Token,
+    cancel: CancellationToken,
+    backend: Arc<B>,
+    mark_key: Arc<str>,
+}
+
+impl<B> Clone for Term<B> {
+    fn clone(&self) -> Self {
+        Term {
+            token: self.token,
+            cancel: self.cancel.clone(),
+            backend: Arc::clone(&self.backend),
+            mark_key: Arc::clone(&self.mark_key),
+        }
+    }
+}
+
+impl<B> Term<B> {
+    /// This term's fencing token.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// Completes the instant the term ends (loss, deadline, resign, shutdown).
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// Whether the term has ended.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The term's cancellation token, to hand to other tasks.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+impl<B: Fencing> Term<B> {
+    /// A fencer for this term: fenced writes under this term's token. Writes are refused at
+    /// the store as soon as a successor is elected, even if this process has not noticed.
+    pub fn fencer(&self) -> B::Fencer {
+        self.backend.fencer(&self.mark_key, self.token)
+    }
+}
+
+#[derive(Debug)]
+enum Command {
+    Resign(Token),
+}
+
+enum Notice {
+    Elected(Token),
+    SteppedDown(Token, StepDownReason),
+    Follower(Option<String>),
+    Error(Op, BackendError),
+}
+
+struct Inner<B> {
+    backend: Arc<B>,
+    config: ElectionConfig,
+    mark_key: Arc<str>,
+    observer: Arc<dyn Observer>,
+    seed: u64,
+    running: AtomicBool,
+    state: watch::Sender<ElectorState>,
+    /// The current term and its local deadline, read by `token()` from any task.
+    lease: Mutex<Option<(Token, tokio::time::Instant)>>,
+    commands_tx: mpsc::UnboundedSender<Command>,
+    commands_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>,
+}
+
+/// A leader elector over any [`LeaseBackend`].
+///
+/// Cheap to clone; clones share the same election. Run it with [`Elector::run`] (with a
+/// leader callback) or [`Elector::hold`] (token-driven style), and query it from any task.
+///
+/// ```
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use lease_tokio::{Elector, CancellationToken};
+/// use lease_tokio::lease_core::{ElectionConfig, memory::{ManualClock, MemoryBackend}};
+///
+/// let backend = MemoryBackend::new(ManualClock::new());
+/// let config = ElectionConfig::builder("jobs", "instance-a").ttl(Duration::from_secs(5)).build()?;
+/// let elector = Elector::new(backend, config);
+/// let shutdown = CancellationToken::new();
+/// let stop = shutdown.clone();
+/// elector
+///     .run(shutdown, move |term| {
+///         let stop = stop.clone();
+///         async move {
+///             // Lead until the term ends; here, stop at once.
+///             assert!(term.token().get() >= 1);
+///             stop.cancel();
+///             term.cancelled().await;
+///         }
+///     })
+///     .await?;
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+pub struct Elector<B> {
+    inner: Arc<Inner<B>>,
+}
+
+impl<B> Clone for Elector<B> {
+    fn clone(&self) -> Self {
+        Elector {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for Elector<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("name", &self.inner.config.name())
+            .field("instance_id", &self.inner.config.instance_id())
+            .field("state", &*self.inner.state.borrow())
+            .finish()
+    }
+}
+
+/// Builder of [`Elector`] with an observer and a jitter seed.
+pub struct ElectorBuilder<B> {
+    backend: Arc<B>,
+    config: ElectionConfig,
+    observer: Arc<dyn Observer>,
+    seed: Option<u64>,
+}
+
+impl<B: LeaseBackend> ElectorBuilder<B> {
+    /// Observer hooks for transitions.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observer = Arc::new(observer);
+        self
+    }
+
+    /// The jitter seed (default: random). Fix it to make a test reproducible.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Builds the elector.
+    pub fn build(self) -> Elector<B> {
+        let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+        let mark_key: Arc<str> = Arc::from(LeaseSpec::election_mark_key(self.config.name()));
+        Elector {
+            inner: Arc::new(Inner {
+                backend: self.backend,
+                mark_key,
+                observer: self.observer,
+                seed: self.seed.unwrap_or_else(random_u64),
+                running: AtomicBool::new(false),
+                state: watch::Sender::new(ElectorState {
+                    role: Role::Candidate,
+                    leader: None,
+                }),
+                lease: Mutex::new(None),
+                commands_tx,
+                commands_rx: tokio::sync::Mutex::new(commands_rx),
+                config: self.config,
+            }),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<B: LeaseBackend> Elector<B> {
+    /// An elector for `config` over `backend`.
+    pub fn new(backend: B, config: ElectionConfig) -> Self {
+        Self::builder(backend, config).build()
+    }
+
+    /// A builder, to set an [`Observer`] or a seed.
+    pub fn builder(backend: B, config: ElectionConfig) -> ElectorBuilder<B> {
+        ElectorBuilder {
+            backend: Arc::new(backend),
+            config,
+            observer: Arc::new(NoopObserver),
+            seed: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ElectionConfig {
+        &self.inner.config
+    }
+
+    /// This instance's id.
+    pub fn instance_id(&self) -> &str {
+        self.inner.config.instance_id()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.inner.backend
+    }
+
+    /// The current term's token, if this instance leads now (before the lease's local
+    /// deadline). Prefer this over [`Elector::is_leader`] for anything that writes: carry the
+    /// token to a fenced write, which the resource refuses once a successor is elected.
+    pub fn token(&self) -> Option<Token> {
+        let lease = *lock(&self.inner.lease);
+        match lease {
+            Some((token, until)) if tokio::time::Instant::now() < until => Some(token),
+            _ => None,
+        }
+    }
+
+    /// Whether this instance leads now. **Advisory**: leadership can be lost the instant after
+    /// this returns; never gate a correctness-sensitive write on it (use a fenced write).
+    pub fn is_leader(&self) -> bool {
+        self.token().is_some()
+    }
+
+    /// The current role state.
+    pub fn state(&self) -> ElectorState {
+        self.inner.state.borrow().clone()
+    }
+
+    /// A subscription to role changes (a `watch` receiver: it sees the latest state).
+    pub fn subscribe(&self) -> watch::Receiver<ElectorState> {
+        self.inner.state.subscribe()
+    }
+
+    /// Ends the current term voluntarily: the lease is released and the elector re-contends
+    /// after one acquire interval. Does nothing when not leading.
+    pub fn resign(&self) {
+        if let Some(token) = self.token() {
+            // The loop checks the token, so a late command never ends a later term.
+            let _ = self.inner.commands_tx.send(Command::Resign(token));
+        }
+    }
+
+    /// Who holds the lease now (follower or not), as stored in the backend: one round trip.
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>, ElectorError> {
+        let spec = self.inner.config.lease_spec();
+        let info = self.inner.backend.inspect(&spec).await?;
+        Ok(info.holder.map(|instance_id| LeaderInfo {
+            instance_id,
+            token: info.counter,
+            remaining: info.remaining,
+        }))
+    }
+
+    /// Keeps this instance contending and, while elected, renewing — without a callback (the
+    /// token-driven style: other tasks act via [`Elector::token`] / [`Elector::fencer`]).
+    /// Returns after `shutdown` is cancelled and the lease is released.
+    pub async fn hold(&self, shutdown: CancellationToken) -> Result<(), ElectorError> {
+        self.run_inner(shutdown, None::<fn(Term<B>) -> std::future::Ready<()>>)
+            .await
+    }
+
+    /// Contends until `shutdown` is cancelled. While leader, `leader_fn` runs (on its own task)
+    /// with the [`Term`]; the term's cancellation token fires the instant leadership is lost.
+    ///
+    /// A term also ends when `leader_fn` returns: a leader that wants to stay elected awaits
+    /// [`Term::cancelled`]. The elector re-contends only after the previous term's work has
+    /// returned, so a process never runs two terms' work at once. Returns after shutdown, once
+    /// the lease is released and the last term's work has returned.
+    pub async fn run<F, Fut>(
+        &self,
+        shutdown: CancellationToken,
+        leader_fn: F,
+    ) -> Result<(), ElectorError>
+    where
+        F: FnMut(Term<B>) -> Fut + Send,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.run_inner(shutdown, Some(leader_fn)).await
+    }
+
+    async fn run_inner<F, Fut>(
+        &self,
+        shutdown: CancellationToken,
+        mut leader_fn: Option<F>,
+    ) -> Result<(), ElectorError>
+    where
+        F: FnMut(Term<B>) -> Fut + Send,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        if self.inner.running.swap(true, Ordering::AcqRel) {
+            return Err(ElectorError::AlreadyRunning);
+        }
+        let _running = RunningGuard(&self.inner.running);
+        let mut commands = self.inner.commands_rx.lock().await;
+        // Drop commands aimed at a previous run.
+        while commands.try_recv().is_ok() {}
+
+        let (notice_tx, notice_rx) = mpsc::unbounded_channel();
+        let observer_task = tokio::spawn(observe(Arc::clone(&self.inner.observer), notice_rx));
+
+        let clock = Clock::new();
+        let mut machine = Election::new(self.inner.config.clone(), self.inner.seed, clock.now());
+        let mut requests: JoinSet<Reply> = JoinSet::new();
+        let mut request_ids: HashMap<tokio::task::Id, RequestId> = HashMap::new();
+        let mut work: Option<(Token, tokio::task::JoinHandle<()>)> = None;
+        let mut term_cancel: Option<CancellationToken> = None;
+        let mut shutting_down = false;
+        let mut follower_of: Option<String> = None;
+
+        loop {
+            let now = clock.now();
+            if shutdown.is_cancelled() && !shutting_down {
+                shutting_down = true;
+                tracing::debug!(name = self.inner.config.name(), "election shutting down");
+                machine.shutdown(now);
+            }
+            while let Some(req) = machine.poll_request(now) {
+                let id = req.id;
+                let handle = requests.spawn(perform(Arc::clone(&self.inner.backend), req, clock));
+                request_ids.insert(handle.id(), id);
+            }
+            let mut stopped = false;
+            while let Some(event) = machine.poll_event() {
+                match event {
+                    Event::Elected { token, valid_until } => {
+                        *lock(&self.inner.lease) = Some((token, clock.to_tokio(valid_until)));
+                        tracing::info!(name = self.inner.config.name(), %token, "elected leader");
+                        let cancel = CancellationToken::new();
+                        term_cancel = Some(cancel.clone());
+                        let _ = notice_tx.send(Notice::Elected(token));
+                        if let Some(f) = leader_fn.as_mut() {
+                            let term = Term {
+                                token,
+                                cancel,
+                                backend: Arc::clone(&self.inner.backend),
+                                mark_key: Arc::clone(&self.inner.mark_key),
+                            };
+                            work = Some((token, tokio::spawn(f(term))));
+                        }
+                    }
+                    Event::SteppedDown { token, reason } => {
+                        *lock(&self.inner.lease) = None;
+                        if let Some(c) = term_cancel.take() {
+                            c.cancel();
+                        }
+                        tracing::warn!(name = self.inner.config.name(), %token, ?reason, "stepped down");
+                        let _ = notice_tx.send(Notice::SteppedDown(token, reason));
+                        if work.is_some() {
+                            machine.pause_contention(true);
+                        }
+                    }
+                    Event::Follower { holder } => {
+                        tracing::debug!(name = self.inner.config.name(), ?holder, "following");
+                        follower_of.clone_from(&holder);
+                        let _ = notice_tx.send(Notice::Follower(holder));
+                    }
+                    Event::Error { op, error } => {
+                        tracing::warn!(name = self.inner.config.name(), ?op, %error, "election backend error (handled)");
+                        let _ = notice_tx.send(Notice::Error(op, error));
+                    }
+                    Event::Released { token, outcome } => {
+                        tracing::debug!(
+                            name = self.inner.config.name(),
+                            ?token,
+                            ?outcome,
+                            "released"
+                        );
+                    }
+                    Event::Stopped => stopped = true,
+                    _ => {}
+                }
+            }
+            // Renewals move the local deadline; keep the shared copy current.
+            if let Some(until) = machine.valid_until()
+                && let Some((_, t)) = lock(&self.inner.lease).as_mut() {
+                    *t = clock.to_tokio(until);
+                }
+            self.publish(&machine, clock.now(), &follower_of);
+
+            if stopped || machine.is_stopped() {
+                if let Some((_, handle)) = work.take() {
+                    let _ = handle.await;
+                }
+                break;
+            }
+
+            let timeout = machine.poll_timeout().map(|t| clock.to_tokio(t));
+            tokio::select! {
+                biased;
+                Some(joined) = requests.join_next_with_id() => {
+                    let (task_id, reply) = match joined {
+                        Ok((task_id, reply)) => (task_id, reply),
+                        Err(e) => (e.id(), Reply::TimedOut),
+                    };
+                    if let Some(id) = request_ids.remove(&task_id) {
+                        machine.handle_reply(clock.now(), id, reply);
+                    }
+                }
+                _ = async {
+                    match timeout {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => machine.handle_timeout(clock.now()),
+                _ = shutdown.cancelled(), if !shutting_down => {}
+                Some(cmd) = commands.recv() => match cmd {
+                    Command::Resign(token) => {
+                        if machine.token(clock.now()) == Some(token) {
+                            machine.resign(clock.now());
+                        }
+                    }
+                },
+                joined = async {
+                    match work.as_mut() {
+                        Some((_, handle)) => handle.await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some((token, _)) = work.take() {
+                        if let Err(e) = joined {
+                            tracing::error!(name = self.inner.config.name(), %token, error = %e, "leader work panicked; ending the term");
+                        }
+                        machine.work_returned(clock.now(), token);
+                        machine.pause_contention(false);
+                    }
+                }
+            }
+        }
+        *lock(&self.inner.lease) = None;
+        self.inner.state.send_replace(ElectorState {
+            role: Role::Stopped,
+            leader: None,
+        });
+        drop(notice_tx);
+        let _ = observer_task.await;
+        Ok(())
+    }
+
+    fn publish(&self, machine: &Election, now: lease_core::Instant, follower_of: &Option<String>) {
+        let role = machine.role(now);
+        let leader = match role {
+            Role::Leader(_) => Some(self.inner.config.instance_id().to_owned()),
+            Role::Follower => follower_of.clone(),
+            _ => None,
+        };
+        let next = ElectorState { role, leader };
+        self.inner.state.send_if_modified(|s| {
+            if *s == next {
+                false
+            } else {
+                *s = next;
+                true
+            }
+        });
+    }
+}
+
+impl<B: LeaseBackend + Fencing> Elector<B> {
+    /// A fencer for the current term, if leading now.
+    pub fn fencer(&self) -> Option<B::Fencer> {
+        self.token().map(|t| self.fencer_for(t))
+    }
+
+    /// A fencer for an explicit `token` (the token-driven style: a token from
+    /// [`Elector::token`], possibly carried to another task). Stale tokens are refused at the
+    /// store.
+    pub fn fencer_for(&self, token: Token) -> B::Fencer {
+        self.inner.backend.fencer(&self.inner.mark_key, token)
+    }
+}
+
+struct RunningGuard<'a>(&'a AtomicBool);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Performs one request, bounded by its deadline. `tokio::time::timeout_at` polls the request
+/// before the timer, so a reply that is ready when the deadline fires counts as the reply.
+async fn perform<B: LeaseBackend>(backend: Arc<B>, req: Request, clock: Clock) -> Reply {
+    let deadline = clock.to_tokio(req.deadline);
+    let call = async {
+        match &req.kind {
+            RequestKind::Acquire(r) => Reply::Acquire(backend.acquire(r).await),
+            RequestKind::Renew(r) => Reply::Renew(backend.renew(r).await),
+            RequestKind::Release(r) => Reply::Release(backend.release(r).await),
+            _ => Reply::TimedOut,
+        }
+    };
+    tokio::time::timeout_at(deadline, call)
+        .await
+        .unwrap_or(Reply::TimedOut)
+}
+
+async fn observe(observer: Arc<dyn Observer>, mut rx: mpsc::UnboundedReceiver<Notice>) {
+    while let Some(n) = rx.recv().await {
+        match n {
+            Notice::Elected(t) => observer.on_elected(t),
+            Notice::SteppedDown(t, r) => observer.on_stepped_down(t, r),
+            Notice::Follower(h) => observer.on_follower(h.as_deref()),
+            Notice::Error(op, e) => observer.on_error(op, &e),
+        }
+    }
+}
