@@ -429,9 +429,10 @@ impl<B: LeaseBackend> Elector<B> {
             }
             // Renewals move the local deadline; keep the shared copy current.
             if let Some(until) = machine.valid_until()
-                && let Some((_, t)) = lock(&self.inner.lease).as_mut() {
-                    *t = clock.to_tokio(until);
-                }
+                && let Some((_, t)) = lock(&self.inner.lease).as_mut()
+            {
+                *t = clock.to_tokio(until);
+            }
             self.publish(&machine, clock.now(), &follower_of);
 
             if stopped || machine.is_stopped() {
