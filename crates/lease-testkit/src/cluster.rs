@@ -55,6 +55,15 @@ impl RedisClusterBuilder {
                 "a Redis Cluster needs at least 3 primaries".to_owned(),
             ));
         }
+        static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+        ANNOUNCED.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "lease-testkit: Redis Cluster nodes run as redis-server processes \
+                 (clusters have no container mode)"
+            );
+        });
         let redis_cli = require_program(
             "redis-cli",
             &[],
@@ -184,10 +193,7 @@ impl RedisCluster {
         let state = field("cluster_state");
         let slots_ok = field("cluster_slots_ok");
         let known = field("cluster_known_nodes");
-        if state == "ok"
-            && slots_ok == SLOTS.to_string()
-            && known == self.nodes.len().to_string()
-        {
+        if state == "ok" && slots_ok == SLOTS.to_string() && known == self.nodes.len().to_string() {
             Ok(())
         } else {
             Err(format!(

@@ -9,6 +9,7 @@
 //!
 //! The decision is made once per test binary and printed once on stderr.
 
+use std::io::Write;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -77,19 +78,22 @@ pub fn selection() -> Result<&'static Selection> {
     SELECTION
         .get_or_init(|| {
             let selection = decide();
-            match &selection {
+            let line = match &selection {
                 Ok(s) => match s.mode {
-                    ServerMode::Container => eprintln!(
+                    ServerMode::Container => format!(
                         "lease-testkit: Redis servers run as containers (image {}; {})",
                         s.image, s.reason
                     ),
-                    ServerMode::Process => eprintln!(
+                    ServerMode::Process => format!(
                         "lease-testkit: Redis servers run as redis-server processes ({})",
                         s.reason
                     ),
                 },
-                Err(e) => eprintln!("lease-testkit: {e}"),
-            }
+                Err(e) => format!("lease-testkit: {e}"),
+            };
+            // Written to the real stderr, not through `eprintln!`, so that the test
+            // harness does not capture it: it shows once per test binary.
+            let _ = writeln!(std::io::stderr(), "{line}");
             selection.map_err(|e| e.to_string())
         })
         .as_ref()

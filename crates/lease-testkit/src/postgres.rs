@@ -70,11 +70,7 @@ impl PostgresBuilder {
     /// creates the database.
     pub async fn start(self) -> Result<Postgres> {
         for name in [&self.database, &self.user] {
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
-            {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(Error::Config(format!(
                     "Postgres names must be [A-Za-z0-9_]+, got {name:?}"
                 )));
@@ -100,10 +96,16 @@ impl PostgresBuilder {
         let data = dir.path().join("data");
 
         let mut initdb = Command::new(bindir.join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", &self.user, "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"]);
+        initdb.arg("-D").arg(&data).args([
+            "-U",
+            &self.user,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]);
         as_owner(&mut initdb, owner, dir.path());
         let shown = display_command(&initdb);
         let out = run_with_timeout_async(initdb, INITDB_TIMEOUT).await?;

@@ -54,7 +54,13 @@ pub(crate) fn loopback(port: u16) -> SocketAddr {
 /// shell's `kill` builtin, so the kit needs neither `libc` nor `unsafe`.
 pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<()> {
     let output = Command::new("/bin/sh")
-        .args(["-c", "kill -s \"$1\" \"$2\"", "sh", signal, &pid.to_string()])
+        .args([
+            "-c",
+            "kill -s \"$1\" \"$2\"",
+            "sh",
+            signal,
+            &pid.to_string(),
+        ])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Error::io(format!("running kill -s {signal} {pid}"), e))?;
@@ -119,7 +125,10 @@ pub(crate) fn log_stdio(path: &Path) -> Result<(Stdio, Stdio)> {
 }
 
 /// Runs a short helper command to completion, killing it after `timeout`.
-pub(crate) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<std::process::Output> {
+pub(crate) fn run_with_timeout(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<std::process::Output> {
     let shown = display_command(&cmd);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -305,5 +314,7 @@ pub(crate) fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     // The owner of a freshly created file is our effective uid; /proc/self is
     // cheaper and always present on Linux.
-    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
 }

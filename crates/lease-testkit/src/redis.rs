@@ -29,9 +29,7 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use crate::docker::{docker, docker_blocking, drop_on_kit_runtime, on_kit_runtime};
 use crate::mode::{ServerMode, selection};
-use crate::process::{
-    ServerProcess, free_port, log_stdio, log_tail, loopback, require_program,
-};
+use crate::process::{ServerProcess, free_port, log_stdio, log_tail, loopback, require_program};
 use crate::resp::{self, ProbeAuth};
 use crate::tempdir::{TempDir, run_id};
 use crate::{Error, Result};
@@ -297,7 +295,11 @@ impl RedisServer {
             &[],
             "install Redis (Debian/Ubuntu: `apt-get install redis-server`, or run scripts/install-deps.sh)",
         )?;
-        let dir = TempDir::new(if opts.cluster { "cluster-node" } else { "redis" })?;
+        let dir = TempDir::new(if opts.cluster {
+            "cluster-node"
+        } else {
+            "redis"
+        })?;
         let dir_str = dir
             .path()
             .to_str()
@@ -602,7 +604,9 @@ impl RedisServer {
         match self.state() {
             ServerState::Paused => return Ok(()),
             ServerState::Stopped => {
-                return Err(Error::InvalidState("pause() on a stopped server".to_owned()));
+                return Err(Error::InvalidState(
+                    "pause() on a stopped server".to_owned(),
+                ));
             }
             ServerState::Running => {}
         }
@@ -625,7 +629,9 @@ impl RedisServer {
         match self.state() {
             ServerState::Running => return Ok(()),
             ServerState::Stopped => {
-                return Err(Error::InvalidState("resume() on a stopped server".to_owned()));
+                return Err(Error::InvalidState(
+                    "resume() on a stopped server".to_owned(),
+                ));
             }
             ServerState::Paused => {}
         }
@@ -947,7 +953,10 @@ mod tests {
             redis_url(addr, Some("al ice"), Some("p@ss")),
             "redis://al%20ice:p%40ss@127.0.0.1:7000/"
         );
-        assert_eq!(redis_url(addr, None, Some("pw")), "redis://:pw@127.0.0.1:7000/");
+        assert_eq!(
+            redis_url(addr, None, Some("pw")),
+            "redis://:pw@127.0.0.1:7000/"
+        );
     }
 
     #[test]
@@ -959,7 +968,10 @@ mod tests {
             .opts;
         let args = redis_args(&opts, 1234, None, "/d", "127.0.0.1").unwrap();
         let joined = args.join(" ");
-        assert!(joined.contains("--appendonly yes --appendfsync always"), "{joined}");
+        assert!(
+            joined.contains("--appendonly yes --appendfsync always"),
+            "{joined}"
+        );
         assert!(joined.contains("--requirepass pw"), "{joined}");
         assert!(joined.contains("--maxmemory-samples 7"), "{joined}");
         assert!(joined.contains("--port 1234"), "{joined}");
