@@ -101,10 +101,7 @@ impl RetryStrategy {
         match self {
             RetryStrategy::None => None,
             RetryStrategy::Linear(d) => Some(*d),
-            RetryStrategy::Exponential { min, max } => {
-                let factor = 1u32.checked_shl(k).unwrap_or(u32::MAX);
-                Some(min.checked_mul(factor).unwrap_or(*max).min(*max))
-            }
+            RetryStrategy::Exponential { min, max } => Some(doubled_capped(*min, *max, k)),
             RetryStrategy::Limit { retries, inner } => {
                 if k < *retries {
                     inner.delay(k)
@@ -135,4 +132,19 @@ impl RetrySequence {
     pub fn retries(&self) -> u32 {
         self.retries
     }
+}
+
+/// `min · 2^k`, capped at `max`, for any `k` without overflow.
+///
+/// Doubles step by step and stops at the cap: since `min >= 1 ns`, the cap (at most
+/// `Duration::MAX`, about 2^94 ns) is reached within ~95 doublings, whatever `k` is.
+pub(crate) fn doubled_capped(min: Duration, max: Duration, k: u32) -> Duration {
+    let mut d = min.min(max);
+    for _ in 0..k {
+        if d >= max {
+            break;
+        }
+        d = d.checked_mul(2).unwrap_or(max).min(max);
+    }
+    d
 }

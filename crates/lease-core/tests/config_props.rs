@@ -120,7 +120,7 @@ fn text_error(what: &'static str, s: &str, max: usize) -> Option<ConfigError> {
 fn ttl_error(ttl: Duration) -> Option<ConfigError> {
     if ttl.is_zero() {
         Some(ConfigError::ZeroTtl)
-    } else if ttl.subsec_nanos() % 1_000_000 != 0 {
+    } else if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
         Some(ConfigError::TtlNotWholeMillis(ttl))
     } else if ttl > MAX_TTL {
         Some(ConfigError::TtlTooLong { ttl, max: MAX_TTL })
