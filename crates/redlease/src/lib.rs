@@ -1,2 +1,89 @@
 //! Lease-based leader election and distributed locks on Redis, with fencing tokens.
+//!
+//! One instance holds a Redis lease with a TTL and acts while it holds it; if it cannot renew,
+//! it steps down so another takes over. Every term gets a strictly increasing **fencing
+//! token**, and fenced writes are refused at the resource once a newer term exists, which
+//! closes the window a paused or partitioned stale leader would otherwise have.
+//!
+//! This is the facade: depend on `redlease` and pick backends with features.
+//!
+//! | feature | what |
+//! |---|---|
+//! | `redis` (default) | [`redis`]: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
+//! | `redlock` | [`redlock`]: quorum leases over N independent Redis primaries, with fenced quorum tokens |
+//! | `fence` | [`fence`]: fencing at the resource (Redis fenced writes) |
+//! | `postgres` | [`fence`] with the Postgres conditional-write adapter |
+//!
+//! The in-memory backend ([`memory`]) is always available, for your unit tests.
+//!
+//! # Leader election
+//!
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use redlease::{CancellationToken, ElectionConfig, Elector};
+//! use redlease::memory::{ManualClock, MemoryBackend};
+//!
+//! // In production: `redlease::redis::RedisBackend::new(connection)`.
+//! let backend = MemoryBackend::new(ManualClock::new());
+//! let config = ElectionConfig::builder("report-builder", redlease::default_instance_id())
+//!     .ttl(Duration::from_secs(5))
+//!     .build()?;
+//! let elector = Elector::new(backend, config);
+//! let shutdown = CancellationToken::new();
+//! # let stop = shutdown.clone();
+//! elector
+//!     .run(shutdown, move |term| {
+//!         # let stop = stop.clone();
+//!         async move {
+//!             // Leader work: carry term.token() into every write (or use term.fencer()).
+//!             let token = term.token();
+//!             # stop.cancel();
+//!             term.cancelled().await; // lead until the term ends
+//!             let _ = token;
+//!         }
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+//! ```
 #![forbid(unsafe_code)]
+
+pub use lease_core::{
+    BackendError, ConfigError, ElectionConfig, ElectionConfigBuilder, FenceMark, FenceOutcome,
+    FencedResource, Fencing, LeaseBackend, RetryStrategy, Role, StepDownReason, Token, TokenError,
+    Ttl,
+};
+pub use lease_tokio::{
+    AutoRenew, CancellationToken, Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo,
+    Lock, LockError, LockOptions, Locker, NoopObserver, Observer, Term, default_instance_id,
+    random_token,
+};
+
+/// The sans-IO core: machines, rules, the backend trait. For adapter authors and simulations.
+pub mod core {
+    pub use lease_core::*;
+}
+
+/// The in-memory backend with a manual clock and fault switches, for unit tests.
+pub mod memory {
+    pub use lease_core::memory::*;
+}
+
+/// The Redis backend: scripts, slot checks, and the fencer.
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use lease_redis::*;
+}
+
+/// Quorum leases over N independent Redis primaries.
+#[cfg(feature = "redlock")]
+pub mod redlock {
+    pub use lease_redlock::*;
+}
+
+/// Fencing enforced at the resource: Redis fenced writes and (feature `postgres`) Postgres.
+#[cfg(feature = "fence")]
+pub mod fence {
+    pub use lease_fence::*;
+}
