@@ -1,2 +1,55 @@
-//! Redis adapter for redlease: Lua scripts (acquire, renew, release, fenced writes) run by EVALSHA over any redis-rs async connection.
+//! Redis adapter for redlease: Lua scripts (acquire, renew, release, fenced writes) run by
+//! `EVALSHA` over any redis-rs async connection.
+//!
+//! - [`RedisBackend`] implements [`lease_core::LeaseBackend`] and [`lease_core::Fencing`] with
+//!   exactly the semantics of lease-core's in-memory backend (same-owner takeover with a fresh
+//!   token, counter healing from the mark, exact owner match, all-or-nothing multi-key locks,
+//!   tokens refused past 2^53). It works over `MultiplexedConnection`, `ConnectionManager` and
+//!   `cluster_async::ClusterConnection`.
+//! - [`RedisFencer`] applies fenced writes ([`FencedWrite`]: `SET`, `HSET`, `DEL`, a Lua body,
+//!   or several at once) and implements [`lease_core::FencedResource`].
+//! - [`slot`] computes Redis Cluster hash slots locally: on a cluster, keys that cannot share a
+//!   slot are refused before any round trip.
+//! - [`scripts`] holds the Lua sources (one file per script in `scripts/`, each documenting its
+//!   KEYS, ARGV and replies).
+//!
+//! Key layout (from [`lease_core::LeaseSpec`]): an election `name` uses `<name>:leader`, the
+//! counter `<name>:fence` and the mark `<name>:fence:applied`. On Redis Cluster the name needs a
+//! hash tag, e.g. `{report-builder}`, and so does every fenced target key.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::{sync::Arc, time::Duration};
+//! use lease_core::{AcquireOutcome, AcquireRequest, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+//! use lease_redis::RedisBackend;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?);
+//! let spec = Arc::new(LeaseSpec::election("{jobs}"));
+//! let req = AcquireRequest {
+//!     spec: spec.clone(),
+//!     owner: Owner::new("host-a-1")?,
+//!     ttl: Ttl::new(Duration::from_secs(5))?,
+//!     metadata: Metadata::default(),
+//! };
+//! if let AcquireOutcome::Acquired { token: Some(token) } = backend.acquire(&req).await? {
+//!     let fencer = backend.fencer(&LeaseSpec::election_mark_key("{jobs}"), token);
+//!     let outcome = fencer.hset("{jobs}:state", "owner", "host-a-1").await?;
+//!     assert!(outcome.is_applied());
+//! }
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+mod backend;
+pub mod error;
+mod fence;
+mod reply;
+pub mod scripts;
+pub mod slot;
+
+pub use backend::{RedisBackend, Topology};
+pub use error::{RedisLeaseError, backend_error};
+pub use fence::{BODY_CACHE_CAPACITY, FencedWrite, RedisFencer};
+pub use slot::{CrossSlot, SlotError};

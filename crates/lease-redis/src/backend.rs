@@ -1,0 +1,297 @@
+//! [`RedisBackend`]: the lease scripts over any redis-rs async connection.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::backend::mark_key_of;
+use lease_core::{
+    AcquireOutcome, AcquireRequest, BackendError, Fencing, LeaseBackend, LeaseInfo, LeaseSpec,
+    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
+};
+use redis::aio::ConnectionLike;
+
+use crate::fence::{BodyCache, RedisFencer, check_mark_key};
+use crate::reply;
+use crate::scripts::{Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
+use crate::slot::{self, SlotError};
+
+/// Whether the server is a Redis Cluster, which decides whether hash-slot checks apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Topology {
+    /// A single server (or a primary with replicas): no slot checks.
+    Standalone,
+    /// A Redis Cluster: every script's keys must share a hash slot, checked locally before any
+    /// round trip (see [`crate::slot`]).
+    Cluster,
+}
+
+/// A [`LeaseBackend`] on one Redis server or one Redis Cluster, over any redis-rs async
+/// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or
+/// [`redis::cluster_async::ClusterConnection`] (use [`RedisBackend::cluster`] for the latter).
+///
+/// Each operation is one script (see [`crate::scripts`]) with the semantics of lease-core's
+/// in-memory backend. Nothing is retried here: timeouts and retries are the driver's (note
+/// that a `ClusterConnection` follows redirections and may reconnect on its own, as
+/// configured on its client). Cloning is cheap (the connection is cloned, the Eval body cache
+/// is shared).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+/// use lease_redis::RedisBackend;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?);
+/// let req = AcquireRequest {
+///     spec: Arc::new(LeaseSpec::election("{jobs}")),
+///     owner: Owner::new("host-a-1")?,
+///     ttl: Ttl::new(Duration::from_secs(5))?,
+///     metadata: Metadata::default(),
+/// };
+/// if let AcquireOutcome::Acquired { token } = backend.acquire(&req).await? {
+///     println!("leader with token {token:?}");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend<C> {
+    conn: C,
+    topology: Topology,
+    bodies: Arc<BodyCache>,
+}
+
+impl<C> fmt::Debug for RedisBackend<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("topology", &self.topology)
+            .field("cached_bodies", &self.bodies.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A backend on a standalone server (no slot checks).
+    pub fn new(conn: C) -> RedisBackend<C> {
+        RedisBackend::with_topology(conn, Topology::Standalone)
+    }
+
+    /// A backend on a Redis Cluster: leases touching several keys must carry a hash tag, and
+    /// every script's keys must share a slot; violations are refused with
+    /// [`BackendError::Invalid`] before any round trip.
+    pub fn cluster(conn: C) -> RedisBackend<C> {
+        RedisBackend::with_topology(conn, Topology::Cluster)
+    }
+
+    /// A backend with an explicit topology.
+    pub fn with_topology(conn: C, topology: Topology) -> RedisBackend<C> {
+        RedisBackend {
+            conn,
+            topology,
+            bodies: Arc::default(),
+        }
+    }
+
+    /// The topology (whether slot checks apply).
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
+    /// How many wrapped Eval bodies are cached (at most [`crate::BODY_CACHE_CAPACITY`]).
+    pub fn cached_bodies(&self) -> usize {
+        self.bodies.len()
+    }
+
+    /// Checks a lease for this backend without a round trip: on Redis Cluster, see
+    /// [`slot::check_spec`]; on a standalone server every lease passes. Call it when building
+    /// a configuration to fail early.
+    pub fn check_spec(&self, spec: &LeaseSpec) -> Result<(), SlotError> {
+        match self.topology {
+            Topology::Standalone => Ok(()),
+            Topology::Cluster => slot::check_spec(spec),
+        }
+    }
+
+    fn precheck(&self, op: &'static str, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.check_spec(spec).map_err(|e| {
+            tracing::debug!(op, error = %e, "lease-redis: refused before any round trip");
+            BackendError::Invalid(e.to_string())
+        })
+    }
+
+    /// A fencer for writes under `token` against the mark at `mark_key`, sharing this
+    /// backend's connection, topology and Eval body cache. On Redis Cluster the mark key must
+    /// carry a hash tag.
+    pub fn fencer_for(
+        &self,
+        mark_key: impl Into<String>,
+        token: Token,
+    ) -> Result<RedisFencer<C>, SlotError> {
+        let mark_key = mark_key.into();
+        check_mark_key(&mark_key, self.topology)?;
+        Ok(RedisFencer::from_parts(
+            self.conn.clone(),
+            mark_key,
+            token,
+            Arc::clone(&self.bodies),
+            self.topology,
+        ))
+    }
+
+    /// A fencer for election `name`'s term `token` (mark key `<name>:fence:applied`).
+    pub fn election_fencer(&self, name: &str, token: Token) -> Result<RedisFencer<C>, SlotError> {
+        self.fencer_for(LeaseSpec::election_mark_key(name), token)
+    }
+
+    /// The Redlock fenced-quorum second round on this node: if every lock key of `spec` still
+    /// holds `owner`, raises the fence counter and the mark to at least `token` and returns
+    /// `true`; otherwise changes nothing and returns `false`.
+    ///
+    /// `spec` must be fenced ([`BackendError::Invalid`] otherwise).
+    pub async fn raise_counter(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Result<bool, BackendError> {
+        self.precheck("raise", spec)?;
+        let Some(fence) = spec.fence_key() else {
+            return Err(BackendError::Invalid(
+                "raise_counter needs a fenced lease".into(),
+            ));
+        };
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        call.key(fence).key(mark_key_of(fence));
+        call.arg(owner.as_str())
+            .arg(token.to_string())
+            .arg(spec.keys().len());
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_RAISE).await?;
+        reply::raise(&v)
+    }
+}
+
+#[async_trait]
+impl<C> LeaseBackend for RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        let spec = &*req.spec;
+        self.precheck("acquire", spec)?;
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        if let Some(fence) = spec.fence_key() {
+            call.key(fence).key(mark_key_of(fence));
+        }
+        call.arg(req.owner.as_str())
+            .arg(req.owner.stored_value(&req.metadata))
+            .arg(req.ttl.as_millis())
+            .arg(spec.keys().len());
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_ACQUIRE).await?;
+        reply::acquire(&v, spec.fence_key().is_some())
+    }
+
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        let spec = &*req.spec;
+        self.precheck("renew", spec)?;
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_RENEW).await?;
+        reply::renew(&v)
+    }
+
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let spec = &*req.spec;
+        self.precheck("release", spec)?;
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        let term = match (req.term, spec.fence_key()) {
+            (Some(term), Some(fence)) => {
+                call.key(fence);
+                Some(term)
+            }
+            _ => None,
+        };
+        call.arg(req.owner.as_str()).arg(spec.keys().len());
+        if let Some(term) = term {
+            call.arg(term.to_string());
+        }
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_RELEASE).await?;
+        reply::release(&v)
+    }
+
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.precheck("remaining", spec)?;
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        call.arg(owner.as_str());
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_PTTL).await?;
+        reply::remaining(&v)
+    }
+
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.precheck("inspect", spec)?;
+        let Some(first) = spec.keys().first() else {
+            return Err(BackendError::Invalid("a lease without keys".into()));
+        };
+        let mut call = Call::new();
+        call.key(first);
+        if let Some(fence) = spec.fence_key() {
+            call.key(fence).key(mark_key_of(fence));
+        }
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_INSPECT).await?;
+        reply::inspect(&v, spec.fence_key().is_some())
+    }
+}
+
+impl<C> Fencing for RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    type Fencer = RedisFencer<C>;
+
+    fn fencer(&self, mark_key: &str, token: Token) -> RedisFencer<C> {
+        // Infallible by the trait: no hash-tag check here (the spec was checked when it was
+        // acquired); target keys are still checked against the mark's slot on every write.
+        RedisFencer::from_parts(
+            self.conn.clone(),
+            mark_key.to_owned(),
+            token,
+            Arc::clone(&self.bodies),
+            self.topology,
+        )
+    }
+}

@@ -1,0 +1,579 @@
+//! Fenced writes to Redis: each write checks the token against the applied mark, writes, and
+//! advances the mark, in one script.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use lease_core::{FenceOutcome, FencedResource, Token};
+use redis::aio::ConnectionLike;
+use redis::{ToRedisArgs, ToSingleRedisArg};
+
+use crate::backend::Topology;
+use crate::error::RedisLeaseError;
+use crate::reply;
+use crate::scripts::{
+    Call, LuaScript, S_FENCE_DEL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET, wrap_body,
+};
+use crate::slot::{self, SlotError};
+
+/// How many wrapped [`FencedWrite::Eval`] bodies one backend keeps compiled (SHA1 and source).
+///
+/// The cache is least-recently-used: when full, the body used longest ago is dropped. A dropped
+/// body is simply wrapped again on its next use; the server keeps its own script cache, so
+/// this bounds client memory only.
+pub const BODY_CACHE_CAPACITY: usize = 256;
+
+/// Wrapped Eval bodies, shared (through an `Arc`) by a backend and every fencer it hands out.
+#[derive(Debug, Default)]
+pub(crate) struct BodyCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    map: HashMap<String, (Arc<LuaScript>, u64)>,
+    tick: u64,
+}
+
+impl BodyCache {
+    fn lock(&self) -> MutexGuard<'_, CacheInner> {
+        // Every mutation is a single step; a panic elsewhere leaves the map consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The wrapped script of `body`, built on first use.
+    pub(crate) fn get(&self, body: &str) -> Arc<LuaScript> {
+        let mut c = self.lock();
+        c.tick += 1;
+        let tick = c.tick;
+        if let Some((s, used)) = c.map.get_mut(body) {
+            *used = tick;
+            return Arc::clone(s);
+        }
+        if c.map.len() >= BODY_CACHE_CAPACITY
+            && let Some(oldest) = c
+                .map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+        {
+            c.map.remove(&oldest);
+        }
+        let s = Arc::new(LuaScript::new("fence_eval", wrap_body(body)));
+        c.map.insert(body.to_owned(), (Arc::clone(&s), tick));
+        s
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    #[cfg(test)]
+    fn contains(&self, body: &str) -> bool {
+        self.lock().map.contains_key(body)
+    }
+}
+
+fn single(v: impl ToSingleRedisArg) -> Vec<u8> {
+    v.to_redis_args().concat()
+}
+
+/// A write a [`RedisFencer`] applies under the fence.
+///
+/// ```
+/// use lease_redis::FencedWrite;
+/// let w = FencedWrite::hset("{jobs}:state", "phase", 3);
+/// assert_eq!(w.keys(), ["{jobs}:state"]);
+/// let e = FencedWrite::eval("redis.call('INCR', KEYS[2])", ["{jobs}:n"], Vec::<String>::new());
+/// assert_eq!(e.keys(), ["{jobs}:n"]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FencedWrite {
+    /// `SET key value`.
+    Set {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// `HSET key field value`. Fails with `WRONGTYPE` (mark unmoved) when `key` is not a hash.
+    HSet {
+        /// The hash key.
+        key: String,
+        /// The field.
+        field: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// `DEL keys...` (an empty list only advances the mark).
+    Del {
+        /// The keys.
+        keys: Vec<String>,
+    },
+    /// A Lua body run between the guard and the mark advance. `KEYS[1]` and `ARGV[1]` are the
+    /// fence's (mark key, token): the body's keys start at `KEYS[2]`, its arguments at
+    /// `ARGV[2]`. An error raised or returned by the body leaves the mark unmoved (writes the
+    /// body made before failing stay). The body's return value is discarded. Cannot be
+    /// combined with other writes in [`RedisFencer::apply_all`].
+    Eval {
+        /// The Lua body.
+        body: String,
+        /// The body's keys (`KEYS[2..]`).
+        keys: Vec<String>,
+        /// The body's arguments (`ARGV[2..]`).
+        args: Vec<Vec<u8>>,
+    },
+}
+
+impl FencedWrite {
+    /// `SET key value`.
+    pub fn set(key: impl Into<String>, value: impl ToSingleRedisArg) -> FencedWrite {
+        FencedWrite::Set {
+            key: key.into(),
+            value: single(value),
+        }
+    }
+
+    /// `HSET key field value`.
+    pub fn hset(
+        key: impl Into<String>,
+        field: impl ToSingleRedisArg,
+        value: impl ToSingleRedisArg,
+    ) -> FencedWrite {
+        FencedWrite::HSet {
+            key: key.into(),
+            field: single(field),
+            value: single(value),
+        }
+    }
+
+    /// `DEL keys...`.
+    pub fn del<I, S>(keys: I) -> FencedWrite
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        FencedWrite::Del {
+            keys: keys.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// A Lua `body` with its keys (`KEYS[2..]`) and arguments (`ARGV[2..]`; each item may
+    /// expand to several arguments, as with redis-rs's `arg`).
+    pub fn eval<K, S, A>(body: impl Into<String>, keys: K, args: A) -> FencedWrite
+    where
+        K: IntoIterator<Item = S>,
+        S: Into<String>,
+        A: IntoIterator,
+        A::Item: ToRedisArgs,
+    {
+        let mut out = Vec::new();
+        for a in args {
+            a.write_redis_args(&mut out);
+        }
+        FencedWrite::Eval {
+            body: body.into(),
+            keys: keys.into_iter().map(Into::into).collect(),
+            args: out,
+        }
+    }
+
+    /// The keys this write touches.
+    pub fn keys(&self) -> Vec<&str> {
+        match self {
+            FencedWrite::Set { key, .. } | FencedWrite::HSet { key, .. } => vec![key.as_str()],
+            FencedWrite::Del { keys } | FencedWrite::Eval { keys, .. } => {
+                keys.iter().map(String::as_str).collect()
+            }
+        }
+    }
+}
+
+/// Fenced writes to Redis under one term's token, against the applied mark
+/// `<fence>:applied` (for an election `<name>:fence:applied`).
+///
+/// Each call is one script: guard (token >= 1, token >= mark; equal passes), write, advance the
+/// mark to the token. A stale token writes nothing and returns
+/// [`FenceOutcome::Stale`]; a write that fails (e.g. `WRONGTYPE`) returns an error and leaves
+/// the mark unmoved.
+///
+/// On Redis Cluster (a fencer from a [`RedisBackend::cluster`](crate::RedisBackend::cluster)
+/// backend, or [`RedisFencer::new_cluster`]) every target key must map to the mark key's hash
+/// slot; others are refused with [`RedisLeaseError::Slot`] before any round trip.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use lease_core::Token;
+/// use lease_redis::RedisFencer;
+///
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let conn = client.get_multiplexed_async_connection().await?;
+/// // The CLI's `fence set --name {jobs} --token 7`:
+/// let fencer = RedisFencer::for_election(conn, "{jobs}", Token::new(7)?);
+/// if !fencer.set("{jobs}:state", "done").await?.is_applied() {
+///     eprintln!("fenced out: a newer term exists");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisFencer<C> {
+    conn: C,
+    mark_key: Arc<str>,
+    token: Token,
+    bodies: Arc<BodyCache>,
+    topology: Topology,
+}
+
+impl<C> fmt::Debug for RedisFencer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisFencer")
+            .field("mark_key", &self.mark_key)
+            .field("token", &self.token)
+            .field("topology", &self.topology)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> RedisFencer<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A fencer for `token` against the mark at `mark_key`, on a standalone server (no slot
+    /// checks), with its own Eval body cache.
+    pub fn new(conn: C, mark_key: impl Into<String>, token: Token) -> RedisFencer<C> {
+        RedisFencer::from_parts(
+            conn,
+            mark_key.into(),
+            token,
+            Arc::default(),
+            Topology::Standalone,
+        )
+    }
+
+    /// A fencer for election `name`'s term `token` (mark key `<name>:fence:applied`), on a
+    /// standalone server.
+    pub fn for_election(conn: C, name: &str, token: Token) -> RedisFencer<C> {
+        RedisFencer::new(conn, lease_core::LeaseSpec::election_mark_key(name), token)
+    }
+
+    /// A fencer on Redis Cluster: the mark key must carry a hash tag, and every target key
+    /// must map to its slot.
+    pub fn new_cluster(
+        conn: C,
+        mark_key: impl Into<String>,
+        token: Token,
+    ) -> Result<RedisFencer<C>, SlotError> {
+        let mark_key = mark_key.into();
+        check_mark_key(&mark_key, Topology::Cluster)?;
+        Ok(RedisFencer::from_parts(
+            conn,
+            mark_key,
+            token,
+            Arc::default(),
+            Topology::Cluster,
+        ))
+    }
+
+    pub(crate) fn from_parts(
+        conn: C,
+        mark_key: String,
+        token: Token,
+        bodies: Arc<BodyCache>,
+        topology: Topology,
+    ) -> RedisFencer<C> {
+        RedisFencer {
+            conn,
+            mark_key: mark_key.into(),
+            token,
+            bodies,
+            topology,
+        }
+    }
+
+    /// The token this fencer writes under.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// The applied-mark key.
+    pub fn mark_key(&self) -> &str {
+        &self.mark_key
+    }
+
+    /// Whether slot checks apply.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    /// The same fencer under another token (same connection, mark and body cache).
+    pub fn with_token(&self, token: Token) -> RedisFencer<C> {
+        RedisFencer {
+            token,
+            ..self.clone()
+        }
+    }
+
+    /// Checks target keys for this fencer without a round trip: on Redis Cluster each must map
+    /// to the mark key's slot; on a standalone server every key passes. Use it when
+    /// configuring which keys a leader will write.
+    pub fn check_keys<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<(), SlotError> {
+        match self.topology {
+            Topology::Standalone => Ok(()),
+            Topology::Cluster => Ok(slot::check_targets(&self.mark_key, keys)?),
+        }
+    }
+
+    /// Fenced `SET key value`.
+    pub fn set(
+        &self,
+        key: impl Into<String>,
+        value: impl ToSingleRedisArg,
+    ) -> impl Future<Output = Result<FenceOutcome, RedisLeaseError>> + Send + '_ {
+        let w = FencedWrite::set(key, value);
+        self.run(self.token, vec![w])
+    }
+
+    /// Fenced `HSET key field value`.
+    pub fn hset(
+        &self,
+        key: impl Into<String>,
+        field: impl ToSingleRedisArg,
+        value: impl ToSingleRedisArg,
+    ) -> impl Future<Output = Result<FenceOutcome, RedisLeaseError>> + Send + '_ {
+        let w = FencedWrite::hset(key, field, value);
+        self.run(self.token, vec![w])
+    }
+
+    /// Fenced `DEL keys...`.
+    pub fn del<I, S>(
+        &self,
+        keys: I,
+    ) -> impl Future<Output = Result<FenceOutcome, RedisLeaseError>> + Send + '_
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let w = FencedWrite::del(keys);
+        self.run(self.token, vec![w])
+    }
+
+    /// Runs a Lua `body` under the fence (see [`FencedWrite::Eval`]: the body's keys start at
+    /// `KEYS[2]`, its arguments at `ARGV[2]`).
+    pub fn eval<K, S, A>(
+        &self,
+        body: impl Into<String>,
+        keys: K,
+        args: A,
+    ) -> impl Future<Output = Result<FenceOutcome, RedisLeaseError>> + Send + '_
+    where
+        K: IntoIterator<Item = S>,
+        S: Into<String>,
+        A: IntoIterator,
+        A::Item: ToRedisArgs,
+    {
+        let w = FencedWrite::eval(body, keys, args);
+        self.run(self.token, vec![w])
+    }
+
+    /// Applies several writes under one check, all or nothing: every write is type-checked
+    /// before any is applied. An empty batch only advances the mark. An
+    /// [`Eval`](FencedWrite::Eval) must be alone in its batch.
+    pub fn apply_all(
+        &self,
+        writes: Vec<FencedWrite>,
+    ) -> impl Future<Output = Result<FenceOutcome, RedisLeaseError>> + Send + '_ {
+        self.run(self.token, writes)
+    }
+
+    /// [`apply_all`](Self::apply_all) under an explicit token instead of this fencer's.
+    pub fn apply_all_with(
+        &self,
+        token: Token,
+        writes: Vec<FencedWrite>,
+    ) -> impl Future<Output = Result<FenceOutcome, RedisLeaseError>> + Send + '_ {
+        self.run(token, writes)
+    }
+
+    async fn run(
+        &self,
+        token: Token,
+        writes: Vec<FencedWrite>,
+    ) -> Result<FenceOutcome, RedisLeaseError> {
+        if writes.len() > 1 && writes.iter().any(|w| matches!(w, FencedWrite::Eval { .. })) {
+            return Err(RedisLeaseError::InvalidWrite(
+                "an Eval write cannot be batched with other writes; apply it alone".into(),
+            ));
+        }
+        if self.topology == Topology::Cluster {
+            let targets: Vec<&str> = writes.iter().flat_map(FencedWrite::keys).collect();
+            slot::check_targets(&self.mark_key, &targets).map_err(SlotError::from)?;
+        }
+        let mut call = Call::new();
+        call.key(self.mark_key.as_bytes()).arg(token.to_string());
+        let cached;
+        let script: &LuaScript = match writes.as_slice() {
+            [FencedWrite::Set { key, value }] => {
+                call.key(key).arg_bytes(value);
+                &S_FENCE_SET
+            }
+            [FencedWrite::HSet { key, field, value }] => {
+                call.key(key).arg_bytes(field).arg_bytes(value);
+                &S_FENCE_HSET
+            }
+            [FencedWrite::Del { keys }] => {
+                for k in keys {
+                    call.key(k);
+                }
+                &S_FENCE_DEL
+            }
+            [FencedWrite::Eval { body, keys, args }] => {
+                for k in keys {
+                    call.key(k);
+                }
+                for a in args {
+                    call.arg_bytes(a);
+                }
+                cached = self.bodies.get(body);
+                &cached
+            }
+            many => {
+                call.arg(many.len());
+                for w in many {
+                    match w {
+                        FencedWrite::Set { key, value } => {
+                            call.key(key).arg("set").arg(1).arg_bytes(value);
+                        }
+                        FencedWrite::HSet { key, field, value } => {
+                            call.key(key)
+                                .arg("hset")
+                                .arg(1)
+                                .arg_bytes(field)
+                                .arg_bytes(value);
+                        }
+                        FencedWrite::Del { keys } => {
+                            for k in keys {
+                                call.key(k);
+                            }
+                            call.arg("del").arg(keys.len());
+                        }
+                        // Refused above.
+                        FencedWrite::Eval { .. } => {
+                            return Err(RedisLeaseError::InvalidWrite(
+                                "an Eval write cannot be batched with other writes".into(),
+                            ));
+                        }
+                    }
+                }
+                &S_FENCE_MULTI
+            }
+        };
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, script).await?;
+        let outcome = reply::fence(&v)?;
+        tracing::debug!(
+            script = script.name,
+            token = token.get(),
+            applied = outcome.is_applied(),
+            "lease-redis: fenced write"
+        );
+        Ok(outcome)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn cached_bodies(&self) -> usize {
+        self.bodies.len()
+    }
+}
+
+/// On Redis Cluster a mark key must carry a hash tag (so target keys can share its slot).
+pub(crate) fn check_mark_key(mark_key: &str, topology: Topology) -> Result<(), SlotError> {
+    if topology == Topology::Cluster && slot::hash_tag(mark_key.as_bytes()).is_none() {
+        return Err(SlotError::NoHashTag {
+            key: mark_key.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl<C> FencedResource for RedisFencer<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    type Write = FencedWrite;
+    type Error = RedisLeaseError;
+
+    async fn apply(
+        &self,
+        token: Token,
+        write: FencedWrite,
+    ) -> Result<FenceOutcome, RedisLeaseError> {
+        self.run(token, vec![write]).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_is_lru_and_bounded() {
+        let c = BodyCache::default();
+        let first = c.get("return 0");
+        for i in 1..BODY_CACHE_CAPACITY {
+            c.get(&format!("return {i}"));
+        }
+        assert_eq!(c.len(), BODY_CACHE_CAPACITY);
+        // Touch the first body: it becomes the most recently used.
+        assert!(Arc::ptr_eq(&first, &c.get("return 0")));
+        c.get("return 'new'");
+        assert_eq!(c.len(), BODY_CACHE_CAPACITY);
+        assert!(c.contains("return 0"), "recently used body kept");
+        assert!(!c.contains("return 1"), "least recently used body evicted");
+        assert!(c.contains("return 'new'"));
+    }
+
+    #[test]
+    fn wrapped_body_has_its_own_hash() {
+        let c = BodyCache::default();
+        let a = c.get("return 1");
+        let b = c.get("return 2");
+        assert_ne!(a.name, "");
+        assert_ne!(format!("{a:?}"), format!("{b:?}"));
+    }
+
+    #[test]
+    fn write_constructors() {
+        assert_eq!(
+            FencedWrite::set("k", 12),
+            FencedWrite::Set {
+                key: "k".into(),
+                value: b"12".to_vec()
+            }
+        );
+        assert_eq!(
+            FencedWrite::hset("h", "f", b"v".as_slice()),
+            FencedWrite::HSet {
+                key: "h".into(),
+                field: b"f".to_vec(),
+                value: b"v".to_vec()
+            }
+        );
+        assert_eq!(FencedWrite::del(["a", "b"]).keys(), ["a", "b"]);
+        let e = FencedWrite::eval("return 1", ["k"], [1, 2]);
+        assert!(
+            matches!(e, FencedWrite::Eval { ref args, .. } if args == &[b"1".to_vec(), b"2".to_vec()])
+        );
+    }
+
+    #[test]
+    fn mark_key_checks() {
+        assert!(check_mark_key("{j}:fence:applied", Topology::Cluster).is_ok());
+        assert!(check_mark_key("j:fence:applied", Topology::Cluster).is_err());
+        assert!(check_mark_key("j:fence:applied", Topology::Standalone).is_ok());
+    }
+}
