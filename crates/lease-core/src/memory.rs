@@ -360,6 +360,36 @@ impl Store {
         Ok(info)
     }
 
+    /// The Redlock fenced-quorum second round (`raise.lua`): where every lock key still holds
+    /// `owner`, lift counter and mark to at least `token`.
+    fn raise(
+        &mut self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+        now: Instant,
+    ) -> Result<bool, BackendError> {
+        let Some(fk) = spec.fence_key() else {
+            return Err(BackendError::Invalid(
+                "raise_counter needs a fenced lease".into(),
+            ));
+        };
+        if !self.all_ours(spec, owner, now)? {
+            return Ok(false);
+        }
+        let counter = self.get_int(fk, now)?;
+        let mark = self.mark(spec, now)?;
+        if counter < token.get() {
+            self.set_str(fk, token.get().to_string(), None);
+        }
+        if mark < token.get()
+            && let Some(mk) = spec.mark_key()
+        {
+            self.set_str(&mk, token.get().to_string(), None);
+        }
+        Ok(true)
+    }
+
     fn apply_write(&mut self, w: &MemoryWrite, now: Instant) -> Result<(), BackendError> {
         match w {
             MemoryWrite::Set { key, value } => {
@@ -569,6 +599,17 @@ impl MemoryBackend {
     /// [`LeaseBackend::inspect`], applied at once.
     pub fn inspect_now(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.with(|s, now| s.inspect(spec, now))
+    }
+    /// The Redlock fenced-quorum raise (Redis `raise.lua`), applied at once: if every lock key
+    /// of `spec` holds `owner`, lifts the counter and the mark to at least `token` and returns
+    /// `true`; otherwise changes nothing and returns `false`. `spec` must be fenced.
+    pub fn raise_counter_now(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Result<bool, BackendError> {
+        self.with(|s, now| s.raise(spec, owner, token, now))
     }
     /// A fenced batch of writes under `token` against `mark_key`, applied at once.
     pub fn fenced_now(
