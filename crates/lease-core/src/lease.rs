@@ -151,11 +151,15 @@ impl HeldLease {
     }
 
     /// Feeds the reply (or error, or timeout as [`BackendError::Timeout`]) to the renewal in
-    /// flight. A reply with nothing in flight is ignored.
+    /// flight. A reply with nothing in flight is ignored; a reply at or after the deadline finds
+    /// the lease already lost.
     pub fn handle_renew(&mut self, now: Instant, reply: Result<RenewOutcome, BackendError>) {
         let Some(sent_at) = self.in_flight.take() else {
             return;
         };
+        // A reply at or after the deadline is too late: the lease has lapsed locally, and no
+        // reply may carry it past a deadline that has already passed.
+        self.handle_timeout(now);
         if self.lost.is_some() || self.ended {
             return;
         }
