@@ -1,0 +1,467 @@
+//! Lease semantics of `RedisBackend` against a real Redis server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lease_core::{
+    AcquireOutcome, BackendError, FenceMark, LeaseBackend, ReleaseOutcome, RenewOutcome,
+};
+use lease_redis::RedisBackend;
+use lease_testkit::redis::{Persistence, RedisServer};
+
+#[tokio::test]
+async fn acquire_renew_remaining_release_roundtrip() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{jobs}");
+    let got = b.acquire(&acq(&spec, "a")).await.unwrap();
+    assert_eq!(acquired_token(&got), Some(token(1)));
+    assert_eq!(get(&mut raw, "{jobs}:leader").await.as_deref(), Some("a"));
+    assert_eq!(get(&mut raw, "{jobs}:fence").await.as_deref(), Some("1"));
+    assert_eq!(get(&mut raw, "{jobs}:fence:applied").await.as_deref(), Some("1"));
+    let p = pttl(&mut raw, "{jobs}:leader").await;
+    assert!(p > 0 && p <= LONG as i64, "PX set: {p}");
+
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::Renewed);
+    let rem = b.remaining(&spec, &owner("a")).await.unwrap().unwrap();
+    assert!(rem > Duration::ZERO && rem <= Duration::from_millis(LONG));
+    assert_eq!(b.remaining(&spec, &owner("b")).await.unwrap(), None);
+
+    let info = b.inspect(&spec).await.unwrap();
+    assert_eq!(info.holder.as_deref(), Some("a"));
+    assert_eq!(info.metadata.as_deref(), Some(""));
+    assert_eq!(info.counter, Some(token(1)));
+    assert_eq!(info.mark, FenceMark::at(token(1)));
+
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(!exists(&mut raw, "{jobs}:leader").await);
+    let info = b.inspect(&spec).await.unwrap();
+    assert_eq!(info.holder, None);
+    assert_eq!(info.counter, Some(token(1)), "the counter survives a release");
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+}
+
+#[tokio::test]
+async fn held_lease_reports_holder_and_changes_nothing() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{jobs}");
+    b.acquire(&acq_meta(&spec, "a", "host=1")).await.unwrap();
+    let got = b.acquire(&acq(&spec, "b")).await.unwrap();
+    match got {
+        AcquireOutcome::Held { holder, remaining } => {
+            assert_eq!(holder.as_deref(), Some("a"), "owner part only, no metadata");
+            let r = remaining.unwrap();
+            assert!(r > Duration::ZERO && r <= Duration::from_millis(LONG));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        get(&mut raw, "{jobs}:leader").await.as_deref(),
+        Some("a\0host=1")
+    );
+    assert_eq!(get(&mut raw, "{jobs}:fence").await.as_deref(), Some("1"));
+    let info = b.inspect(&spec).await.unwrap();
+    assert_eq!(info.metadata.as_deref(), Some("host=1"));
+}
+
+#[tokio::test]
+async fn same_owner_takeover_mints_a_fresh_token_and_refreshes_ttl() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{jobs}");
+    let t1 = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    // Shorten the TTL to see the takeover refresh it.
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("{jobs}:leader")
+        .arg(5000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let t2 = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    assert!(t2 > t1, "a takeover is a new term: {t1} -> {t2}");
+    assert_eq!(t2, token(2));
+    assert_eq!(get(&mut raw, "{jobs}:fence:applied").await.as_deref(), Some("2"));
+    assert!(pttl(&mut raw, "{jobs}:leader").await > 5000);
+}
+
+#[tokio::test]
+async fn counter_heals_from_the_mark() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{jobs}");
+    b.acquire(&acq(&spec, "a")).await.unwrap();
+    b.release(&release(&spec, "a", None)).await.unwrap();
+    // The counter is lost (eviction, restart from an old snapshot); the mark is ahead.
+    del(&mut raw, "{jobs}:fence").await;
+    set(&mut raw, "{jobs}:fence:applied", "41").await;
+    let t = acquired_token(&b.acquire(&acq(&spec, "b")).await.unwrap()).unwrap();
+    assert_eq!(t, token(42), "never mints at or below an applied token");
+    assert_eq!(get(&mut raw, "{jobs}:fence").await.as_deref(), Some("42"));
+    assert_eq!(get(&mut raw, "{jobs}:fence:applied").await.as_deref(), Some("42"));
+    // A counter restored lower than the mark heals the same way.
+    b.release(&release(&spec, "b", None)).await.unwrap();
+    set(&mut raw, "{jobs}:fence", "7").await;
+    let t = acquired_token(&b.acquire(&acq(&spec, "c")).await.unwrap()).unwrap();
+    assert_eq!(t, token(43));
+}
+
+#[tokio::test]
+async fn owners_match_exactly_never_by_prefix() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = lock(&["{l}k"], None);
+    b.acquire(&acq(&spec, "abc")).await.unwrap();
+    assert_eq!(b.renew(&renew(&spec, "ab")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        b.release(&release(&spec, "ab", None)).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert_eq!(b.remaining(&spec, &owner("ab")).await.unwrap(), None);
+    assert!(matches!(
+        b.acquire(&acq(&spec, "ab")).await.unwrap(),
+        AcquireOutcome::Held { .. }
+    ));
+    assert_eq!(get(&mut raw, "{l}k").await.as_deref(), Some("abc"));
+
+    // Metadata after a NUL: the owner part is "abc"; "ab" still does not match, "abc" does.
+    b.release(&release(&spec, "abc", None)).await.unwrap();
+    b.acquire(&acq_meta(&spec, "abc", "meta")).await.unwrap();
+    assert_eq!(get(&mut raw, "{l}k").await.as_deref(), Some("abc\0meta"));
+    assert_eq!(b.renew(&renew(&spec, "ab")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        b.release(&release(&spec, "ab", None)).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert!(exists(&mut raw, "{l}k").await);
+    assert_eq!(b.renew(&renew(&spec, "abc")).await.unwrap(), RenewOutcome::Renewed);
+
+    // A stored value "ab\0meta" belongs to "ab", not to "a".
+    set(&mut raw, "{l}k", "ab\0meta").await;
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(b.renew(&renew(&spec, "ab")).await.unwrap(), RenewOutcome::Renewed);
+}
+
+#[tokio::test]
+async fn multi_key_locks_are_all_or_nothing() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = lock(&["{m}1", "{m}2", "{m}3"], Some("{m}f"));
+    let other = lock(&["{m}2"], None);
+    b.acquire(&acq(&other, "b")).await.unwrap();
+
+    match b.acquire(&acq(&spec, "a")).await.unwrap() {
+        AcquireOutcome::Held { holder, .. } => assert_eq!(holder.as_deref(), Some("b")),
+        o => panic!("{o:?}"),
+    }
+    assert!(!exists(&mut raw, "{m}1").await, "checked before any change");
+    assert!(!exists(&mut raw, "{m}3").await);
+    assert!(!exists(&mut raw, "{m}f").await, "no token minted");
+
+    // Renew needs every key: with {m}1 and {m}3 ours and {m}2 someone else's, nothing moves.
+    set(&mut raw, "{m}1", "a").await;
+    set(&mut raw, "{m}3", "a").await;
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(pttl(&mut raw, "{m}1").await, -1, "no PEXPIRE on a partial renew");
+    assert_eq!(b.remaining(&spec, &owner("a")).await.unwrap(), None);
+
+    // Release deletes exactly our keys and reports NotHeld.
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert!(!exists(&mut raw, "{m}1").await);
+    assert!(!exists(&mut raw, "{m}3").await);
+    assert_eq!(get(&mut raw, "{m}2").await.as_deref(), Some("b"));
+
+    b.release(&release(&other, "b", None)).await.unwrap();
+    let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap());
+    assert_eq!(t, Some(token(1)));
+    for k in ["{m}1", "{m}2", "{m}3"] {
+        assert_eq!(get(&mut raw, k).await.as_deref(), Some("a"));
+    }
+    // Remaining is the minimum over the keys.
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("{m}2")
+        .arg(5000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let rem = b.remaining(&spec, &owner("a")).await.unwrap().unwrap();
+    assert!(rem <= Duration::from_millis(5000), "{rem:?}");
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test]
+async fn token_past_2_pow_53_is_refused_without_writing() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{x}");
+    set(&mut raw, "{x}:fence", "9007199254740991").await;
+    let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    assert_eq!(t.get(), 1 << 53, "2^53 itself is the last valid token");
+    assert_eq!(
+        get(&mut raw, "{x}:fence:applied").await.as_deref(),
+        Some("9007199254740992")
+    );
+    b.release(&release(&spec, "a", None)).await.unwrap();
+
+    let err = b.acquire(&acq(&spec, "b")).await.unwrap_err();
+    assert!(matches!(err, BackendError::TokenExhausted(_)), "{err:?}");
+    assert!(!err.is_transient());
+    assert!(!exists(&mut raw, "{x}:leader").await, "nothing written");
+    assert_eq!(
+        get(&mut raw, "{x}:fence").await.as_deref(),
+        Some("9007199254740992")
+    );
+
+    // A mark at 2^53 with the counter lost is refused the same way.
+    let spec = election("{y}");
+    set(&mut raw, "{y}:fence:applied", "9007199254740992").await;
+    let err = b.acquire(&acq(&spec, "a")).await.unwrap_err();
+    assert!(matches!(err, BackendError::TokenExhausted(_)), "{err:?}");
+    assert!(!exists(&mut raw, "{y}:fence").await);
+    assert!(!exists(&mut raw, "{y}:leader").await);
+}
+
+#[tokio::test]
+async fn sixteen_digit_tokens_are_stored_exactly() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{big}");
+    set(&mut raw, "{big}:fence", "1234567890123456").await;
+    let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    assert_eq!(t.get(), 1_234_567_890_123_457);
+    assert_eq!(
+        get(&mut raw, "{big}:fence:applied").await.as_deref(),
+        Some("1234567890123457")
+    );
+    assert_eq!(
+        get(&mut raw, "{big}:fence").await.as_deref(),
+        Some("1234567890123457")
+    );
+}
+
+#[tokio::test]
+async fn a_stolen_lock_is_not_deleted_by_the_old_owner() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{s}");
+    b.acquire(&acq(&spec, "a")).await.unwrap();
+    // a's lease expires (simulated: the key is gone) and b takes it.
+    del(&mut raw, "{s}:leader").await;
+    let tb = acquired_token(&b.acquire(&acq(&spec, "b")).await.unwrap()).unwrap();
+    assert_eq!(tb, token(2));
+    assert_eq!(
+        b.release(&release(&spec, "a", Some(token(1)))).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(get(&mut raw, "{s}:leader").await.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn a_late_release_of_an_earlier_term_keeps_the_later_term() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{t}");
+    let t1 = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    let t2 = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    assert_eq!(
+        b.release(&release(&spec, "a", Some(t1))).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert_eq!(get(&mut raw, "{t}:leader").await.as_deref(), Some("a"));
+    assert_eq!(
+        b.release(&release(&spec, "a", Some(t2))).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(!exists(&mut raw, "{t}:leader").await);
+}
+
+#[tokio::test]
+async fn garbage_in_counter_or_keys_is_a_server_error_and_changes_nothing() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{g}");
+    set(&mut raw, "{g}:fence", "12abc").await;
+    let err = b.acquire(&acq(&spec, "a")).await.unwrap_err();
+    assert!(matches!(err, BackendError::Server(_)), "{err:?}");
+    assert!(!exists(&mut raw, "{g}:leader").await);
+    assert!(matches!(
+        b.inspect(&spec).await.unwrap_err(),
+        BackendError::Server(_)
+    ));
+    // A lock key of another type: WRONGTYPE from the script.
+    let _: i64 = redis::cmd("HSET")
+        .arg("{g}:leader")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = b.renew(&renew(&spec, "a")).await.unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Server(m) if m.contains("WRONGTYPE")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn raise_counter_lifts_counter_and_mark_only_while_held() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{r}");
+    b.acquire(&acq(&spec, "a")).await.unwrap();
+    assert!(b.raise_counter(&spec, &owner("a"), token(7)).await.unwrap());
+    assert_eq!(get(&mut raw, "{r}:fence").await.as_deref(), Some("7"));
+    assert_eq!(get(&mut raw, "{r}:fence:applied").await.as_deref(), Some("7"));
+    // Never lowers.
+    assert!(b.raise_counter(&spec, &owner("a"), token(5)).await.unwrap());
+    assert_eq!(get(&mut raw, "{r}:fence").await.as_deref(), Some("7"));
+    // Not ours: nothing changes.
+    assert!(!b.raise_counter(&spec, &owner("b"), token(9)).await.unwrap());
+    assert_eq!(get(&mut raw, "{r}:fence").await.as_deref(), Some("7"));
+    // A 16-digit raise is exact.
+    assert!(
+        b.raise_counter(&spec, &owner("a"), token(1_234_567_890_123_456))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        get(&mut raw, "{r}:fence:applied").await.as_deref(),
+        Some("1234567890123456")
+    );
+    // The next acquire mints above the raised counter.
+    let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    assert_eq!(t.get(), 1_234_567_890_123_457);
+    // Unfenced leases cannot be raised.
+    let unfenced = lock(&["{r}u"], None);
+    assert!(matches!(
+        b.raise_counter(&unfenced, &owner("a"), token(1)).await,
+        Err(BackendError::Invalid(_))
+    ));
+}
+
+#[tokio::test]
+async fn script_flush_falls_back_to_eval() {
+    let (_server, b, mut raw) = setup().await;
+    let spec = election("{n}");
+    b.acquire(&acq(&spec, "a")).await.unwrap();
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::Renewed);
+    let sha = redis::Script::new(lease_redis::scripts::RENEW)
+        .get_hash()
+        .to_owned();
+    let cached: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&sha)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(cached, vec![1], "EVAL cached the script again");
+    assert!(b.inspect(&spec).await.unwrap().holder.is_some());
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_server_does_not_break_a_running_leader() {
+    // With AOF the lease survives a restart, but the script cache does not: the leader's next
+    // renewal meets NOSCRIPT and must still succeed.
+    let server = RedisServer::builder()
+        .persistence(Persistence::AofAlways)
+        .start()
+        .await
+        .unwrap();
+    let client = server.client().unwrap();
+    let b = RedisBackend::new(client.get_connection_manager().await.unwrap());
+    let spec = election("{re}");
+    let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
+    server.restart().await.unwrap();
+    // The manager reconnects after the first failure on the dropped connection; the backend
+    // itself never retries, so the test does, a bounded number of times.
+    let mut renewed = None;
+    for _ in 0..50 {
+        match b.renew(&renew(&spec, "a")).await {
+            Ok(o) => {
+                renewed = Some(o);
+                break;
+            }
+            Err(e) => {
+                assert!(matches!(e, BackendError::Unavailable(_)), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert_eq!(renewed, Some(RenewOutcome::Renewed));
+    // The restarted server learnt the script from the EVAL fallback (nothing else loads it).
+    let mut raw = server.connection().await.unwrap();
+    let sha = redis::Script::new(lease_redis::scripts::RENEW)
+        .get_hash()
+        .to_owned();
+    let cached: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&sha)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(cached, vec![1]);
+    let info = b.inspect(&spec).await.unwrap();
+    assert_eq!(info.counter, Some(t));
+    assert_eq!(info.holder.as_deref(), Some("a"));
+}
+
+#[tokio::test]
+async fn works_over_a_connection_manager() {
+    let server = RedisServer::start().await.unwrap();
+    let client = server.client().unwrap();
+    let b = RedisBackend::new(client.get_connection_manager().await.unwrap());
+    let spec = election("{cm}");
+    assert_eq!(
+        acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()),
+        Some(token(1))
+    );
+    assert!(matches!(
+        b.acquire(&acq(&spec, "b")).await.unwrap(),
+        AcquireOutcome::Held { .. }
+    ));
+    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        b.release(&release(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable() {
+    let server = RedisServer::start().await.unwrap();
+    let b = RedisBackend::new(server.connection().await.unwrap());
+    let spec = election("{u}");
+    b.acquire(&acq(&spec, "a")).await.unwrap();
+    server.kill().await.unwrap();
+    let err = b.renew(&renew(&spec, "a")).await.unwrap_err();
+    assert!(matches!(err, BackendError::Unavailable(_)), "{err:?}");
+    assert!(err.is_transient());
+}
+
+#[tokio::test]
+async fn standalone_backends_accept_untagged_names() {
+    let (_server, b, _raw) = setup().await;
+    let spec = election("plain-name");
+    assert!(b.check_spec(&spec).is_ok());
+    assert_eq!(
+        acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()),
+        Some(token(1))
+    );
+}
