@@ -19,11 +19,17 @@ async fn acquire_renew_remaining_release_roundtrip() {
     assert_eq!(acquired_token(&got), Some(token(1)));
     assert_eq!(get(&mut raw, "{jobs}:leader").await.as_deref(), Some("a"));
     assert_eq!(get(&mut raw, "{jobs}:fence").await.as_deref(), Some("1"));
-    assert_eq!(get(&mut raw, "{jobs}:fence:applied").await.as_deref(), Some("1"));
+    assert_eq!(
+        get(&mut raw, "{jobs}:fence:applied").await.as_deref(),
+        Some("1")
+    );
     let p = pttl(&mut raw, "{jobs}:leader").await;
     assert!(p > 0 && p <= LONG as i64, "PX set: {p}");
 
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::Renewed
+    );
     let rem = b.remaining(&spec, &owner("a")).await.unwrap().unwrap();
     assert!(rem > Duration::ZERO && rem <= Duration::from_millis(LONG));
     assert_eq!(b.remaining(&spec, &owner("b")).await.unwrap(), None);
@@ -41,8 +47,15 @@ async fn acquire_renew_remaining_release_roundtrip() {
     assert!(!exists(&mut raw, "{jobs}:leader").await);
     let info = b.inspect(&spec).await.unwrap();
     assert_eq!(info.holder, None);
-    assert_eq!(info.counter, Some(token(1)), "the counter survives a release");
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        info.counter,
+        Some(token(1)),
+        "the counter survives a release"
+    );
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
     assert_eq!(
         b.release(&release(&spec, "a", None)).await.unwrap(),
         ReleaseOutcome::NotHeld
@@ -87,7 +100,10 @@ async fn same_owner_takeover_mints_a_fresh_token_and_refreshes_ttl() {
     let t2 = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
     assert!(t2 > t1, "a takeover is a new term: {t1} -> {t2}");
     assert_eq!(t2, token(2));
-    assert_eq!(get(&mut raw, "{jobs}:fence:applied").await.as_deref(), Some("2"));
+    assert_eq!(
+        get(&mut raw, "{jobs}:fence:applied").await.as_deref(),
+        Some("2")
+    );
     assert!(pttl(&mut raw, "{jobs}:leader").await > 5000);
 }
 
@@ -103,7 +119,10 @@ async fn counter_heals_from_the_mark() {
     let t = acquired_token(&b.acquire(&acq(&spec, "b")).await.unwrap()).unwrap();
     assert_eq!(t, token(42), "never mints at or below an applied token");
     assert_eq!(get(&mut raw, "{jobs}:fence").await.as_deref(), Some("42"));
-    assert_eq!(get(&mut raw, "{jobs}:fence:applied").await.as_deref(), Some("42"));
+    assert_eq!(
+        get(&mut raw, "{jobs}:fence:applied").await.as_deref(),
+        Some("42")
+    );
     // A counter restored lower than the mark heals the same way.
     b.release(&release(&spec, "b", None)).await.unwrap();
     set(&mut raw, "{jobs}:fence", "7").await;
@@ -116,7 +135,10 @@ async fn owners_match_exactly_never_by_prefix() {
     let (_server, b, mut raw) = setup().await;
     let spec = lock(&["{l}k"], None);
     b.acquire(&acq(&spec, "abc")).await.unwrap();
-    assert_eq!(b.renew(&renew(&spec, "ab")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        b.renew(&renew(&spec, "ab")).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
     assert_eq!(
         b.release(&release(&spec, "ab", None)).await.unwrap(),
         ReleaseOutcome::NotHeld
@@ -132,18 +154,30 @@ async fn owners_match_exactly_never_by_prefix() {
     b.release(&release(&spec, "abc", None)).await.unwrap();
     b.acquire(&acq_meta(&spec, "abc", "meta")).await.unwrap();
     assert_eq!(get(&mut raw, "{l}k").await.as_deref(), Some("abc\0meta"));
-    assert_eq!(b.renew(&renew(&spec, "ab")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        b.renew(&renew(&spec, "ab")).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
     assert_eq!(
         b.release(&release(&spec, "ab", None)).await.unwrap(),
         ReleaseOutcome::NotHeld
     );
     assert!(exists(&mut raw, "{l}k").await);
-    assert_eq!(b.renew(&renew(&spec, "abc")).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        b.renew(&renew(&spec, "abc")).await.unwrap(),
+        RenewOutcome::Renewed
+    );
 
     // A stored value "ab\0meta" belongs to "ab", not to "a".
     set(&mut raw, "{l}k", "ab\0meta").await;
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
-    assert_eq!(b.renew(&renew(&spec, "ab")).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
+    assert_eq!(
+        b.renew(&renew(&spec, "ab")).await.unwrap(),
+        RenewOutcome::Renewed
+    );
 }
 
 #[tokio::test]
@@ -164,8 +198,15 @@ async fn multi_key_locks_are_all_or_nothing() {
     // Renew needs every key: with {m}1 and {m}3 ours and {m}2 someone else's, nothing moves.
     set(&mut raw, "{m}1", "a").await;
     set(&mut raw, "{m}3", "a").await;
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
-    assert_eq!(pttl(&mut raw, "{m}1").await, -1, "no PEXPIRE on a partial renew");
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
+    assert_eq!(
+        pttl(&mut raw, "{m}1").await,
+        -1,
+        "no PEXPIRE on a partial renew"
+    );
     assert_eq!(b.remaining(&spec, &owner("a")).await.unwrap(), None);
 
     // Release deletes exactly our keys and reports NotHeld.
@@ -256,14 +297,19 @@ async fn a_stolen_lock_is_not_deleted_by_the_old_owner() {
     let tb = acquired_token(&b.acquire(&acq(&spec, "b")).await.unwrap()).unwrap();
     assert_eq!(tb, token(2));
     assert_eq!(
-        b.release(&release(&spec, "a", Some(token(1)))).await.unwrap(),
+        b.release(&release(&spec, "a", Some(token(1))))
+            .await
+            .unwrap(),
         ReleaseOutcome::NotHeld
     );
     assert_eq!(
         b.release(&release(&spec, "a", None)).await.unwrap(),
         ReleaseOutcome::NotHeld
     );
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::NotHeld);
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
     assert_eq!(get(&mut raw, "{s}:leader").await.as_deref(), Some("b"));
 }
 
@@ -319,7 +365,10 @@ async fn raise_counter_lifts_counter_and_mark_only_while_held() {
     b.acquire(&acq(&spec, "a")).await.unwrap();
     assert!(b.raise_counter(&spec, &owner("a"), token(7)).await.unwrap());
     assert_eq!(get(&mut raw, "{r}:fence").await.as_deref(), Some("7"));
-    assert_eq!(get(&mut raw, "{r}:fence:applied").await.as_deref(), Some("7"));
+    assert_eq!(
+        get(&mut raw, "{r}:fence:applied").await.as_deref(),
+        Some("7")
+    );
     // Never lowers.
     assert!(b.raise_counter(&spec, &owner("a"), token(5)).await.unwrap());
     assert_eq!(get(&mut raw, "{r}:fence").await.as_deref(), Some("7"));
@@ -357,7 +406,10 @@ async fn script_flush_falls_back_to_eval() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::Renewed
+    );
     let sha = redis::Script::new(lease_redis::scripts::RENEW)
         .get_hash()
         .to_owned();
@@ -436,7 +488,10 @@ async fn works_over_a_connection_manager() {
         b.acquire(&acq(&spec, "b")).await.unwrap(),
         AcquireOutcome::Held { .. }
     ));
-    assert_eq!(b.renew(&renew(&spec, "a")).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        b.renew(&renew(&spec, "a")).await.unwrap(),
+        RenewOutcome::Renewed
+    );
     assert_eq!(
         b.release(&release(&spec, "a", None)).await.unwrap(),
         ReleaseOutcome::Released
