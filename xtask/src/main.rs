@@ -165,19 +165,19 @@ impl Ctx {
             return;
         }
         println!("\n=== summary");
-        println!("{:<34} {:<46} {:>8}", "step", "status", "seconds");
-        println!("{:<34} {:<46} {:>8}", "----", "------", "-------");
+        println!("{:<38} {:<46} {:>8}", "step", "status", "seconds");
+        println!("{:<38} {:<46} {:>8}", "----", "------", "-------");
         let mut total = Duration::ZERO;
         for step in &self.steps {
             total += step.took;
             println!(
-                "{:<34} {:<46} {:>8.1}",
+                "{:<38} {:<46} {:>8.1}",
                 step.name,
                 step.status,
                 step.took.as_secs_f64()
             );
         }
-        println!("{:<34} {:<46} {:>8.1}", "total", "", total.as_secs_f64());
+        println!("{:<38} {:<46} {:>8.1}", "total", "", total.as_secs_f64());
     }
 
     /// Installs missing servers (as root) or explains what to install.
@@ -285,13 +285,23 @@ impl Ctx {
 
     fn test(&mut self, extra: &[OsString]) -> Result<(), String> {
         self.prepare()?;
-        let mut all_targets = self.cargo(&["test", "--workspace", "--all-targets"]);
+        let mut all_targets =
+            self.cargo(&["test", "--workspace", "--all-targets", "--no-fail-fast"]);
         all_targets.args(extra);
         let mut result = self.step("cargo test --workspace --all-targets", all_targets);
-        let mut doc = self.cargo(&["test", "--workspace", "--doc"]);
+        let mut doc = self.cargo(&["test", "--workspace", "--doc", "--no-fail-fast"]);
         doc.args(extra);
         result = result.and(self.step("cargo test --workspace --doc", doc));
-        let mut kit = self.cargo(&["test", "-p", "lease-testkit", "--tests"]);
+        // The kit's integration tests are named `testkit_*`. Selecting them with
+        // `--workspace` (not `-p lease-testkit`) keeps the workspace's feature
+        // unification, so nothing is rebuilt.
+        let mut kit = self.cargo(&[
+            "test",
+            "--workspace",
+            "--no-fail-fast",
+            "--test",
+            "testkit_*",
+        ]);
         kit.env("REDLEASE_TEST_SERVERS", "process");
         result = result.and(self.step("lease-testkit tests (process mode)", kit));
         let leaks = self.check_leaks();
