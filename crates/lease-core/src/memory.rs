@@ -611,6 +611,17 @@ impl MemoryBackend {
     ) -> Result<bool, BackendError> {
         self.with(|s, now| s.raise(spec, owner, token, now))
     }
+    /// [`MemoryBackend::raise_counter_now`] as a call to the store: honours the delay faults
+    /// like the [`LeaseBackend`] methods (for the Redlock backend's node trait).
+    pub async fn raise_counter(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Result<bool, BackendError> {
+        self.delayed(|s, now| s.raise(spec, owner, token, now))
+            .await
+    }
     /// A fenced batch of writes under `token` against `mark_key`, applied at once.
     pub fn fenced_now(
         &self,
