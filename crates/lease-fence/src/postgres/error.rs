@@ -1,0 +1,72 @@
+//! The Postgres adapter's error type.
+
+use lease_core::TokenError;
+use tokio_postgres::error::SqlState;
+
+use super::ident::IdentError;
+
+/// A boxed error from a connection source (a pool, for example).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a Postgres fence operation failed.
+///
+/// A stale token is not an error: it is [`lease_core::FenceOutcome::Stale`] (or
+/// [`super::RowOutcome::Stale`]). Errors are the cases where no answer was obtained or the input
+/// was refused before any round trip.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgFenceError {
+    /// Postgres returned an error or the connection failed. If this came from a `COMMIT`, the
+    /// outcome of the transaction is unknown.
+    #[error("postgres: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// A table, schema or column name is not a usable identifier.
+    #[error("invalid identifier: {0}")]
+    InvalidIdentifier(#[from] IdentError),
+    /// A raw value is not a valid token (zero, negative, or above 2^53, which includes
+    /// everything beyond `i64`).
+    #[error("token out of range: {0}")]
+    TokenOutOfRange(#[from] TokenError),
+    /// A fence name (the key of the marks table) is unusable.
+    #[error("invalid fence name: {0}")]
+    InvalidName(&'static str),
+    /// A mark or fence column holds a value that is not a token (negative, or above 2^53);
+    /// something other than this crate wrote it.
+    #[error("stored fence mark {value} is not a valid token")]
+    InvalidStoredMark {
+        /// The value found.
+        value: i64,
+    },
+    /// The number of values does not match the statement's columns.
+    #[error("statement expects {expected} values, got {got}")]
+    Arity {
+        /// The number of columns of the statement.
+        expected: usize,
+        /// The number of values passed.
+        got: usize,
+    },
+    /// A column list is unusable (duplicate column, or the key or fence column among the
+    /// columns to set), or the table does not have the expected shape.
+    #[error("invalid table shape: {0}")]
+    Shape(String),
+    /// The connection source (for example a pool) failed to hand out a connection.
+    #[error("no connection: {0}")]
+    Connection(#[source] BoxError),
+}
+
+impl PgFenceError {
+    /// Whether Postgres refused the transaction with a serialization failure (SQLSTATE 40001)
+    /// or a deadlock (40P01). Under `REPEATABLE READ` or `SERIALIZABLE`, a fence that races
+    /// a concurrent raise of the same mark fails this way instead of returning `Stale`; retry
+    /// the whole transaction (the retry sees the new mark and reports `Stale` if it applies).
+    pub fn is_retryable_conflict(&self) -> bool {
+        match self {
+            PgFenceError::Postgres(e) => matches!(
+                e.code(),
+                Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED
+            ),
+            _ => false,
+        }
+    }
+}
