@@ -322,11 +322,7 @@ impl Election {
     pub fn backoff_base(&self, errors: u32) -> Duration {
         let interval = self.config.acquire_interval();
         let ttl = self.config.ttl().get();
-        if errors <= 1 {
-            return interval.min(ttl);
-        }
-        let factor = 1u32.checked_shl(errors - 1).unwrap_or(u32::MAX);
-        interval.checked_mul(factor).unwrap_or(ttl).min(ttl)
+        crate::retry::doubled_capped(interval, ttl, errors.saturating_sub(1))
     }
 
     fn schedule_acquire(&mut self, now: Instant) {
@@ -400,6 +396,9 @@ impl Election {
             && !self.contention_paused
             && self.term.is_none()
             && self.acquire_in_flight.is_none()
+            // A renewal of an ended term still out would hold back the next term's first
+            // renewal (one renewal in flight at most): wait for its reply or deadline.
+            && self.renew_in_flight.is_none()
             && self.release_in_flight.is_none()
             && self.release_queue.is_empty()
     }
