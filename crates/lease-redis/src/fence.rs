@@ -482,11 +482,6 @@ where
         );
         Ok(outcome)
     }
-
-    #[cfg(test)]
-    pub(crate) fn cached_bodies(&self) -> usize {
-        self.bodies.len()
-    }
 }
 
 /// On Redis Cluster a mark key must carry a hash tag (so target keys can share its slot).
