@@ -43,3 +43,18 @@ pub use crate::mode::ServerMode;
 pub use crate::postgres::Postgres;
 pub use crate::proxy::{FaultProxy, Mode};
 pub use crate::redis::{Persistence, RedisServer};
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn handles_can_be_shared_across_tasks() {
+        // Servers are often put in an Arc and faulted from another task.
+        assert_send_sync::<crate::RedisServer>();
+        assert_send_sync::<crate::RedisCluster>();
+        assert_send_sync::<crate::Postgres>();
+        assert_send_sync::<crate::FaultProxy>();
+        assert_send_sync::<crate::Error>();
+    }
+}
