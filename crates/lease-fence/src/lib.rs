@@ -8,9 +8,9 @@
 //!   apply a write under a token, atomically with the check `token >= mark`; the outcome is
 //!   [`FenceOutcome::Applied`] or [`FenceOutcome::Stale`] with the mark that refused it.
 //!   Implement it for your own store.
-//! - [`postgres`] (feature `postgres`): the per-name mark raised inside your transaction, and
+//! - module `postgres` (feature `postgres`): the per-name mark raised inside your transaction, and
 //!   per-row conditional updates and upserts.
-//! - [`redis`] (feature `redis`): the Redis fencer (fenced `SET`/`HSET`/`DEL`/`EVAL`).
+//! - module `redis` (feature `redis`): the Redis fencer (fenced `SET`/`HSET`/`DEL`/`EVAL`).
 //!
 //! See `docs/fencing.md` for which mode to use and the correctness boundary.
 //!

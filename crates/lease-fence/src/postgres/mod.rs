@@ -38,8 +38,8 @@
 //! Table and column names are [`Ident`]s / [`QualifiedName`]s, validated when built (non-empty,
 //! no NUL, at most 63 bytes, so never truncated by the server) and always emitted quoted with
 //! every `"` doubled: any name works and none can inject SQL. Values, names of marks and
-//! tokens are always bound parameters. Tokens are [`Token`](lease_core::Token)s (`1..=2^53`);
-//! convert raw input with [`Token::from_i64`](lease_core::Token::from_i64) or `str::parse`,
+//! tokens are always bound parameters. Tokens are [`Token`]s (`1..=2^53`);
+//! convert raw input with [`Token::from_i64`] or `str::parse`,
 //! whose [`TokenError`](lease_core::TokenError) converts into
 //! [`PgFenceError::TokenOutOfRange`].
 

@@ -16,14 +16,32 @@ use super::marks::{BeginOutcome, MarkTable, check_name};
 /// Where a [`PgFence`] gets a connection for each write.
 ///
 /// Implemented for `tokio::sync::Mutex<Client>` (one connection, writes serialised) and for
-/// `Arc<S>`. For a pool, implement it with the pool's checkout:
+/// `Arc<S>`. For a pool, implement it with the pool's checkout: the connection must
+/// dereference mutably to a [`Client`] (bb8-postgres' `PooledConnection` does; wrap
+/// deadpool's `Object`, whose `ClientWrapper` dereferences to `Client`), and map the pool's
+/// error into [`PgFenceError::Connection`]. A hand-rolled round-robin "pool":
 ///
-/// ```ignore
-/// // bb8-postgres: a pooled connection dereferences to `Client`.
-/// impl ClientSource for MyPool {
-///     type Conn<'a> = bb8::PooledConnection<'a, PostgresConnectionManager<NoTls>>;
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use lease_fence::postgres::{ClientSource, PgFenceError};
+/// use tokio::sync::{Mutex, MutexGuard};
+/// use tokio_postgres::Client;
+///
+/// struct RoundRobin {
+///     clients: Vec<Mutex<Client>>,
+///     next: AtomicUsize,
+/// }
+///
+/// impl ClientSource for RoundRobin {
+///     type Conn<'a> = MutexGuard<'a, Client>;
+///
 ///     async fn connection(&self) -> Result<Self::Conn<'_>, PgFenceError> {
-///         self.0.get().await.map_err(|e| PgFenceError::Connection(e.into()))
+///         let i = self.next.fetch_add(1, Ordering::Relaxed);
+///         let client = self
+///             .clients
+///             .get(i % self.clients.len().max(1))
+///             .ok_or_else(|| PgFenceError::Connection("the pool is empty".into()))?;
+///         Ok(client.lock().await)
 ///     }
 /// }
 /// ```
