@@ -329,6 +329,29 @@ async fn migrations_are_idempotent() {
     let bad = FencedTable::new(QualifiedName::new("bad").unwrap(), "key").unwrap();
     let err = bad.migrate(&client).await.unwrap_err();
     assert!(matches!(err, PgFenceError::Shape(_)), "{err}");
+    // A key column without a unique constraint cannot serve the upsert: reported at migrate.
+    client
+        .batch_execute("CREATE TABLE nonunique (key text, value text)")
+        .await
+        .unwrap();
+    let nonunique = FencedTable::new(QualifiedName::new("nonunique").unwrap(), "key").unwrap();
+    let err = nonunique.migrate(&client).await.unwrap_err();
+    assert!(matches!(err, PgFenceError::Shape(_)), "{err}");
+    // An existing table named like the marks table but of another shape is reported too.
+    client
+        .batch_execute("CREATE TABLE other_marks (name text PRIMARY KEY, mark text)")
+        .await
+        .unwrap();
+    let other = MarkTable::new(QualifiedName::new("other_marks").unwrap());
+    let err = other.migrate(&client).await.unwrap_err();
+    assert!(matches!(err, PgFenceError::Shape(_)), "{err}");
+    client
+        .batch_execute("CREATE TABLE keyless_marks (name text, mark bigint)")
+        .await
+        .unwrap();
+    let keyless = MarkTable::new(QualifiedName::new("keyless_marks").unwrap());
+    let err = keyless.migrate(&client).await.unwrap_err();
+    assert!(matches!(err, PgFenceError::Shape(_)), "{err}");
     // A marks table cannot hold a value that is not a token.
     let err = client
         .execute(

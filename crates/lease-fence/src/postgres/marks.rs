@@ -164,7 +164,9 @@ impl MarkTable {
         &self.inner.create
     }
 
-    /// Creates the table if it does not exist (idempotent; the schema must exist).
+    /// Creates the table if it does not exist (idempotent; the schema must exist), then checks
+    /// that the table has the shape the fence needs (an existing table of that name with other
+    /// columns, or without a unique `name`, is [`PgFenceError::Shape`]).
     ///
     /// Two sessions creating the same table for the first time at the same instant can make
     /// one of them fail with a unique violation (a Postgres limitation of
@@ -174,6 +176,25 @@ impl MarkTable {
         C: GenericClient + Sync,
     {
         client.batch_execute(&self.inner.create).await?;
+        // A table of that name that predates us must have the shape the fence needs: parse
+        // the fence statement (no execution) and check its types.
+        let stmt = client
+            .prepare(&self.inner.fence)
+            .await
+            .map_err(|e| shape_error(e, &self.inner.table))?;
+        let columns: Vec<&Type> = stmt.columns().iter().map(|c| c.type_()).collect();
+        if stmt.params() != [Type::TEXT, Type::INT8] || columns != [&Type::INT8] {
+            return Err(PgFenceError::Shape(format!(
+                "marks table {} exists with other column types (want \"name\" text, \"mark\" bigint)",
+                self.inner.table
+            )));
+        }
+        if !has_unique_key(client, &self.inner.table, "name").await? {
+            return Err(PgFenceError::Shape(format!(
+                "marks table {} has no unique, non-deferrable index on \"name\"",
+                self.inner.table
+            )));
+        }
         tracing::debug!(table = %self.inner.table, "lease-fence: marks table ready");
         Ok(())
     }
@@ -381,6 +402,41 @@ impl MarkTable {
         let mark = self.mark(client, name).await?;
         tracing::debug!(name, token = %token, mark = ?mark, "lease-fence: stale token refused");
         Ok(FenceOutcome::Stale { mark })
+    }
+}
+
+/// Whether `column` alone is the key of a unique, non-partial, non-deferrable index of `table`:
+/// what `ON CONFLICT (column)` needs. (Parsing the upsert does not check it: the arbiter index
+/// is inferred when the statement is planned.)
+pub(crate) async fn has_unique_key<C>(
+    client: &C,
+    table: &QualifiedName,
+    column: &str,
+) -> Result<bool, PgFenceError>
+where
+    C: GenericClient + Sync,
+{
+    let row = client
+        .query_typed_one(
+            "SELECT EXISTS (\
+               SELECT 1 FROM pg_catalog.pg_index i \
+               JOIN pg_catalog.pg_attribute a \
+                 ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+               WHERE i.indrelid = $1::text::regclass AND a.attname = $2 \
+                 AND i.indisunique AND i.indimmediate AND i.indisvalid \
+                 AND i.indpred IS NULL AND i.indnkeyatts = 1)",
+            &[(&table.quoted(), Type::TEXT), (&column, Type::TEXT)],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// A server-side refusal to parse a statement against an existing table is a shape problem;
+/// anything else (a broken connection) stays a Postgres error.
+pub(crate) fn shape_error(e: tokio_postgres::Error, table: &QualifiedName) -> PgFenceError {
+    match e.as_db_error() {
+        Some(db) => PgFenceError::Shape(format!("{table}: {}", db.message())),
+        None => PgFenceError::Postgres(e),
     }
 }
 

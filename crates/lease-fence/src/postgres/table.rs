@@ -10,6 +10,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::error::PgFenceError;
 use super::ident::{Ident, QualifiedName};
 use super::mark_from_db;
+use super::marks::has_unique_key;
 
 /// The default name of the fence column.
 pub const DEFAULT_FENCE_COLUMN: &str = "fence";
@@ -154,7 +155,9 @@ impl FencedTable {
     }
 
     /// Adds the fence column if missing (idempotent), then checks that it is a `NOT NULL
-    /// bigint` (an existing column of another shape is reported, not altered).
+    /// bigint` (an existing column of another shape is reported, not altered) and that the key
+    /// column is unique (a primary key or unique constraint, as the upsert needs); a mismatch
+    /// is [`PgFenceError::Shape`].
     pub async fn migrate<C>(&self, client: &C) -> Result<(), PgFenceError>
     where
         C: GenericClient + Sync,
@@ -174,6 +177,14 @@ impl FencedTable {
             return Err(PgFenceError::Shape(format!(
                 "fence column {fence} of {table} is {ty}{}; it must be bigint NOT NULL",
                 if not_null { " NOT NULL" } else { "" }
+            )));
+        }
+        // The upsert names the key in ON CONFLICT, which needs a unique index on it.
+        let key = &self.inner.key;
+        if !has_unique_key(client, table, key.as_str()).await? {
+            return Err(PgFenceError::Shape(format!(
+                "{table} has no unique, non-deferrable index on {key} alone \
+                 (add a primary key or unique constraint)"
             )));
         }
         tracing::debug!(table = %table, column = %fence, "lease-fence: fence column ready");
