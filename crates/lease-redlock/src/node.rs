@@ -127,12 +127,14 @@ impl RedisNode<redis::aio::ConnectionManager> {
     /// Connects to one Redis primary with a [`redis::aio::ConnectionManager`] (which reconnects
     /// after the server restarts), identified by the client's address.
     ///
-    /// Set short connection and response timeouts on the manager if you build it yourself
-    /// ([`Node::new`]): the quorum bounds each request by its operation timeout anyway.
+    /// The manager gets no response timeout of its own: every call is bounded by the quorum's
+    /// operation timeout, which may exceed redis-rs's default of 500 ms. Build the connection
+    /// yourself and use [`Node::new`] for other settings.
     pub async fn connect(client: redis::Client) -> Result<Self, redis::RedisError> {
         let id = client_address(&client);
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None)
             .set_number_of_retries(1);
         let conn = client.get_connection_manager_with_config(config).await?;
         Ok(Node::new(id, RedisBackend::new(conn)))
@@ -142,10 +144,15 @@ impl RedisNode<redis::aio::ConnectionManager> {
 impl RedisNode<redis::aio::MultiplexedConnection> {
     /// A node over a multiplexed connection (which does not reconnect: after the server
     /// restarts, every call fails until a new node is made), identified by the client's
-    /// address.
+    /// address; no response timeout of its own (the quorum bounds every call).
     pub async fn connect_multiplexed(client: redis::Client) -> Result<Self, redis::RedisError> {
         let id = client_address(&client);
-        let conn = client.get_multiplexed_async_connection().await?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None);
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
         Ok(Node::new(id, RedisBackend::new(conn)))
     }
 }
