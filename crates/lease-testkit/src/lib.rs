@@ -33,6 +33,7 @@ pub mod mode;
 pub mod postgres;
 mod process;
 pub mod proxy;
+pub mod reaper;
 pub mod redis;
 mod resp;
 pub mod tempdir;

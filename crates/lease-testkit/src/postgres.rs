@@ -76,6 +76,7 @@ impl PostgresBuilder {
                 )));
             }
         }
+        crate::reaper::reap_stale_dirs();
         let bindir = find_bindir()?;
         let owner = if running_as_root() {
             Some(lookup_user("postgres").ok_or_else(|| {

@@ -270,6 +270,7 @@ impl RedisServer {
     }
 
     pub(crate) async fn start_with(opts: RedisOptions) -> Result<Self> {
+        crate::reaper::reap_stale_dirs();
         let mode = match opts.mode {
             Some(mode) => mode,
             None if opts.cluster => ServerMode::Process,
@@ -284,6 +285,7 @@ impl RedisServer {
                     ));
                 }
                 let image = selection()?.image.clone();
+                crate::reaper::reap_stale_containers().await;
                 Self::start_container(opts, image).await
             }
         }
@@ -373,6 +375,7 @@ impl RedisServer {
                 .with_cmd(cmd)
                 .with_container_name(name.clone())
                 .with_label(CONTAINER_LABEL, "redis")
+                .with_label(crate::reaper::OWNER_LABEL, crate::reaper::owner())
                 .with_mapped_port(host_port, CONTAINER_PORT.tcp())
                 .with_startup_timeout(START_DEADLINE)
                 .with_host_config_modifier(|host_config| {

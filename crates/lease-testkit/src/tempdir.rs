@@ -22,6 +22,10 @@ pub const ENV_TMPDIR: &str = "REDLEASE_TMPDIR";
 /// (`cargo xtask test`) can check that nothing leaked.
 pub const ENV_RUN_ID: &str = "REDLEASE_TESTKIT_RUN_ID";
 
+/// File written into a directory kept because of [`ENV_KEEP_TMP`], so that the
+/// stale-resource clean-up ([`crate::reaper`]) leaves it alone.
+pub const KEEP_MARKER: &str = ".redlease-keep";
+
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A uniquely named directory, removed recursively on drop.
@@ -70,6 +74,7 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         if self.keep {
+            let _ = std::fs::write(self.path.join(KEEP_MARKER), b"");
             eprintln!("lease-testkit: keeping {}", self.path.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.path);
