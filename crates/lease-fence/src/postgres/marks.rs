@@ -213,7 +213,8 @@ impl MarkTable {
     ///
     /// Call it first in the transaction (fewer wasted writes, and the lock order is the same in
     /// every fenced transaction); anywhere before `COMMIT` is correct. `tx` may be a
-    /// savepoint (a nested [`Transaction`]): then only the savepoint is aborted. Pooled
+    /// savepoint (a nested [`Transaction`]): rolling it back (or dropping it) then restores the
+    /// enclosing transaction; releasing it fails and leaves the whole transaction aborted. Pooled
     /// transactions (e.g. deadpool's) dereference to a [`Transaction`].
     pub async fn fence(
         &self,
