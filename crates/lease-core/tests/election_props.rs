@@ -380,7 +380,7 @@ fn run(s: &Setup, actions: &[Action]) -> Result<common::Stats, String> {
         spec: Arc::new(cfg.lease_spec()),
     };
     for a in actions {
-        w.el.obs.note(format!("action {a:?}"));
+        w.el.obs.note(|| format!("action {a:?}"));
         w.step(a)
             .map_err(|e| format!("{e}\ntrace:\n{}", w.el.obs.trace_text()))?;
     }

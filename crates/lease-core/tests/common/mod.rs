@@ -168,6 +168,9 @@ pub(crate) struct Observer {
     step_late: bool,
     /// A short trace of recent steps, for failure reports.
     pub(crate) trace: VecDeque<String>,
+    /// Whether to keep the trace (formatting it costs; simulations replay a failing seed with
+    /// tracing on).
+    pub(crate) tracing: bool,
 }
 
 /// Counters of what a run exercised.
@@ -210,11 +213,16 @@ impl Observer {
             step_renew_polled: false,
             step_late: false,
             trace: VecDeque::new(),
+            tracing: true,
         }
     }
 
-    /// Adds a line to the trace (kept short).
-    pub(crate) fn note(&mut self, line: String) {
+    /// Adds a line to the trace (kept short), when tracing.
+    pub(crate) fn note(&mut self, line: impl FnOnce() -> String) {
+        if !self.tracing {
+            return;
+        }
+        let line = line();
         if self.trace.len() >= 60 {
             self.trace.pop_front();
         }
@@ -265,10 +273,12 @@ impl Observer {
     pub(crate) fn on_request(&mut self, now: Instant, req: &Request) -> Check {
         self.stats.requests += 1;
         let op = req.kind.op();
-        self.note(format!(
-            "{now:?} request {:?} {op:?} deadline {:?}",
-            req.id, req.deadline
-        ));
+        self.note(|| {
+            format!(
+                "{now:?} request {:?} {op:?} deadline {:?}",
+                req.id, req.deadline
+            )
+        });
         ensure!(!self.stopped, "request {req:?} after Stopped");
         ensure!(
             req.sent_at == now,
@@ -358,7 +368,7 @@ impl Observer {
 
     /// A reply (or timeout) about to be handed to the machine at `now`.
     pub(crate) fn on_reply(&mut self, now: Instant, id: RequestId, d: &Delivery) -> Check {
-        self.note(format!("{now:?} deliver {id:?} {d:?}"));
+        self.note(|| format!("{now:?} deliver {id:?} {d:?}"));
         let Some((op, _sent, deadline)) = self.in_flight.remove(&id) else {
             return Err(format!("reply to {id:?}, which is not in flight"));
         };
@@ -452,7 +462,7 @@ impl Observer {
 
     /// An event the machine reported at `now`.
     pub(crate) fn on_event(&mut self, now: Instant, ev: &Event) -> Check {
-        self.note(format!("{now:?} event {ev:?}"));
+        self.note(|| format!("{now:?} event {ev:?}"));
         ensure!(!self.stopped, "event {ev:?} after Stopped");
         match ev {
             Event::Elected { token, valid_until } => {
@@ -806,7 +816,7 @@ impl Elector {
         let due = self.election.poll_timeout();
         self.obs.begin_step(late);
         self.obs
-            .note(format!("{now:?} handle_timeout (due {due:?})"));
+            .note(|| format!("{now:?} handle_timeout (due {due:?})"));
         self.election.handle_timeout(now);
         self.settle(now)?;
         if due.is_some_and(|t| t <= now) && self.new_requests.is_empty() {
@@ -822,7 +832,7 @@ impl Elector {
     /// Gives a command at `now`.
     pub(crate) fn command(&mut self, now: Instant, cmd: Command) -> Check {
         self.obs.begin_step(false);
-        self.obs.note(format!("{now:?} command {cmd:?}"));
+        self.obs.note(|| format!("{now:?} command {cmd:?}"));
         match cmd {
             Command::Resign => {
                 let leading = self.election.token(now);
