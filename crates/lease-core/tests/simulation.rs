@@ -75,6 +75,8 @@ struct Params {
     pause_max: Duration,
     /// A leader writes this often.
     write_every: Duration,
+    /// Per-write probability (‰) that a leader ends its term itself (before the faults stop).
+    quit_permille: u64,
 }
 
 const START: Instant = Instant::from_origin(Duration::from_secs(100));
@@ -119,6 +121,7 @@ impl Params {
             pause_every: ttl * (2 + rng.below_inclusive(6) as u32),
             pause_max: ttl * 5 / 2,
             write_every: ttl / 8,
+            quit_permille: rng.below_inclusive(30),
         }
     }
 
@@ -520,6 +523,19 @@ impl Sim {
         {
             self.send_write(i, t, false);
             self.nodes[i].next_write = now + self.p.write_every;
+            // While faults last, a leader sometimes ends its term itself: it resigns, or its
+            // work returns. Its term-scoped release may then be slow and land after its next
+            // term began, which must not delete that term.
+            if now < self.p.faults_until && self.rng.below_inclusive(999) < self.p.quit_permille {
+                let cmd = if self.rng.below_inclusive(1) == 0 {
+                    Command::Resign
+                } else {
+                    Command::WorkReturned
+                };
+                slog!(self, "{now:?} e{i} {cmd:?}");
+                self.nodes[i].el.command(now, cmd)?;
+                self.after_step(i)?;
+            }
         }
         // Pauses start (only while faults last, and end before they stop).
         if !self.shutting_down && self.nodes[i].next_pause <= now {
