@@ -16,7 +16,8 @@ use redis::aio::ConnectionManager;
 
 const SEED: u64 = 0x5eed_2024;
 const CONTENDERS: usize = 8;
-/// Pause cycles (each 100–500 ms of one or two nodes paused, then up to 200 ms without).
+/// Pause cycles (100–500 ms with one node paused, or 600–900 ms with two; then up to 200 ms
+/// without).
 const CHAOS_CYCLES: u32 = 30;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +84,14 @@ async fn fenced_quorum_tokens_strictly_increase_under_contention_and_pauses() {
                     servers[i].pause().await.unwrap();
                 }
                 pauses += 1;
-                tokio::time::sleep(Duration::from_millis(100 + rng.below_inclusive(400))).await;
+                // A majority stays paused longer than the operation timeout (400 ms at a 2 s TTL), so the
+                // rounds started meanwhile fail rather than complete on resume.
+                let hold = if paused.len() == 2 {
+                    600 + rng.below_inclusive(300)
+                } else {
+                    100 + rng.below_inclusive(400)
+                };
+                tokio::time::sleep(Duration::from_millis(hold)).await;
                 for &i in &paused {
                     servers[i].resume().await.unwrap();
                 }
