@@ -19,7 +19,8 @@
 //! - one term per token: `Elected(token)`, then the held lease's rules (see [`crate::lease`]);
 //! - a term ends on loss, deadline, [`Election::resign`], [`Election::shutdown`], or
 //!   [`Election::work_returned`]; every ended term asks for exactly one release, and no acquire
-//!   is sent while a release is pending (a late release must not delete our own next term);
+//!   is sent while a release is pending (a late release must not delete our own next term) or
+//!   a renewal is in flight (it would hold back the next term's first renewal);
 //! - `Follower` is reported once per transition into the follower role, not per poll;
 //! - every tolerated failure is reported as an `Error` event;
 //! - after [`Election::shutdown`] the machine releases what it may hold — including the lease
