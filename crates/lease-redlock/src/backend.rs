@@ -121,6 +121,7 @@ impl RedlockConfig {
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
+#[derive(Clone)]
 pub struct RedlockBackend<N> {
     nodes: Vec<N>,
     quorum: usize,
