@@ -336,6 +336,15 @@ pub enum BackendError {
     /// The server refuses because a value is out of range (e.g. the counter passed 2^53).
     #[error("fence counter exhausted: {0}")]
     TokenExhausted(String),
+    /// The store minted a token not above one this instance was granted before: its counter
+    /// went back (restart without persistence, eviction, failover). Reported, not fatal.
+    #[error("fence counter regressed: minted {minted} after {previous} was granted")]
+    TokenRegression {
+        /// The highest token granted before.
+        previous: Token,
+        /// The token just minted.
+        minted: Token,
+    },
     /// An adapter-specific failure (for example a quorum failure with per-node causes).
     #[error(transparent)]
     Other(BoxError),
@@ -371,6 +380,20 @@ pub trait LeaseBackend: Send + Sync + 'static {
     ) -> Result<Option<Duration>, BackendError>;
     /// Who holds the lease now, and the fence counter and mark.
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError>;
+
+    /// Refuses, before any round trip, a lease this backend can never serve (for example
+    /// keys in different Redis Cluster slots). Drivers call it before contending.
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        let _ = spec;
+        Ok(())
+    }
+
+    /// How much shorter than the TTL a lease's local validity must be, to allow for clock-rate
+    /// drift between this process and the store (zero by default; Redlock's drift allowance).
+    fn validity_margin(&self, ttl: Ttl) -> Duration {
+        let _ = ttl;
+        Duration::ZERO
+    }
 }
 
 #[async_trait]
@@ -393,6 +416,12 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         (**self).inspect(spec).await
+    }
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        (**self).check_spec(spec)
+    }
+    fn validity_margin(&self, ttl: Ttl) -> Duration {
+        (**self).validity_margin(ttl)
     }
 }
 

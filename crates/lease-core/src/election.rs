@@ -223,6 +223,8 @@ pub struct Election {
     consecutive_errors: u32,
     announced: Announced,
     contention_paused: bool,
+    margin: Duration,
+    highest_token: Option<Token>,
     events: VecDeque<Event>,
 }
 
@@ -250,6 +252,8 @@ impl Election {
             consecutive_errors: 0,
             announced: Announced::Nothing,
             contention_paused: false,
+            margin: Duration::ZERO,
+            highest_token: None,
             events: VecDeque::new(),
         }
     }
@@ -310,6 +314,7 @@ impl Election {
             ttl: self.config.ttl(),
             renew_interval: self.config.renew_interval(),
             operation_timeout: self.config.operation_timeout(),
+            margin: self.margin,
         }
     }
 
@@ -462,7 +467,7 @@ impl Election {
         match result {
             Some(Ok(AcquireOutcome::Acquired { token: Some(token) })) => {
                 self.consecutive_errors = 0;
-                let expired = now >= sent_at + self.config.ttl().get();
+                let expired = now >= self.timing().valid_until(sent_at);
                 if self.shutting_down || self.term.is_some() || expired {
                     // Won, but must not lead: shutting down, or the reply came after the lease
                     // it granted had already lapsed. Give it back.
@@ -476,6 +481,20 @@ impl Election {
                     self.schedule_acquire(now);
                     return;
                 }
+                if let Some(previous) = self.highest_token.filter(|p| token <= *p) {
+                    // The store minted a token we have already seen: its counter went back
+                    // (restart without persistence, eviction, failover). Lead anyway — the lease
+                    // is ours — but say so loudly: fenced resources with a higher mark will
+                    // refuse this term's writes.
+                    self.events.push_back(Event::Error {
+                        op: Op::Acquire,
+                        error: BackendError::TokenRegression {
+                            previous,
+                            minted: token,
+                        },
+                    });
+                }
+                self.highest_token = self.highest_token.max(Some(token));
                 let lease = HeldLease::new(self.timing(), Some(token), sent_at, now);
                 let valid_until = lease.valid_until();
                 self.term = Some(Term { token, lease });
@@ -571,6 +590,16 @@ impl Election {
         });
         self.release_queue.push_back(Some(term.token));
         self.schedule_acquire(now);
+        if matches!(
+            reason,
+            StepDownReason::Resigned | StepDownReason::WorkReturned
+        ) {
+            // A voluntary step-down gives the others the first chance: every live follower
+            // polls at least once per acquire interval, so wait a little longer than that.
+            let interval = self.config.acquire_interval();
+            let wait = (interval + interval / 10).min(self.config.ttl().get());
+            self.next_acquire = now + wait;
+        }
     }
 
     /// When to call [`Election::handle_timeout`] next; `None` when nothing is scheduled.
@@ -623,6 +652,17 @@ impl Election {
         } else {
             false
         }
+    }
+
+    /// Sets the validity margin the backend asks for ([`crate::LeaseBackend::validity_margin`]):
+    /// every lease's local deadline is its send instant plus the TTL minus this margin.
+    pub fn set_validity_margin(&mut self, margin: Duration) {
+        self.margin = margin;
+    }
+
+    /// The highest token this instance has been granted.
+    pub fn highest_token(&self) -> Option<Token> {
+        self.highest_token
     }
 
     /// Holds back (or allows again) new acquire requests, for example while the previous

@@ -25,6 +25,16 @@ pub struct LeaseTiming {
     pub renew_interval: Duration,
     /// An extra cap on each renewal round trip.
     pub operation_timeout: Option<Duration>,
+    /// Subtracted from every validity: the backend's allowance for clock-rate drift between
+    /// this process and the store (zero for one Redis; Redlock's `ceil(ttl × drift) + 2 ms`).
+    pub margin: Duration,
+}
+
+impl LeaseTiming {
+    /// The validity of a lease granted by a request sent at `sent_at`: `sent_at + ttl − margin`.
+    pub fn valid_until(&self, sent_at: Instant) -> Instant {
+        sent_at + self.ttl.get().saturating_sub(self.margin)
+    }
 }
 
 /// Why a held lease was lost.
@@ -84,7 +94,7 @@ impl HeldLease {
     /// use std::time::Duration;
     /// use lease_core::{Instant, Ttl};
     /// use lease_core::lease::{HeldLease, LeaseTiming};
-    /// let timing = LeaseTiming { ttl: Ttl::new(Duration::from_secs(3))?, renew_interval: Duration::from_secs(1), operation_timeout: None };
+    /// let timing = LeaseTiming { ttl: Ttl::new(Duration::from_secs(3))?, renew_interval: Duration::from_secs(1), operation_timeout: None, margin: Duration::ZERO };
     /// let t0 = Instant::ZERO;
     /// let now = t0 + Duration::from_millis(20);
     /// let mut lease = HeldLease::new(timing, None, t0, now);
@@ -97,7 +107,7 @@ impl HeldLease {
         let mut lease = HeldLease {
             timing,
             token,
-            valid_until: sent_at + timing.ttl.get(),
+            valid_until: timing.valid_until(sent_at),
             next_renew: now,
             in_flight: None,
             lost: None,
@@ -140,7 +150,10 @@ impl HeldLease {
             return None;
         }
         self.in_flight = Some(now);
-        let mut deadline = self.valid_until;
+        // Bounded by the remaining budget, and by one renew interval: a renewal whose reply is
+        // lost must not hold the single in-flight slot until the deadline (one dropped reply
+        // would then end the lease); the next tick sends a fresh one.
+        let mut deadline = self.valid_until.min(now + self.timing.renew_interval);
         if let Some(cap) = self.timing.operation_timeout {
             deadline = deadline.min(now + cap);
         }
@@ -165,7 +178,7 @@ impl HeldLease {
         }
         match reply {
             Ok(RenewOutcome::Renewed) => {
-                let until = sent_at + self.timing.ttl.get();
+                let until = self.timing.valid_until(sent_at);
                 if until > self.valid_until {
                     self.valid_until = until;
                 }

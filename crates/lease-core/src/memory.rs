@@ -424,14 +424,34 @@ impl Store {
         Ok(())
     }
 
-    fn check_write(&mut self, w: &MemoryWrite, now: Instant) -> Result<(), BackendError> {
-        if let MemoryWrite::HSet { key, .. } = w
-            && let Some(Entry {
-                value: Value::Str(_),
-                ..
-            }) = self.live(key, now)
-        {
-            return Err(BackendError::Server(WRONGTYPE.into()));
+    /// Checks a batch's types as the batch goes (like the Redis multi-write script): a write
+    /// sees the types earlier writes of the same batch leave behind.
+    fn check_writes(&mut self, writes: &[MemoryWrite], now: Instant) -> Result<(), BackendError> {
+        // Per key: Some(true) = string, Some(false) = hash, None = absent.
+        let mut seen: HashMap<&str, Option<bool>> = HashMap::new();
+        for w in writes {
+            match w {
+                MemoryWrite::Set { key, .. } => {
+                    seen.insert(key, Some(true));
+                }
+                MemoryWrite::HSet { key, .. } => {
+                    let is_str = match seen.get(key.as_str()) {
+                        Some(t) => *t,
+                        None => self
+                            .live(key, now)
+                            .map(|e| matches!(e.value, Value::Str(_))),
+                    };
+                    if is_str == Some(true) {
+                        return Err(BackendError::Server(WRONGTYPE.into()));
+                    }
+                    seen.insert(key, Some(false));
+                }
+                MemoryWrite::Del { keys } => {
+                    for k in keys {
+                        seen.insert(k, None);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -443,19 +463,24 @@ impl Store {
         writes: &[MemoryWrite],
         now: Instant,
     ) -> Result<FenceOutcome, BackendError> {
-        let mark = self.get_int(mark_key, now)?;
-        let mark = Token::new(mark)
-            .map(FenceMark::at)
-            .unwrap_or(FenceMark::NONE);
+        let raw = self.get_int(mark_key, now)?;
+        let mark = match raw {
+            0 => FenceMark::NONE,
+            // Above 2^53 (never written by us): every valid token is below it, as in Redis.
+            m if m > MAX_TOKEN => {
+                return Ok(FenceOutcome::Stale {
+                    mark: FenceMark::at(Token::MAX),
+                });
+            }
+            m => Token::new(m).map(FenceMark::at).unwrap_or(FenceMark::NONE),
+        };
         if !mark.accepts(token) {
             return Ok(FenceOutcome::Stale { mark });
         }
         // Redis scripts have no rollback: a write that fails leaves the mark unmoved. The
         // in-memory store checks every write first so a batch is all-or-nothing, like the
         // Redis multi-write script, which validates types before writing.
-        for w in writes {
-            self.check_write(w, now)?;
-        }
+        self.check_writes(writes, now)?;
         for w in writes {
             self.apply_write(w, now)?;
         }

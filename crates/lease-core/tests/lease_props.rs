@@ -99,6 +99,7 @@ proptest! {
             ttl: Ttl::new(ttl).map_err(|e| TestCaseError::fail(e.to_string()))?,
             renew_interval: ms(s.renew_ms),
             operation_timeout: s.op_timeout_ms.map(ms),
+            margin: Duration::ZERO,
         };
         let sent_at = Instant::ZERO + ms(1000);
         let mut now = sent_at + ms(s.acquire_rtt_ms);
@@ -183,11 +184,11 @@ proptest! {
                             prop_assert!(last_renew_sent.is_none_or(|p| now >= p + ms(s.renew_ms)),
                                 "renewals closer than the interval");
                             prop_assert_eq!(o.sent_at, now);
-                            let mut dl = lease.valid_until();
+                            let mut dl = lease.valid_until().min(now + ms(s.renew_ms));
                             if let Some(c) = s.op_timeout_ms {
                                 dl = dl.min(now + ms(c));
                             }
-                            prop_assert_eq!(o.deadline, dl, "bounded by the remaining budget");
+                            prop_assert_eq!(o.deadline, dl, "bounded by min(remaining budget, renew interval)");
                             prop_assert!(lease.renew_in_flight());
                             in_flight = Some((o.sent_at, o.deadline));
                             last_renew_sent = Some(now);
@@ -304,11 +305,12 @@ fn steps_down_exactly_at_the_deadline() {
         ttl: Ttl::new(ms(3000)).unwrap(),
         renew_interval: ms(1000),
         operation_timeout: None,
+        margin: Duration::ZERO,
     };
     let t0 = Instant::ZERO;
     let mut lease = HeldLease::new(timing, None, t0, t0 + ms(10));
     let order = lease.poll_renew(t0 + ms(10)).unwrap();
-    assert_eq!(order.deadline, t0 + ms(3000));
+    assert_eq!(order.deadline, t0 + ms(1010), "one renew interval");
     assert_eq!(lease.poll_timeout(), Some(t0 + ms(3000)));
     lease.handle_timeout(t0 + ms(2999));
     assert!(lease.is_held(t0 + ms(2999)));
@@ -329,6 +331,7 @@ fn a_reply_at_the_deadline_does_not_revive() {
         ttl: Ttl::new(ms(3000)).unwrap(),
         renew_interval: ms(1000),
         operation_timeout: None,
+        margin: Duration::ZERO,
     };
     let t0 = Instant::ZERO;
     let mut lease = HeldLease::new(timing, None, t0, t0);

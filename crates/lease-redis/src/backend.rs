@@ -275,6 +275,10 @@ where
         let v = call.run(&mut conn, &S_INSPECT).await?;
         reply::inspect(&v, spec.fence_key().is_some())
     }
+
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.precheck("check", spec)
+    }
 }
 
 impl<C> Fencing for RedisBackend<C>

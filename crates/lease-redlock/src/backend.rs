@@ -681,4 +681,15 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.inspect_round(spec).await
     }
+
+    /// Every node must accept the lease.
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.nodes().iter().try_for_each(|n| n.check_spec(spec))
+    }
+
+    /// The drift allowance `ceil(ttl × drift) + 2 ms`: the driver's local deadline must not
+    /// outlast the validity a quorum round computes.
+    fn validity_margin(&self, ttl: lease_core::Ttl) -> Duration {
+        lease_core::quorum::drift(ttl.get(), self.config().drift_factor())
+    }
 }

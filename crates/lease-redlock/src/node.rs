@@ -178,6 +178,9 @@ impl<B: LeaseBackend> LeaseBackend for Node<B> {
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.backend.inspect(spec).await
     }
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.backend.check_spec(spec)
+    }
 }
 
 #[async_trait]

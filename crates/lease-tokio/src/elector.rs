@@ -344,6 +344,11 @@ impl<B: LeaseBackend> Elector<B> {
         F: FnMut(Term<B>) -> Fut + Send,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        // Refuse a lease the backend can never serve before contending (e.g. an election name
+        // without a hash tag on Redis Cluster), instead of retrying it forever.
+        self.inner
+            .backend
+            .check_spec(&self.inner.config.lease_spec())?;
         if self.inner.running.swap(true, Ordering::AcqRel) {
             return Err(ElectorError::AlreadyRunning);
         }
@@ -357,6 +362,7 @@ impl<B: LeaseBackend> Elector<B> {
 
         let clock = Clock::new();
         let mut machine = Election::new(self.inner.config.clone(), self.inner.seed, clock.now());
+        machine.set_validity_margin(self.inner.backend.validity_margin(self.inner.config.ttl()));
         let mut requests: JoinSet<Reply> = JoinSet::new();
         let mut request_ids: HashMap<tokio::task::Id, RequestId> = HashMap::new();
         let mut work: Option<(Token, tokio::task::JoinHandle<()>)> = None;

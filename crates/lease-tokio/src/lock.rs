@@ -237,6 +237,7 @@ impl<B: LeaseBackend> Locker<B> {
         if options.operation_timeout.is_some_and(|t| t.is_zero()) {
             return Err(ConfigError::ZeroOperationTimeout.into());
         }
+        self.backend.check_spec(&spec).map_err(LockError::Refused)?;
         let clock = Clock::new();
         let start = clock.now();
         let wait = options.wait.unwrap_or(ttl.get());
@@ -379,7 +380,9 @@ impl<B: LeaseBackend> Lock<B> {
         retry: RetryStrategy,
     ) -> Self {
         let shared = Arc::new(Shared {
-            valid_until: Mutex::new(clock.to_tokio(sent + ttl.get())),
+            valid_until: Mutex::new(
+                clock.to_tokio(sent + ttl.get().saturating_sub(backend.validity_margin(ttl))),
+            ),
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
         });
@@ -396,6 +399,7 @@ impl<B: LeaseBackend> Lock<B> {
                     ttl,
                     renew_interval: ar.interval,
                     operation_timeout,
+                    margin: backend.validity_margin(ttl),
                 },
                 fence_token,
                 clock,
@@ -519,7 +523,8 @@ impl<B: LeaseBackend> Lock<B> {
                         .valid_until
                         .lock()
                         .unwrap_or_else(|e| e.into_inner());
-                    let next = self.clock.to_tokio(sent + ttl.get());
+                    let margin = self.backend.validity_margin(ttl);
+                    let next = self.clock.to_tokio(sent + ttl.get().saturating_sub(margin));
                     // An explicit refresh sets the deadline (it may shorten the TTL).
                     *v = next;
                     return Ok(());

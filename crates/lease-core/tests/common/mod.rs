@@ -323,13 +323,14 @@ impl Observer {
                     return Err(format!("renew at {now:?} outside a term"));
                 };
                 ensure!(now < term.valid_until, "renew sent at/after the deadline");
-                let mut dl = term.valid_until;
+                // The remaining budget, and at most one renew interval.
+                let mut dl = term.valid_until.min(now + self.config.renew_interval());
                 if let Some(c) = self.config.operation_timeout() {
                     dl = dl.min(now + c);
                 }
                 ensure!(
                     req.deadline == dl,
-                    "renew deadline {:?}, expected the remaining budget {dl:?}",
+                    "renew deadline {:?}, expected min(remaining budget, renew interval) {dl:?}",
                     req.deadline
                 );
                 ensure!(r.ttl == self.config.ttl(), "renew with another ttl");
