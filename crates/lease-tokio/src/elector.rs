@@ -272,6 +272,16 @@ impl<B: LeaseBackend> Elector<B> {
         }
     }
 
+    /// The local deadline of the current term (tokio clock), if leading: the send instant of
+    /// the last successful acquire/renew plus the TTL (minus the backend's drift margin). The
+    /// elector is never leader at or after it.
+    pub fn valid_until(&self) -> Option<tokio::time::Instant> {
+        let lease = *lock(&self.inner.lease);
+        lease
+            .map(|(_, until)| until)
+            .filter(|until| tokio::time::Instant::now() < *until)
+    }
+
     /// Whether this instance leads now. **Advisory**: leadership can be lost the instant after
     /// this returns; never gate a correctness-sensitive write on it (use a fenced write).
     pub fn is_leader(&self) -> bool {

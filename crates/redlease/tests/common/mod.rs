@@ -63,8 +63,12 @@ impl Observer for Recorder {
             .unwrap()
             .push(format!("follower {}", holder.unwrap_or("?")));
     }
-    fn on_error(&self, op: Op, _error: &BackendError) {
-        self.0.lock().unwrap().push(format!("error {op:?}"));
+    fn on_error(&self, op: Op, error: &BackendError) {
+        let mut v = self.0.lock().unwrap();
+        v.push(format!("error {op:?}"));
+        if let BackendError::TokenRegression { previous, minted } = error {
+            v.push(format!("regression {previous} -> {minted}"));
+        }
     }
 }
 
