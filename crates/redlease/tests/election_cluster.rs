@@ -22,7 +22,7 @@ async fn script_calls(cluster: &RedisCluster) -> u64 {
         for line in info.lines() {
             if line.starts_with("cmdstat_eval:") || line.starts_with("cmdstat_evalsha:") {
                 let calls = line
-                    .split(|c| c == ':' || c == ',')
+                    .split([':', ','])
                     .find_map(|kv| kv.strip_prefix("calls="))
                     .and_then(|v| v.parse::<u64>().ok())
                     .unwrap_or(0);

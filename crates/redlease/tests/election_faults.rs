@@ -12,14 +12,14 @@ use lease_testkit::redis::{Persistence, RedisServer};
 use redlease::redis::RedisBackend;
 use redlease::{CancellationToken, Elector, FenceOutcome, Role, Token};
 
+type Run = tokio::task::JoinHandle<Result<(), redlease::ElectorError>>;
+type Terms = tokio::sync::mpsc::UnboundedReceiver<(Token, &'static str)>;
+
 /// Runs `e` with a leader callback that reports each term's token and when it was cancelled.
 fn spawn_reporting<B: redlease::LeaseBackend + redlease::Fencing>(
     e: &Elector<B>,
     shutdown: &CancellationToken,
-) -> (
-    tokio::task::JoinHandle<Result<(), redlease::ElectorError>>,
-    tokio::sync::mpsc::UnboundedReceiver<(Token, &'static str)>,
-) {
+) -> (Run, Terms) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let (e, s) = (e.clone(), shutdown.clone());
     let run = tokio::spawn(async move {
