@@ -74,6 +74,24 @@ pub mod memory {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use lease_redis::*;
+
+    /// The redis-rs crate this backend is built on, for building connections.
+    pub use ::redis as client;
+
+    /// Connects to the Redis at `url` with a reconnecting [`client::aio::ConnectionManager`]
+    /// (connection timeout 1 s) and wraps it in a standalone [`RedisBackend`].
+    ///
+    /// For Redis Cluster, build a `client::cluster_async::ClusterConnection` and use
+    /// [`RedisBackend::cluster`].
+    pub async fn connect(
+        url: &str,
+    ) -> Result<RedisBackend<client::aio::ConnectionManager>, client::RedisError> {
+        let client = client::Client::open(url)?;
+        let config = client::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(1)));
+        let manager = client::aio::ConnectionManager::new_with_config(client, config).await?;
+        Ok(RedisBackend::new(manager))
+    }
 }
 
 /// Quorum leases over N independent Redis primaries.
