@@ -105,3 +105,8 @@ pub mod redlock {
 pub mod fence {
     pub use lease_fence::*;
 }
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
