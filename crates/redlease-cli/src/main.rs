@@ -1,3 +1,179 @@
-//! The `redlease` command.
+//! The `redlease` command: leader election and locks on Redis with fencing tokens, from the
+//! shell. Built on the public API of the [`redlease`] facade.
+//!
+//! ```text
+//! redlease [--redis URL] [--json] <command>
+//!
+//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace 10s] [--keep-running] -- CMD [ARGS...]
+//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace 10s] -- CMD [ARGS...]
+//!   status --name NAME
+//!   fence  set|hset|del --name NAME --token T ARGS...
+//!   demo   [--redis URL]
+//! ```
+//!
+//! - `--redis` defaults to `redis://127.0.0.1:6379`, or `REDLEASE_REDIS_URL`. A connection
+//!   attempt gives up after about one second.
+//! - Progress is printed on stderr (`redlease +1.234s: ...`), as JSON lines with `--json`;
+//!   results (`status`, `fence`) go to stdout, as one JSON object with `--json`.
+//! - `run`: while elected leader of NAME, CMD runs with `REDLEASE_TOKEN` (the term's fencing
+//!   token), `REDLEASE_NAME`, `REDLEASE_INSTANCE_ID` and `REDLEASE_REDIS_URL` in its
+//!   environment, in its own process group. Leadership lost: SIGTERM to the group, SIGKILL
+//!   after `--grace`, exit 72 (or contend again with `--keep-running`). CMD exited: release,
+//!   exit with its status (or contend again with `--keep-running`). SIGINT/SIGTERM: stop CMD,
+//!   release, exit 130/143.
+//! - `lock`: CMD runs under the lock KEY, renewed every TTL/3; with `--fence` a token is minted
+//!   from `<KEY>:fence` and passed as `REDLEASE_TOKEN`. Lost while CMD runs: CMD is stopped,
+//!   exit 72. Not obtained within `--wait`: exit 71.
+//! - `fence`: a fenced `SET`/`HSET`/`DEL` against the election's mark `<NAME>:fence:applied`.
+//! - `demo`: three contenders, one elected, the leader stalls, a successor is elected with a
+//!   higher token, the stale leader's write is refused. In-memory unless `--redis` is given.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (`run`/`lock`: CMD exited 0) |
+//! | 1–255 | `run`/`lock`: CMD's own exit status, passed through; 128+N when CMD was killed by signal N |
+//! | 2 | usage: unknown option, missing argument, missing `--` or CMD, malformed duration |
+//! | 3 | `fence`: refused, the token is stale (a newer term exists); nothing was written |
+//! | 64 | invalid value: name/key/instance id empty, too long or with NUL; TTL or interval out of range; token not in 1..=2^53; malformed Redis URL |
+//! | 69 | Redis unreachable (refused, timed out after ~1 s, unknown host, no reply) |
+//! | 70 | Redis error or unexpected reply (authentication, WRONGTYPE, script error) |
+//! | 71 | `lock`: not obtained within `--wait` |
+//! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
+//! | 126 | CMD could not be executed |
+//! | 127 | CMD not found |
+//! | 130, 143 | redlease got SIGINT / SIGTERM: CMD was stopped and the lease released |
+//!
+//! Every failure is reported as exactly one line on stderr (`redlease: ...`).
 
-fn main() {}
+mod child;
+mod cli;
+mod conn;
+mod demo;
+mod duration;
+mod exit;
+mod fence;
+mod lock;
+mod output;
+mod run;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+
+use crate::cli::{Cli, Command, DEFAULT_REDIS_URL};
+use crate::exit::{Failure, USAGE};
+
+/// What every command gets.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    /// The Redis URL in effect.
+    pub(crate) redis_url: String,
+    /// Whether `--redis` was given on the command line (not from the environment).
+    pub(crate) redis_explicit: bool,
+    /// `--json`.
+    pub(crate) json: bool,
+}
+
+fn main() -> ExitCode {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return usage_error(&e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    let redis_explicit = matches!(
+        matches
+            .subcommand()
+            .and_then(|(_, sub)| sub.value_source("redis"))
+            .or_else(|| matches.value_source("redis")),
+        Some(ValueSource::CommandLine)
+    );
+    let ctx = Ctx {
+        redis_url: cli
+            .redis
+            .clone()
+            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+        redis_explicit,
+        json: cli.json,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&Failure::new(exit::SOFTWARE, format!("cannot start: {e}"))),
+    };
+    let result = runtime.block_on(dispatch(&ctx, cli.command));
+    // Background tasks (a release in flight after a failure) get a moment, not forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => fail(&f),
+    }
+}
+
+async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Run(args) => run::run(ctx, args).await,
+        Command::Lock(args) => lock::lock(ctx, args).await,
+        Command::Status(args) => status::status(ctx, args).await,
+        Command::Fence(args) => fence::fence(ctx, args).await,
+        Command::Demo(_) => demo::demo(ctx).await,
+    }
+}
+
+fn fail(f: &Failure) -> ExitCode {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "redlease: {}", f.message);
+    ExitCode::from(f.code)
+}
+
+/// Help and version print as usual; any other parse error is one line on stderr, exit 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(USAGE);
+        }
+        _ => {}
+    }
+    let rendered = e.render().to_string();
+    let mut parts: Vec<String> = Vec::new();
+    for line in rendered.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("Usage:") || line.starts_with("For more information")
+        {
+            continue;
+        }
+        parts.push(line.strip_prefix("error: ").unwrap_or(line).to_owned());
+    }
+    let mut message = parts.join(" ");
+    if matches!(
+        e.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+    ) && (message.contains("<CMD>") || is_run_or_lock_without_separator())
+    {
+        message
+            .push_str(" (put the command after `--`, e.g. `redlease run --name jobs -- ./job.sh`)");
+    }
+    fail(&Failure::new(USAGE, message))
+}
+
+/// `run`/`lock` given without `--` (CMD words were taken as unexpected arguments).
+fn is_run_or_lock_without_separator() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let is_cmd = args.iter().any(|a| a == "run" || a == "lock");
+    is_cmd && !args.iter().any(|a| a == "--")
+}

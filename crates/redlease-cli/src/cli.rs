@@ -1,0 +1,225 @@
+//! The command line (clap derive).
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+
+/// The default Redis URL.
+pub(crate) const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+const LONG_ABOUT: &str = "\
+Lease-based leader election and locks on Redis, with fencing tokens, from the shell.
+
+`redlease run` keeps exactly one copy of a program running across machines: the elected
+leader runs it, with its fencing token in REDLEASE_TOKEN; if leadership is lost the program is
+stopped (SIGTERM, then SIGKILL after --grace). `redlease lock` runs a program under a lock
+like `flock`, across machines. `redlease fence` performs fenced writes (refused once a newer
+term exists), `redlease status` shows who leads, and `redlease demo` tells the whole failover
+story on an in-memory store (no Redis needed).
+
+Progress goes to stderr (JSON lines with --json); results to stdout.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "redlease",
+    version,
+    about = "Leader election and locks on Redis with fencing tokens, from the shell",
+    long_about = LONG_ABOUT,
+    after_long_help = crate::exit::TABLE,
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    /// Redis URL [default: redis://127.0.0.1:6379]
+    #[arg(long, global = true, env = "REDLEASE_REDIS_URL", value_name = "URL")]
+    pub(crate) redis: Option<String>,
+
+    /// Machine-readable output: JSON objects on stdout, progress as JSON lines on stderr
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Contend for leadership of NAME; while leader, run CMD (stopped when leadership is lost)
+    #[command(after_long_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Run CMD under the lock KEY, renewed automatically (like flock, across machines)
+    #[command(after_long_help = LOCK_HELP)]
+    Lock(LockArgs),
+    /// Show who leads election NAME: holder, token, remaining TTL, applied mark
+    Status(StatusArgs),
+    /// Fenced writes from a shell leader: applied only if --token is not stale (exit 3 if it is)
+    #[command(subcommand)]
+    Fence(FenceCommand),
+    /// A self-contained failover story: election, stall, successor, stale write refused
+    #[command(after_long_help = DEMO_HELP)]
+    Demo(DemoArgs),
+}
+
+const RUN_HELP: &str = "\
+CMD gets REDLEASE_TOKEN (the term's fencing token), REDLEASE_NAME, REDLEASE_INSTANCE_ID and
+REDLEASE_REDIS_URL in its environment, and runs in its own process group. When leadership is
+lost, the group gets SIGTERM, then SIGKILL after --grace, and redlease exits with 72 (or
+contends again with --keep-running). When CMD exits, the lease is released and redlease exits
+with CMD's status (or contends again with --keep-running). On SIGINT/SIGTERM, CMD is stopped
+the same way, the lease released, and redlease exits with 130/143.
+
+Example:
+  redlease run --name report-builder --ttl 5s -- ./build-reports.sh";
+
+const LOCK_HELP: &str = "\
+The lock is renewed every TTL/3 while CMD runs. With --fence, a fencing token is minted from
+the counter <KEY>:fence and passed as REDLEASE_TOKEN (fenced writes check the mark
+<KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL. If the lock is
+lost while CMD runs, CMD is stopped (SIGTERM, then SIGKILL after --grace) and redlease exits
+with 72; if the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
+
+Example:
+  redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh";
+
+const DEMO_HELP: &str = "\
+Three contenders (alpha, bravo, charlie) contend for one election with a 1 s TTL. The leader
+writes under its token, then stalls: its calls to the store hang, as in a long GC pause, so it
+cannot renew. Its lease expires, a successor is elected with a higher token and writes; then
+the stale leader resumes and writes with its old token, and the store refuses it. Runs on an
+in-memory store unless --redis is given on the command line (REDLEASE_REDIS_URL is not used).";
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Election name (keys <NAME>:leader, <NAME>:fence, <NAME>:fence:applied)
+    #[arg(long)]
+    pub(crate) name: String,
+    /// Lease TTL (e.g. 5s, 1500ms; at least 100ms)
+    #[arg(long, default_value = "5s", value_parser = duration::parse)]
+    pub(crate) ttl: Duration,
+    /// This instance's id, unique among live instances [default: <host>-<pid>-<random>]
+    #[arg(long)]
+    pub(crate) instance_id: Option<String>,
+    /// Time between SIGTERM and SIGKILL when CMD must stop
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub(crate) grace: Duration,
+    /// Contend again after CMD exits or leadership is lost, instead of exiting
+    #[arg(long)]
+    pub(crate) keep_running: bool,
+    /// The command to run while leader, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LockArgs {
+    /// The lock key
+    pub(crate) key: String,
+    /// Lock TTL (renewed every TTL/3 while CMD runs)
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for the lock (0: one attempt)
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    pub(crate) wait: Duration,
+    /// Mint a fencing token (counter <KEY>:fence) and pass it as REDLEASE_TOKEN
+    #[arg(long)]
+    pub(crate) fence: bool,
+    /// Time between SIGTERM and SIGKILL when CMD must stop
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub(crate) grace: Duration,
+    /// The command to run under the lock, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Election name
+    #[arg(long)]
+    pub(crate) name: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FenceTarget {
+    /// Election name (mark key <NAME>:fence:applied)
+    #[arg(long)]
+    pub(crate) name: String,
+    /// The term's fencing token (REDLEASE_TOKEN)
+    #[arg(long)]
+    pub(crate) token: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FenceCommand {
+    /// Fenced SET KEY VALUE
+    Set {
+        #[command(flatten)]
+        target: FenceTarget,
+        /// The key
+        key: String,
+        /// The value
+        value: String,
+    },
+    /// Fenced HSET KEY FIELD VALUE
+    #[command(name = "hset")]
+    HSet {
+        #[command(flatten)]
+        target: FenceTarget,
+        /// The hash key
+        key: String,
+        /// The field
+        field: String,
+        /// The value
+        value: String,
+    },
+    /// Fenced DEL KEY...
+    Del {
+        #[command(flatten)]
+        target: FenceTarget,
+        /// The keys
+        #[arg(required = true)]
+        keys: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cmd_comes_after_double_dash() {
+        let cli = Cli::try_parse_from([
+            "redlease",
+            "run",
+            "--name",
+            "jobs",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo --ttl",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run")
+        };
+        assert_eq!(run.ttl, Duration::from_secs(2));
+        assert_eq!(run.cmd, ["sh", "-c", "echo --ttl"]);
+        assert!(
+            Cli::try_parse_from(["redlease", "run", "--name", "jobs", "sleep", "1"]).is_err(),
+            "CMD without `--` is refused"
+        );
+        assert!(Cli::try_parse_from(["redlease", "run", "--name", "jobs", "--"]).is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! `redlease fence`: fenced writes from a shell leader.
+
+use redlease::redis::{RedisFencer, RedisLeaseError};
+use redlease::{ElectionConfig, FenceOutcome, Token};
+
+use crate::cli::{FenceCommand, FenceTarget};
+use crate::exit::{self, Failure};
+use crate::output::{Json, object, print_stdout};
+use crate::{Ctx, conn};
+
+pub(crate) async fn fence(ctx: &Ctx, command: FenceCommand) -> Result<u8, Failure> {
+    let (target, what) = match &command {
+        FenceCommand::Set { target, key, .. } => (target, format!("SET {key}")),
+        FenceCommand::HSet {
+            target, key, field, ..
+        } => (target, format!("HSET {key} {field}")),
+        FenceCommand::Del { target, keys } => (target, format!("DEL {}", keys.join(" "))),
+    };
+    let token = validate(target)?;
+    let connection = conn::connect(&ctx.redis_url).await?;
+    let fencer = RedisFencer::for_election(connection, &target.name, token);
+    let write = async {
+        match &command {
+            FenceCommand::Set { key, value, .. } => fencer.set(key.clone(), value.as_str()).await,
+            FenceCommand::HSet {
+                key, field, value, ..
+            } => {
+                fencer
+                    .hset(key.clone(), field.as_str(), value.as_str())
+                    .await
+            }
+            FenceCommand::Del { keys, .. } => fencer.del(keys.iter().cloned()).await,
+        }
+    };
+    let outcome = match tokio::time::timeout(conn::OP_TIMEOUT, write).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(RedisLeaseError::Backend(e))) => {
+            return Err(Failure::backend(&format!("fenced {what}"), &e));
+        }
+        Ok(Err(e)) => return Err(Failure::invalid("fenced write", e)),
+        Err(_) => {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("fenced {what}: no reply within {:?}", conn::OP_TIMEOUT),
+            ));
+        }
+    };
+    let (applied, mark) = match outcome {
+        FenceOutcome::Applied => (true, Some(token)),
+        FenceOutcome::Stale { mark } => (false, mark.token()),
+    };
+    if ctx.json {
+        print_stdout(&object(&[
+            ("applied", Json::from(applied)),
+            ("token", Json::from(token.get())),
+            ("mark", Json::from(mark.map(|t| t.get()))),
+        ]));
+    }
+    if applied {
+        if !ctx.json {
+            eprintln_line(&format!("applied {what} under token {token}"));
+        }
+        Ok(exit::OK)
+    } else {
+        let mark_text = mark.map_or_else(|| "?".to_owned(), |m| m.to_string());
+        eprintln_line(&format!(
+            "refused: token {token} is stale (the mark is {mark_text}: a newer term exists); nothing was written"
+        ));
+        Ok(exit::STALE)
+    }
+}
+
+/// The name (as an elector would validate it) and the token, before any round trip.
+fn validate(target: &FenceTarget) -> Result<Token, Failure> {
+    ElectionConfig::builder(target.name.clone(), "redlease-fence")
+        .build()
+        .map_err(|e| Failure::config(&e))?;
+    target
+        .token
+        .parse::<Token>()
+        .map_err(|e| Failure::token(&e))
+}
+
+fn eprintln_line(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "redlease: {line}");
+}

@@ -1,0 +1,358 @@
+//! `redlease run`: contend; while leader, run CMD; stop it when leadership is lost.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redlease::core::election::Op;
+use redlease::redis::RedisBackend;
+use redlease::{
+    BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, Observer,
+    StepDownReason, Term, Token,
+};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::child::{Cmd, terminate};
+use crate::cli::RunArgs;
+use crate::exit::{self, Failure};
+use crate::output::{Json, Progress, Sink};
+use crate::{Ctx, conn, duration};
+
+type Backend = RedisBackend<ConnectionManager>;
+
+/// How a term's work ended.
+#[derive(Debug)]
+enum TermEnd {
+    /// CMD exited on its own.
+    Exited(std::process::ExitStatus),
+    /// Leadership was lost; CMD was stopped.
+    Lost(std::io::Result<std::process::ExitStatus>),
+    /// redlease was asked to stop; CMD was stopped.
+    Interrupted,
+    /// CMD could not be started.
+    SpawnFailed(Failure),
+}
+
+pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
+    let instance_id = args
+        .instance_id
+        .clone()
+        .unwrap_or_else(redlease::default_instance_id);
+    let config = ElectionConfig::builder(args.name.clone(), instance_id.clone())
+        .ttl(args.ttl)
+        .build()
+        .map_err(|e| Failure::config(&e))?;
+    Cmd {
+        argv: args.cmd.clone(),
+    }
+    .check()?;
+    let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
+    // Signals are watched from the start: a Ctrl-C while connecting or contending still
+    // releases what was taken.
+    let mut sigint = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
+    let mut sigterm = signal(SignalKind::terminate())
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
+
+    let connection = conn::connect_managed(&ctx.redis_url).await?;
+    let backend = RedisBackend::new(connection);
+    let elector = Elector::builder(backend, config)
+        .observer(ProgressObserver::new(Arc::clone(&progress)))
+        .build();
+    progress.event(
+        "contending",
+        &format!(
+            "contending for {:?} as {instance_id} (ttl {}) on {}",
+            args.name,
+            duration::show(args.ttl),
+            ctx.redis_url
+        ),
+        &[
+            ("name", Json::from(args.name.as_str())),
+            ("instance_id", Json::from(instance_id.as_str())),
+            ("ttl_ms", Json::from(millis(args.ttl))),
+        ],
+    );
+
+    let shutdown = CancellationToken::new();
+    let stop_child = CancellationToken::new();
+    let hurry = CancellationToken::new();
+    let (child_running_tx, mut child_running) = watch::channel(false);
+    let child_running_tx = Arc::new(child_running_tx);
+    let (ends_tx, mut ends) = mpsc::unbounded_channel::<TermEnd>();
+
+    let work = Work {
+        cmd: Cmd {
+            argv: args.cmd.clone(),
+        },
+        name: args.name.clone(),
+        instance_id: instance_id.clone(),
+        redis_url: ctx.redis_url.clone(),
+        grace: args.grace,
+        stop_child: stop_child.clone(),
+        hurry: hurry.clone(),
+        running: Arc::clone(&child_running_tx),
+        ends: ends_tx,
+        progress: Arc::clone(&progress),
+    };
+    let work = Arc::new(work);
+    let leader_fn = move |term: Term<Backend>| {
+        let work = Arc::clone(&work);
+        async move { work.lead(term).await }
+    };
+    let elector_run = elector.run(shutdown.clone(), leader_fn);
+    tokio::pin!(elector_run);
+
+    let mut exit_code: Option<u8> = None;
+    let mut cause = "";
+    let mut signalled = false;
+    loop {
+        tokio::select! {
+            result = &mut elector_run => {
+                match result {
+                    Ok(()) => {}
+                    Err(ElectorError::Backend(e)) => return Err(Failure::backend("election", &e)),
+                    Err(e) => return Err(Failure::new(exit::SOFTWARE, format!("election: {e}"))),
+                }
+                break;
+            }
+            Some(end) = ends.recv() => match end {
+                TermEnd::Exited(status) => {
+                    progress.event(
+                        "cmd_exited",
+                        &format!("CMD {}; releasing the lease", exit::describe_status(status)),
+                        &[("status", Json::from(u64::from(exit::status_code(status))))],
+                    );
+                    if !args.keep_running && !signalled {
+                        exit_code = Some(exit::status_code(status));
+                        cause = "cmd_exited";
+                        shutdown.cancel();
+                    }
+                }
+                TermEnd::Lost(status) => {
+                    let how = match &status {
+                        Ok(s) => exit::describe_status(*s),
+                        Err(e) => format!("could not be waited for: {e}"),
+                    };
+                    progress.event("cmd_stopped", &format!("CMD stopped after leadership was lost: {how}"), &[]);
+                    if !args.keep_running && !signalled {
+                        exit_code = Some(exit::LOST);
+                        cause = "lost";
+                        shutdown.cancel();
+                    } else if args.keep_running {
+                        progress.event("contending", "contending again (--keep-running)", &[]);
+                    }
+                }
+                TermEnd::Interrupted => {}
+                TermEnd::SpawnFailed(f) => {
+                    progress.event("spawn_failed", &f.message, &[]);
+                    if !signalled {
+                        exit_code = Some(f.code);
+                        cause = "spawn_failed";
+                        shutdown.cancel();
+                    }
+                }
+            },
+            _ = sigint.recv() => on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
+            _ = sigterm.recv() => on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
+            // After a signal: release once CMD has stopped (not before: the lease keeps
+            // others from starting their CMD while ours is still shutting down).
+            Ok(_) = child_running.wait_for(|running| !running), if signalled && !shutdown.is_cancelled() => {
+                shutdown.cancel();
+            }
+        }
+    }
+    let code = exit_code.unwrap_or(exit::OK);
+    progress.event(
+        "exit",
+        &format!("exiting with {code}"),
+        &[
+            ("code", Json::from(u64::from(code))),
+            ("cause", Json::from(cause)),
+        ],
+    );
+    Ok(code)
+}
+
+fn on_signal(
+    signo: u8,
+    signalled: &mut bool,
+    exit_code: &mut Option<u8>,
+    cause: &mut &'static str,
+    stop_child: &CancellationToken,
+    hurry: &CancellationToken,
+    progress: &Progress,
+) {
+    if *signalled {
+        progress.event("signal", "second signal: killing CMD now", &[]);
+        hurry.cancel();
+        return;
+    }
+    *signalled = true;
+    *exit_code = Some(128 + signo);
+    *cause = "signal";
+    let name = exit::signal_name(i32::from(signo));
+    progress.event(
+        "signal",
+        &format!("{name}: stopping CMD, then releasing the lease"),
+        &[("signal", Json::from(name))],
+    );
+    stop_child.cancel();
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What the leader callback needs.
+struct Work {
+    cmd: Cmd,
+    name: String,
+    instance_id: String,
+    redis_url: String,
+    grace: Duration,
+    stop_child: CancellationToken,
+    hurry: CancellationToken,
+    running: Arc<watch::Sender<bool>>,
+    ends: mpsc::UnboundedSender<TermEnd>,
+    progress: Arc<Progress>,
+}
+
+impl Work {
+    /// One term: start CMD with the token; end it with the term (or end the term with it).
+    async fn lead(&self, term: Term<Backend>) {
+        // Set before checking `stop_child`: the main loop releases only once this is false.
+        self.running.send_replace(true);
+        let end = self.lead_inner(&term).await;
+        self.running.send_replace(false);
+        if let Some(end) = end {
+            let _ = self.ends.send(end);
+        }
+    }
+
+    async fn lead_inner(&self, term: &Term<Backend>) -> Option<TermEnd> {
+        if self.stop_child.is_cancelled() {
+            return None;
+        }
+        let token = term.token();
+        let env = [
+            ("REDLEASE_TOKEN", token.to_string()),
+            ("REDLEASE_NAME", self.name.clone()),
+            ("REDLEASE_INSTANCE_ID", self.instance_id.clone()),
+            ("REDLEASE_REDIS_URL", self.redis_url.clone()),
+        ];
+        let mut child = match self.cmd.spawn(&env) {
+            Ok(c) => c,
+            Err(f) => return Some(TermEnd::SpawnFailed(f)),
+        };
+        self.progress.event(
+            "cmd_started",
+            &format!(
+                "started CMD (pid {}) with REDLEASE_TOKEN={token}: {}",
+                child.id().unwrap_or(0),
+                self.cmd.display()
+            ),
+            &[
+                ("pid", Json::from(u64::from(child.id().unwrap_or(0)))),
+                ("token", Json::from(token.get())),
+            ],
+        );
+        tokio::select! {
+            biased;
+            _ = self.stop_child.cancelled() => {
+                let status = terminate(&mut child, self.grace, &self.hurry).await;
+                if let Ok(s) = status {
+                    self.progress.event("cmd_stopped", &format!("CMD {}", exit::describe_status(s)), &[]);
+                }
+                Some(TermEnd::Interrupted)
+            }
+            _ = term.cancelled() => {
+                self.progress.event(
+                    "stopping",
+                    &format!("leadership lost: stopping CMD (SIGTERM, SIGKILL after {})", duration::show(self.grace)),
+                    &[("token", Json::from(token.get()))],
+                );
+                Some(TermEnd::Lost(terminate(&mut child, self.grace, &self.hurry).await))
+            }
+            status = child.wait() => match status {
+                Ok(s) => Some(TermEnd::Exited(s)),
+                Err(e) => Some(TermEnd::SpawnFailed(Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}")))),
+            },
+        }
+    }
+}
+
+/// Prints election transitions; repeated identical errors are printed once per 10 s.
+pub(crate) struct ProgressObserver {
+    progress: Arc<Progress>,
+    last_error: Mutex<Option<(String, Instant)>>,
+}
+
+impl ProgressObserver {
+    pub(crate) fn new(progress: Arc<Progress>) -> Self {
+        ProgressObserver {
+            progress,
+            last_error: Mutex::new(None),
+        }
+    }
+}
+
+impl Observer for ProgressObserver {
+    fn on_elected(&self, token: Token) {
+        self.progress.event(
+            "elected",
+            &format!("elected leader with token {token}"),
+            &[("token", Json::from(token.get()))],
+        );
+    }
+
+    fn on_stepped_down(&self, token: Token, reason: StepDownReason) {
+        let why = match reason {
+            StepDownReason::Lost => "the lease is held by someone else",
+            StepDownReason::DeadlineExpired => "no renewal succeeded before the lease's deadline",
+            StepDownReason::Resigned => "resigned",
+            StepDownReason::Shutdown => "shutting down",
+            StepDownReason::WorkReturned => "CMD exited",
+            _ => "term ended",
+        };
+        self.progress.event(
+            "stepped_down",
+            &format!("term {token} ended: {why}"),
+            &[
+                ("token", Json::from(token.get())),
+                ("reason", Json::from(format!("{reason:?}"))),
+            ],
+        );
+    }
+
+    fn on_follower(&self, holder: Option<&str>) {
+        self.progress.event(
+            "follower",
+            &format!("following {}", holder.unwrap_or("another instance")),
+            &[("holder", Json::from(holder))],
+        );
+    }
+
+    fn on_error(&self, op: Op, error: &BackendError) {
+        let text = format!("{op:?} failed (will retry): {error}");
+        let mut last = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if let Some((prev, at)) = last.as_ref()
+            && *prev == text
+            && now.duration_since(*at) < Duration::from_secs(10)
+        {
+            return;
+        }
+        *last = Some((text.clone(), now));
+        drop(last);
+        self.progress.event(
+            "error",
+            &text,
+            &[
+                ("op", Json::from(format!("{op:?}"))),
+                ("error", Json::from(error.to_string())),
+            ],
+        );
+    }
+}
