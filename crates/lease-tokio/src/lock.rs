@@ -496,12 +496,11 @@ impl<B: LeaseBackend> Lock<B> {
     }
 
     /// Extends the lock to `ttl` from now. A lost lock is terminal ([`LockError::NotHeld`], at
-    /// once); transient errors are retried per the lock's retry strategy.
+    /// once, without a round trip) — and a lock past its local deadline is lost, even if the
+    /// loss signal has not fired yet; a reply arriving after the deadline does not revive it.
+    /// Transient errors are retried per the lock's retry strategy, while the deadline allows.
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         let ttl = Ttl::new(ttl)?;
-        if self.shared.lost.is_cancelled() {
-            return Err(LockError::NotHeld);
-        }
         let req = RenewRequest {
             spec: Arc::clone(&self.spec),
             owner: self.owner.clone(),
@@ -509,6 +508,12 @@ impl<B: LeaseBackend> Lock<B> {
         };
         let mut seq = self.retry.sequence();
         loop {
+            // Past the local deadline the lease has lapsed, even if the loss watcher has not
+            // run yet (a stalled thread): it must never be extended, only re-obtained.
+            if !self.held() {
+                self.shared.lost.cancel();
+                return Err(LockError::NotHeld);
+            }
             let sent = self.clock.now();
             let until = self.valid_until();
             let remaining = until.saturating_duration_since(tokio::time::Instant::now());
@@ -523,6 +528,13 @@ impl<B: LeaseBackend> Lock<B> {
                         .valid_until
                         .lock()
                         .unwrap_or_else(|e| e.into_inner());
+                    // A reply at or after the deadline is too late: the loss may already have
+                    // been signalled, and no reply revives a lapsed lease.
+                    if self.shared.lost.is_cancelled() || tokio::time::Instant::now() >= *v {
+                        drop(v);
+                        self.shared.lost.cancel();
+                        return Err(LockError::NotHeld);
+                    }
                     let margin = self.backend.validity_margin(ttl);
                     let next = self.clock.to_tokio(sent + ttl.get().saturating_sub(margin));
                     // An explicit refresh sets the deadline (it may shorten the TTL).
