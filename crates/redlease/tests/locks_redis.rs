@@ -1271,3 +1271,39 @@ async fn a_loss_receiver_from_before_a_reobtain_still_fires() {
     assert_eq!(get(&mut conn, "k").await.as_deref(), Some("c"));
     c.release().await.unwrap();
 }
+
+/// A process stalled past its lock's local deadline (a blocking pause on the runtime's only
+/// thread, so not even the loss watcher runs) must not extend the lock when it resumes: the
+/// lease has lapsed locally and may be someone else's. The request's way in is slowed (proxy
+/// latency at obtain) so the server's copy outlives the local deadline, as with any one-way
+/// delay: a refresh reaching Redis in that gap would succeed at the server. It answers
+/// `NotHeld` at once instead — no round trip — the loss signal fires, and the key is left to
+/// expire with the TTL it had.
+#[tokio::test]
+async fn refresh_after_a_stall_past_the_local_deadline_is_not_held_without_a_round_trip() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let counted = Counted::new(proxied(&server, &proxy).await);
+    let locker = Locker::new(counted.clone());
+    let mut conn = raw(&server).await;
+    proxy.set_mode(Mode::Latency(ms(400)));
+    let lock = locker
+        .obtain("k", ms(2_000), LockOptions::new())
+        .await
+        .unwrap();
+    proxy.set_mode(Mode::Pass);
+    let lost = lock.lost();
+    // Stall past the local deadline (the server's copy lives ~400 ms longer).
+    let stall = lock
+        .valid_until()
+        .saturating_duration_since(tokio::time::Instant::now())
+        + ms(100);
+    std::thread::sleep(stall);
+    let err = lock.refresh(ms(60_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::NotHeld), "{err:?}");
+    assert_eq!(counted.counts().renews, 0, "no round trip");
+    assert!(lost.is_cancelled());
+    assert!(!lock.held());
+    // Nothing extended the key: it expires with its original TTL.
+    wait_gone(&mut conn, "k").await;
+}
