@@ -1188,13 +1188,22 @@ async fn auto_renew_tolerates_failed_renewals_before_the_deadline() {
     lock.release().await.unwrap();
 }
 
-/// beyond.md 3 (a reliable loss signal): with Redis frozen (SIGSTOP), no renewal can answer;
-/// the loss token fires on the local deadline alone — while Redis is still paused — never
-/// before it, and `held()` is false. After Redis resumes, the lock is free for others.
+/// beyond.md 3 (a reliable loss signal): with Redis frozen (SIGSTOP), no renewal can answer,
+/// and the client has no response timeout of its own, so only the library's local deadline can
+/// end the lock. The loss token fires while Redis is still paused, never before the local
+/// deadline; `held()` is false and no renewal starts after the loss. After Redis resumes, the
+/// lock is free for others.
 #[tokio::test]
 async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
     let server = common::redis().await;
-    let (locker, counted) = counted_locker(&server).await;
+    let client = server.client().unwrap();
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+        .unwrap();
+    let counted = Counted::new(RedisBackend::new(conn));
+    let locker = Locker::new(counted.clone());
     let lock = locker
         .obtain("k", ms(600), LockOptions::new().auto_renew(ms(150)))
         .await
@@ -1202,15 +1211,16 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
     counted.wait_for("a renewal", |c| c.renews_ok >= 1).await;
     let lost = lock.lost();
     server.pause().await.unwrap();
-    let paused = tokio::time::timeout(EVENTUALLY, lost.cancelled()).await;
+    let fired = tokio::time::timeout(EVENTUALLY, lost.cancelled()).await;
     let fired_at = tokio::time::Instant::now();
+    let renews_at_loss = counted.counts().renews;
     // Checked before resuming: the signal did not need Redis to answer.
     assert_eq!(
         server.state(),
         lease_testkit::redis::ServerState::Paused,
         "still paused"
     );
-    assert!(paused.is_ok(), "the loss signal did not fire while paused");
+    assert!(fired.is_ok(), "the loss signal did not fire while paused");
     assert!(
         fired_at >= lock.valid_until(),
         "fired before the local deadline"
@@ -1226,6 +1236,11 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
         )
         .await
         .unwrap();
+    assert_eq!(
+        counted.counts().renews,
+        renews_at_loss,
+        "no renewal after the loss"
+    );
     assert!(matches!(lock.release().await, Err(LockError::NotHeld)));
     let mut conn = raw(&server).await;
     assert_eq!(get(&mut conn, "k").await.as_deref(), Some(next.token()));
