@@ -8,7 +8,7 @@ use crate::exit::{Failure, UNAVAILABLE};
 
 /// How long one connection attempt may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// The bound of a one-shot command's round trip (`status`, `fence`) and of the first PING.
+/// The bound of a one-shot command's round trip (`status`, `fence`).
 pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Parses the URL (exit 64 when malformed).
@@ -16,7 +16,8 @@ pub(crate) fn client(url: &str) -> Result<redis::Client, Failure> {
     redis::Client::open(url).map_err(|e| Failure::invalid("--redis URL", e))
 }
 
-/// One multiplexed connection, checked with a PING. For one-shot commands.
+/// One multiplexed connection, checked with a PING (both bounded by [`CONNECT_TIMEOUT`]).
+/// For one-shot commands.
 pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection, Failure> {
     let client = client(url)?;
     let config = redis::AsyncConnectionConfig::new()
@@ -37,12 +38,12 @@ pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection, Failure>
         };
     let ping_cmd = redis::cmd("PING");
     let ping = ping_cmd.query_async::<String>(&mut conn);
-    match tokio::time::timeout(OP_TIMEOUT, ping).await {
+    match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(conn),
         Ok(Err(e)) => Err(Failure::redis(&format!("Redis at {url}"), &e)),
         Err(_) => Err(Failure::new(
             UNAVAILABLE,
-            format!("Redis at {url} did not answer PING within {OP_TIMEOUT:?}"),
+            format!("Redis at {url} did not answer PING within {CONNECT_TIMEOUT:?}"),
         )),
     }
 }

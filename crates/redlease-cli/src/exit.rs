@@ -33,6 +33,7 @@ pub(crate) const NOT_FOUND: u8 = 127;
 pub(crate) const TABLE: &str = "\
 Exit codes:
   0        success (run/lock: CMD exited 0)
+  1        demo: the story did not go as expected
   1-255    run/lock: CMD's own exit status, passed through; 128+N when CMD was killed by
            signal N (shell convention)
   2        usage: unknown option, missing argument, missing `--` or CMD, malformed duration

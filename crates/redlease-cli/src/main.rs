@@ -33,6 +33,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (`run`/`lock`: CMD exited 0) |
+//! | 1 | `demo`: the story did not go as expected |
 //! | 1–255 | `run`/`lock`: CMD's own exit status, passed through; 128+N when CMD was killed by signal N |
 //! | 2 | usage: unknown option, missing argument, missing `--` or CMD, malformed duration |
 //! | 3 | `fence`: refused, the token is stale (a newer term exists); nothing was written |
@@ -109,14 +110,19 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(&Failure::new(exit::SOFTWARE, format!("cannot start: {e}"))),
+        Err(e) => {
+            return fail(
+                &Failure::new(exit::SOFTWARE, format!("cannot start: {e}")),
+                ctx.json,
+            );
+        }
     };
     let result = runtime.block_on(dispatch(&ctx, cli.command));
     // Background tasks (a release in flight after a failure) get a moment, not forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(f) => fail(&f),
+        Err(f) => fail(&f, ctx.json),
     }
 }
 
@@ -130,9 +136,20 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
     }
 }
 
-fn fail(f: &Failure) -> ExitCode {
+/// Reports a failure as one line on stderr: `redlease: <message>`, or with `--json` an object
+/// `{"event":"error","code":N,"message":"..."}`.
+fn fail(f: &Failure, json: bool) -> ExitCode {
     use std::io::Write as _;
-    let _ = writeln!(std::io::stderr().lock(), "redlease: {}", f.message);
+    let line = if json {
+        output::object(&[
+            ("event", output::Json::from("error")),
+            ("code", output::Json::from(u64::from(f.code))),
+            ("message", output::Json::from(f.message.as_str())),
+        ])
+    } else {
+        format!("redlease: {}", f.message)
+    };
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
     ExitCode::from(f.code)
 }
 
@@ -168,7 +185,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         message
             .push_str(" (put the command after `--`, e.g. `redlease run --name jobs -- ./job.sh`)");
     }
-    fail(&Failure::new(USAGE, message))
+    fail(&Failure::new(USAGE, message), false)
 }
 
 /// `run`/`lock` given without `--` (CMD words were taken as unexpected arguments).

@@ -1,0 +1,203 @@
+//! `redlease lock` driven as processes against a real Redis.
+
+mod common;
+
+use common::*;
+
+/// `lock` runs CMD and exits with its status; with --fence, CMD gets a token that increases
+/// from one lock to the next.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_runs_cmd_and_exits_with_its_status() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-status");
+    let d = dir.path();
+    let out = output({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "nightly", "--", "sh", "-c", "exit 7"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let out = output({
+            let mut c = redlease(&url, d);
+            c.args([
+                "lock",
+                "nightly",
+                "--fence",
+                "--",
+                "sh",
+                "-c",
+                "test \"$REDLEASE_LOCK_KEY\" = nightly && echo $REDLEASE_TOKEN",
+            ]);
+            c
+        })
+        .await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        tokens.push(stdout(&out).trim().parse::<u64>().expect("a token"));
+    }
+    assert!(tokens[1] > tokens[0], "fencing tokens increase: {tokens:?}");
+    let mut conn = server.connection().await.unwrap();
+    let mark: Option<u64> = redis::cmd("GET")
+        .arg("nightly:fence:applied")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        mark,
+        Some(tokens[1]),
+        "the mark is stamped at <KEY>:fence:applied"
+    );
+    let held: bool = redis::cmd("EXISTS")
+        .arg("nightly")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!held, "released after CMD exited");
+}
+
+/// A second `lock` on a held key gives up after --wait with the not-obtained code; once the
+/// first is stopped (SIGTERM: CMD stopped, lock released), the key is free at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn second_lock_is_not_obtained_within_its_wait() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-wait");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut first = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "shared", "--"]).arg(&job).arg("first");
+        c
+    });
+    first.cleanup_group_from(d.join("first.pid"));
+    wait_file(&d.join("first.token")).await;
+
+    for wait in ["300ms", "0"] {
+        let out = output({
+            let mut c = redlease(&url, d);
+            c.args([
+                "lock",
+                "shared",
+                "--wait",
+                wait,
+                "--",
+                "sh",
+                "-c",
+                "touch ran",
+            ]);
+            c
+        })
+        .await;
+        assert_eq!(
+            code(&out),
+            71,
+            "not obtained (--wait {wait}): {}",
+            stderr(&out)
+        );
+        let last = stderr(&out).lines().last().unwrap_or("").to_owned();
+        assert!(last.contains("not obtained"), "{last}");
+        assert!(!d.join("ran").exists(), "CMD did not run without the lock");
+    }
+
+    first.signal("TERM");
+    assert_eq!(
+        first.wait_exit().await.code(),
+        Some(143),
+        "{:#?}",
+        first.lines()
+    );
+    assert_eq!(wait_file(&d.join("first.term")).await, "term");
+    let out = output({
+        let mut c = redlease(&url, d);
+        c.args([
+            "lock",
+            "shared",
+            "--wait",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "touch ran",
+        ]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "released on SIGTERM: {}", stderr(&out));
+    assert!(d.join("ran").exists());
+}
+
+/// Someone else takes the key while CMD runs (the lock expired and was taken): the renewal
+/// finds it is not ours, CMD is stopped, and `lock` exits with the lost code.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_taken_over_stops_cmd() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-taken");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut p = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "taken", "--ttl", "1s", "--grace", "5s", "--"])
+            .arg(&job)
+            .arg("t");
+        c
+    });
+    p.cleanup_group_from(d.join("t.pid"));
+    wait_file(&d.join("t.token")).await;
+    let mut conn = server.connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("taken")
+        .arg("another-owner")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(p.wait_exit().await.code(), Some(72), "{:#?}", p.lines());
+    assert_eq!(
+        wait_file(&d.join("t.term")).await,
+        "term",
+        "CMD got SIGTERM"
+    );
+    let value: Option<String> = redis::cmd("GET")
+        .arg("taken")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        value.as_deref(),
+        Some("another-owner"),
+        "the new owner's lock is untouched"
+    );
+}
+
+/// Redis stops answering (SIGSTOP of the server) for longer than the TTL: renewals fail until
+/// the lock's deadline, CMD is stopped, and `lock` exits with the lost code.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_lost_when_redis_stops_answering() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-paused");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut p = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "paused", "--ttl", "1s", "--grace", "5s", "--"])
+            .arg(&job)
+            .arg("p");
+        c
+    });
+    p.cleanup_group_from(d.join("p.pid"));
+    wait_file(&d.join("p.token")).await;
+    server.pause().await.unwrap();
+    let status = p.wait_exit().await;
+    server.resume().await.unwrap();
+    assert_eq!(status.code(), Some(72), "{:#?}", p.lines());
+    assert_eq!(
+        wait_file(&d.join("p.term")).await,
+        "term",
+        "CMD got SIGTERM"
+    );
+}
