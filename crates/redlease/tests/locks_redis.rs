@@ -254,6 +254,21 @@ async fn proxied(server: &RedisServer, proxy: &FaultProxy) -> Backend {
     )
 }
 
+/// Loads the scripts (a fenced obtain and a release on another key): a request whose reply
+/// is lost then runs at the server as soon as it arrives, instead of answering NOSCRIPT to a
+/// caller that stopped waiting (whose EVAL fallback is then never sent).
+async fn warm_up<B: LeaseBackend>(locker: &Locker<B>) {
+    let lock = locker
+        .obtain(
+            "warm-up",
+            ms(10_000),
+            LockOptions::new().fence_key("warm-up:fence"),
+        )
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
+}
+
 fn assert_not_obtained_by(err: &LockError, holder: &str) {
     match err {
         LockError::NotObtained { holder: Some(h) } => assert_eq!(h, holder),
@@ -1321,4 +1336,89 @@ async fn refresh_after_a_stall_past_the_local_deadline_is_not_held_without_a_rou
     assert!(!lock.held());
     // Nothing extended the key: it expires with its original TTL.
     wait_gone(&mut conn, "k").await;
+}
+
+/// A request that got no reply in time may still have taken the lock at the server. With the
+/// network blackholed, an obtain without retries fails with `OutcomeUnknown`; when the network
+/// heals, the queued acquire does run (the fence counter moves to 1) and the cleanup the driver
+/// started right behind it deletes the key — long before its 60 s TTL.
+#[tokio::test]
+async fn an_obtain_with_an_unknown_outcome_cleans_up_after_itself() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let locker = Locker::new(proxied(&server, &proxy).await);
+    let mut conn = raw(&server).await;
+    warm_up(&locker).await;
+    proxy.set_mode(Mode::Blackhole);
+    let err = locker
+        .obtain(
+            "k",
+            ms(60_000),
+            LockOptions::new()
+                .fence_key("k:fence")
+                .operation_timeout(ms(100)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown), "{err:?}");
+    assert!(!err.is_not_obtained());
+    proxy.set_mode(Mode::Pass);
+    let cleaned = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            let counter = get(&mut conn, "k:fence").await;
+            if counter.as_deref() == Some("1") && !exists(&mut conn, "k").await {
+                break;
+            }
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        cleaned.is_ok(),
+        "the acquire ran but was not cleaned up: k={:?} fence={:?}",
+        get(&mut conn, "k").await,
+        get(&mut conn, "k:fence").await
+    );
+}
+
+/// After attempts with unknown outcomes, a retry with the same token takes the lock over: the
+/// lock handed out carries the token minted by the attempt that answered, which is the fence
+/// counter's current value (earlier, timed-out attempts minted smaller ones).
+#[tokio::test]
+async fn retries_after_unknown_outcomes_hand_out_the_current_token() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let counted = Counted::new(proxied(&server, &proxy).await);
+    let locker = Locker::new(counted.clone());
+    let mut conn = raw(&server).await;
+    warm_up(&locker).await;
+    proxy.set_mode(Mode::Blackhole);
+    let obtain = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .obtain(
+                    "k",
+                    ms(30_000),
+                    LockOptions::new()
+                        .token("me")
+                        .fence_key("k:fence")
+                        .retry(linear(20))
+                        .operation_timeout(ms(100))
+                        .wait(EVENTUALLY),
+                )
+                .await
+        })
+    };
+    counted
+        .wait_for("two timed-out attempts", |c| c.acquires_of("me") >= 3)
+        .await;
+    proxy.set_mode(Mode::Pass);
+    let lock = obtain.await.unwrap().unwrap();
+    let token = lock.fence_token().unwrap();
+    assert!(token.get() >= 3, "earlier attempts ran too: {token}");
+    assert_eq!(get(&mut conn, "k:fence").await, Some(token.to_string()));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some("me"));
+    lock.release().await.unwrap();
+    assert!(!exists(&mut conn, "k").await);
 }
