@@ -132,7 +132,8 @@ impl LockOptions {
         self.fence_key = Some(key.into());
         self
     }
-    /// How long to keep retrying (default: one TTL).
+    /// How long to keep retrying (default: one TTL): no attempt starts after this; an attempt
+    /// in flight is bounded by the operation timeout (default one TTL).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -251,11 +252,14 @@ impl<B: LeaseBackend> Locker<B> {
         let mut unknown = false;
         loop {
             let sent = clock.now();
-            // Bound each attempt by the remaining wait (at least 1 ms) and the caller's cap.
-            let mut bound = (schedule.deadline() - sent).max(Duration::from_millis(1));
-            if let Some(cap) = options.operation_timeout {
-                bound = bound.min(cap);
-            }
+            // The wait decides when the last attempt may *start*; each attempt is bounded by
+            // the caller's cap, else one TTL (a grant heard later than that is worthless). So a
+            // zero or tiny wait still means "try once", and an attempt started just before the
+            // deadline is not cut short into an unknown outcome.
+            let bound = options
+                .operation_timeout
+                .unwrap_or(ttl.get())
+                .min(ttl.get());
             let attempt = tokio::time::timeout(bound, self.backend.acquire(&req)).await;
             let last = match attempt {
                 Ok(Ok(AcquireOutcome::Acquired { token })) => {
@@ -271,6 +275,7 @@ impl<B: LeaseBackend> Locker<B> {
                         options.auto_renew,
                         options.operation_timeout,
                         options.retry.clone(),
+                        options.token.is_none(),
                     );
                     tracing::debug!(keys = ?lock.keys(), fence_token = ?token, "lock obtained");
                     return Ok(lock);
@@ -345,6 +350,11 @@ struct Shared {
     /// Fires when the lock is no longer held, for any reason.
     lost: CancellationToken,
     released: AtomicBool,
+    /// The ownership token was generated for this acquisition alone (not caller-chosen): a
+    /// compare-and-delete with it can only ever remove this acquisition's keys, so it is safe
+    /// even after the lock was lost. With a caller-chosen token a later reentrant obtain shares
+    /// the value, so cleanup after loss is skipped.
+    private_token: bool,
 }
 
 /// A held lock. Dropping it without [`Lock::release`] releases it best-effort in the
@@ -378,6 +388,7 @@ impl<B: LeaseBackend> Lock<B> {
         auto_renew: Option<AutoRenew>,
         operation_timeout: Option<Duration>,
         retry: RetryStrategy,
+        private_token: bool,
     ) -> Self {
         let shared = Arc::new(Shared {
             valid_until: Mutex::new(
@@ -385,6 +396,7 @@ impl<B: LeaseBackend> Lock<B> {
             ),
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
+            private_token,
         });
         // The loss signal also fires at the deadline if nothing extends the lock.
         let renewer = Some(match auto_renew {
@@ -593,7 +605,12 @@ impl<B: LeaseBackend> Drop for Lock<B> {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
-        if !self.shared.released.swap(true, Ordering::AcqRel) && self.held() {
+        // Compare-and-delete is safe whether or not the lock is still ours: it deletes only our
+        // own value. Releasing even a "lost" lock removes a key that a late renewal (queued
+        // before the loss) may have extended.
+        if !self.shared.released.swap(true, Ordering::AcqRel)
+            && (self.shared.private_token || self.held())
+        {
             spawn_release(
                 Arc::clone(&self.backend),
                 ReleaseRequest {
@@ -660,6 +677,18 @@ async fn auto_renew_task<B: LeaseBackend>(
                 LeaseEvent::Lost(reason) => {
                     tracing::warn!(keys = ?req.spec.keys(), ?reason, "lock lost");
                     shared.lost.cancel();
+                    if reason == lease_core::LossReason::DeadlineExpired && shared.private_token {
+                        // A renewal sent before the deadline may still land and extend the key
+                        // nobody holds any more: delete our own value, best effort.
+                        spawn_release(
+                            Arc::clone(&backend),
+                            ReleaseRequest {
+                                spec: Arc::clone(&req.spec),
+                                owner: req.owner.clone(),
+                                term: None,
+                            },
+                        );
+                    }
                     return;
                 }
                 _ => {}
