@@ -177,11 +177,25 @@ impl Drop for Proc {
         for f in &self.pgid_files {
             if let Ok(pid) = std::fs::read_to_string(f)
                 && let Ok(pid) = pid.trim().parse::<u32>()
+                && is_our_job(pid)
             {
                 signal(format!("-{pid}"), "KILL");
             }
         }
     }
+}
+
+/// Whether `pid` is still one of our job scripts leading its own group (pids are reused:
+/// never signal a group that is not ours).
+fn is_our_job(pid: u32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name: state, ppid, pgrp.
+    let pgrp = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+        .and_then(|p| p.parse::<u32>().ok());
+    String::from_utf8_lossy(&cmdline).contains("job.sh") && pgrp == Some(pid)
 }
 
 /// Waits (bounded) until `path` exists and is non-empty; returns its trimmed content.

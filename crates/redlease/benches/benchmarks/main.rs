@@ -1,0 +1,77 @@
+//! redlease benchmarks on real Redis servers from the test kit.
+//!
+//! Every operation is measured beside its raw baseline in the same run, and reported as a
+//! ratio: the lease scripts (acquire, renew, release) against a raw `SET NX PX` round trip; a
+//! fenced `SET` against a plain `SET`; a lock cycle (obtain + release through `Locker`)
+//! against two raw round trips, serially and with 64 concurrent tasks on one multiplexed
+//! connection; Redlock over 3 and 5 nodes against a single node; the election failover after
+//! the leader is killed (in TTLs); the Redis-side commands per second and memory of an idle
+//! leader and an idle follower.
+//!
+//! `cargo bench -p redlease` (or `cargo xtask bench`) runs them; after criterion's own output
+//! a ratio table is printed and written to `target/criterion/redlease-report.md` (the figures
+//! in `docs/benchmarks.md` come from it). Without `--bench` (as `cargo test --all-targets`
+//! runs it) every routine runs once, as a smoke test.
+
+mod failover;
+mod idle;
+mod ops;
+mod report;
+mod setup;
+
+use std::time::Duration;
+
+use criterion::Criterion;
+
+fn main() {
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let env = rt
+        .block_on(setup::Env::start(5))
+        .expect("start the Redis servers");
+    let out_dir = report::criterion_dir();
+    let mut c = Criterion::default()
+        .sample_size(40)
+        .warm_up_time(Duration::from_millis(800))
+        .measurement_time(Duration::from_secs(3))
+        .nresamples(20_000)
+        .without_plots()
+        .output_directory(&out_dir)
+        .configure_from_args();
+
+    ops::scripts_vs_raw(&mut c, &rt, &env);
+    ops::fenced_vs_plain(&mut c, &rt, &env);
+    ops::lock_cycle(&mut c, &rt, &env);
+    ops::lock_cycle_concurrent(&mut c, &rt, &env);
+    ops::redlock(&mut c, &rt, &env);
+    let failovers = failover::bench(&mut c, &rt, &env);
+    c.final_summary();
+
+    if bench_mode {
+        let paired = rt.block_on(ops::paired(&env, 1_500));
+        let idle = rt
+            .block_on(idle::measure(Duration::from_secs(10)))
+            .expect("idle measurement");
+        let text = report::render(&out_dir, &env, &paired, &failovers, &idle);
+        println!("\n{text}");
+        let path = out_dir.join("redlease-report.md");
+        match std::fs::write(&path, &text) {
+            Ok(()) => println!("report written to {}", path.display()),
+            Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+        }
+    } else {
+        // Smoke: the paired and idle measurements work (a few iterations, a short period).
+        let paired = rt.block_on(ops::paired(&env, 4));
+        assert!(!paired.is_empty());
+        let idle = rt
+            .block_on(idle::measure(Duration::from_millis(300)))
+            .expect("idle measurement");
+        assert!(idle.leader_commands_per_sec > 0.0, "{idle:?}");
+    }
+    drop(env);
+    rt.shutdown_timeout(Duration::from_secs(2));
+}
