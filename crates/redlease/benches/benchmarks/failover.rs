@@ -55,6 +55,12 @@ pub(crate) async fn once(env: &Env) -> Duration {
         async move { a.hold(CancellationToken::new()).await }
     });
     wait_role(&a, "leader", |r| matches!(r, Role::Leader(_))).await;
+    // Pseudo-random phases (from the run number): when the follower starts polling, relative
+    // to the leader's renewals, and when the leader is killed. Without them the follower polls
+    // in step with the leader's lease and every run measures the same case.
+    let mix = run.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let fraction = |bits: u32| ((mix >> bits) & 1023) as u32;
+    tokio::time::sleep(a.config().acquire_interval() * fraction(20) / 1024).await;
     let shutdown_b = CancellationToken::new();
     let b_task = tokio::spawn({
         let b = b.clone();
@@ -62,10 +68,7 @@ pub(crate) async fn once(env: &Env) -> Duration {
         async move { b.hold(s).await }
     });
     wait_role(&b, "follower", |r| *r == Role::Follower).await;
-    // Kill at a pseudo-random phase of the leader's renew cycle.
-    let renew = a.config().renew_interval();
-    let phase = (run.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as u32; // 0..1024
-    tokio::time::sleep(renew * phase / 1024).await;
+    tokio::time::sleep(a.config().renew_interval() * fraction(40) / 1024).await;
     a_task.abort();
     let _ = a_task.await;
     let killed = Instant::now();

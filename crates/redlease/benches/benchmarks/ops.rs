@@ -175,6 +175,8 @@ pub(crate) async fn locker_cycle<B: LeaseBackend>(locker: &Locker<B>, key: &str)
 
 pub(crate) fn lock_cycle(c: &mut Criterion, rt: &Runtime, env: &Env) {
     let locker = Locker::new(env.backend());
+    let backend = env.backend();
+    let bare = bare_requests("bench:lock:bare");
     let mut g = c.benchmark_group("lock_cycle");
     g.bench_function("raw_two_round_trips", |b| {
         b.to_async(rt).iter(|| {
@@ -186,7 +188,38 @@ pub(crate) fn lock_cycle(c: &mut Criterion, rt: &Runtime, env: &Env) {
         b.to_async(rt)
             .iter(|| locker_cycle(&locker, "bench:lock:locker"))
     });
+    g.bench_function("bare_scripts", |b| {
+        b.to_async(rt).iter(|| bare_cycle(&backend, &bare))
+    });
     g.finish();
+}
+
+/// The requests of a lock cycle made directly on the backend (no `Locker`): the scripts'
+/// share of the cycle, to separate it from the driver's.
+fn bare_requests(key: &str) -> (AcquireRequest, ReleaseRequest) {
+    let spec = Arc::new(LeaseSpec::lock([key], None).expect("spec"));
+    let owner = Owner::new("bench-bare-owner").expect("owner");
+    (
+        AcquireRequest {
+            spec: Arc::clone(&spec),
+            owner: owner.clone(),
+            ttl: Ttl::new(TTL).expect("ttl"),
+            metadata: Metadata::default(),
+        },
+        ReleaseRequest {
+            spec,
+            owner,
+            term: None,
+        },
+    )
+}
+
+pub(crate) async fn bare_cycle(backend: &Backend, (acq, rel): &(AcquireRequest, ReleaseRequest)) {
+    match backend.acquire(acq).await.expect("acquire") {
+        AcquireOutcome::Acquired { .. } => {}
+        other => panic!("not acquired: {other:?}"),
+    }
+    backend.release(rel).await.expect("release");
 }
 
 /// `iters` cycles spread over [`CONCURRENCY`] tasks (each on its own key), all on one
@@ -381,6 +414,16 @@ pub(crate) async fn paired(env: &Env, n: usize) -> Vec<Paired> {
                 let mut conn = env.conn();
                 async move { time(raw_cycle(&mut conn, "bench:paired:raw")).await }
             },
+        )
+        .await,
+    );
+    let bare = bare_requests("bench:paired:bare");
+    out.push(
+        pair(
+            "locker_vs_bare",
+            n,
+            || time(locker_cycle(&locker, "bench:paired:locker2")),
+            || time(bare_cycle(&backend, &bare)),
         )
         .await,
     );

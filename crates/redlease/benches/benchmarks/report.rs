@@ -99,6 +99,22 @@ const ROWS: &[Row] = &[
         goal: Some(1.10),
     },
     Row {
+        what: "lock cycle: `Locker` vs the same two scripts called directly (driver overhead)",
+        group: "lock_cycle",
+        op: "locker",
+        base: "bare_scripts",
+        paired: Some("locker_vs_bare"),
+        goal: None,
+    },
+    Row {
+        what: "lock cycle: the two scripts called directly vs 2 raw round trips",
+        group: "lock_cycle",
+        op: "bare_scripts",
+        base: "raw_two_round_trips",
+        paired: None,
+        goal: None,
+    },
+    Row {
         what: "lock cycle vs 2 raw round trips, 64 tasks on one connection (time per cycle)",
         group: "lock_cycle_64_tasks",
         op: "locker",
@@ -196,19 +212,19 @@ pub(crate) fn render(
     let scale = idle::TTL.as_secs_f64() / 15.0;
     let _ = writeln!(
         s,
-        "\nIdle cost at the Redis server (TTL {} s, {} s per phase): leader {:.2} commands/s \
-         ({:.2} EVALSHA/s), follower {:.2} commands/s ({:.2} EVALSHA/s); both scale with \
-         1/TTL (at the default 15 s TTL: leader {:.2}/s, follower {:.2}/s). `used_memory` \
-         delta: leader {} bytes (its keys, the script cache and its connection), follower {} \
-         bytes (its connection).",
+        "\nIdle cost at the Redis server (TTL {} s, {} s per phase): leader {:.2} round trips/s \
+         (EVALSHA), {:.2} commands/s counting the commands its scripts run; follower {:.2} \
+         round trips/s, {:.2} commands/s. Both scale with 1/TTL (at the default 15 s TTL: \
+         leader {:.2} round trips/s, follower {:.2}). `used_memory` delta: leader {} bytes \
+         (its keys, the script cache and its connection), follower {} bytes (its connection).",
         idle::TTL.as_secs(),
         idle.period.as_secs(),
-        idle.leader_commands_per_sec,
         idle.leader_evalsha_per_sec,
-        idle.follower_commands_per_sec,
+        idle.leader_commands_per_sec,
         idle.follower_evalsha_per_sec,
-        idle.leader_commands_per_sec * scale,
-        idle.follower_commands_per_sec * scale,
+        idle.follower_commands_per_sec,
+        idle.leader_evalsha_per_sec * scale,
+        idle.follower_evalsha_per_sec * scale,
         idle.leader_memory_bytes,
         idle.follower_memory_bytes
     );
