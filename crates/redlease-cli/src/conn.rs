@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redlease::redis::client::aio::{
+    ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 
 use crate::exit::{Failure, UNAVAILABLE};
 
@@ -12,15 +14,15 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Parses the URL (exit 64 when malformed).
-pub(crate) fn client(url: &str) -> Result<redis::Client, Failure> {
-    redis::Client::open(url).map_err(|e| Failure::invalid("--redis URL", e))
+pub(crate) fn client(url: &str) -> Result<redlease::redis::client::Client, Failure> {
+    redlease::redis::client::Client::open(url).map_err(|e| Failure::invalid("--redis URL", e))
 }
 
 /// One multiplexed connection, checked with a PING (both bounded by [`CONNECT_TIMEOUT`]).
 /// For one-shot commands.
 pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection, Failure> {
     let client = client(url)?;
-    let config = redis::AsyncConnectionConfig::new()
+    let config = redlease::redis::client::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         // Every round trip is bounded by the library (or by OP_TIMEOUT here).
         .set_response_timeout(None);
@@ -36,7 +38,7 @@ pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection, Failure>
                 ));
             }
         };
-    let ping_cmd = redis::cmd("PING");
+    let ping_cmd = redlease::redis::client::cmd("PING");
     let ping = ping_cmd.query_async::<String>(&mut conn);
     match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(conn),

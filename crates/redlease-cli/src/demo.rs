@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::MultiplexedConnection;
 use redlease::core::election::Op;
 use redlease::core::{
     AcquireOutcome, AcquireRequest, Instant, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome,
@@ -20,6 +19,7 @@ use redlease::core::{
 };
 use redlease::memory::{ManualClock, MemoryBackend, MemoryWrite};
 use redlease::redis::RedisBackend;
+use redlease::redis::client::aio::MultiplexedConnection;
 use redlease::{
     BackendError, CancellationToken, ElectionConfig, Elector, FenceOutcome, FencedResource,
     Fencing, LeaseBackend, Observer, StepDownReason, Term, Token, Ttl,
@@ -183,7 +183,7 @@ impl RedisStore {
     async fn cleanup(&self, name: &str) {
         let mut conn = self.backend.connection().clone();
         let spec = LeaseSpec::election(name);
-        let mut cmd = redis::cmd("DEL");
+        let mut cmd = redlease::redis::client::cmd("DEL");
         for k in spec.keys() {
             cmd.arg(k);
         }
@@ -214,7 +214,7 @@ impl Store for RedisStore {
         let mut conn = self.backend.connection().clone();
         let key = key.to_owned();
         async move {
-            redis::cmd("GET")
+            redlease::redis::client::cmd("GET")
                 .arg(key)
                 .query_async::<Option<String>>(&mut conn)
                 .await

@@ -88,7 +88,7 @@ impl Failure {
         Failure::new(code, format!("{context}: {e}"))
     }
 
-    pub(crate) fn redis(context: &str, e: &redis::RedisError) -> Failure {
+    pub(crate) fn redis(context: &str, e: &redlease::redis::client::RedisError) -> Failure {
         let code = if e.is_io_error()
             || e.is_connection_refusal()
             || e.is_timeout()

@@ -3,9 +3,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redlease::core::election::Op;
 use redlease::redis::RedisBackend;
+use redlease::redis::client::aio::ConnectionManager;
 use redlease::{
     BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, Observer,
     StepDownReason, Term, Token,

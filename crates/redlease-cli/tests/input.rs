@@ -134,7 +134,7 @@ async fn bad_input_gives_one_line_and_its_exit_code() {
     .await;
     // Nothing was taken by the refused commands.
     let mut conn = server.connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let keys: Vec<String> = redlease::redis::client::cmd("KEYS")
         .arg("*")
         .query_async(&mut conn)
         .await
@@ -182,7 +182,7 @@ async fn failed_fenced_write_is_an_error_and_keeps_the_mark() {
     let dir = workdir("cli-fence-err");
     let d = dir.path();
     let mut conn = server.connection().await.unwrap();
-    let _: () = redis::cmd("SET")
+    let _: () = redlease::redis::client::cmd("SET")
         .arg("str")
         .arg("v")
         .query_async(&mut conn)
@@ -199,7 +199,7 @@ async fn failed_fenced_write_is_an_error_and_keeps_the_mark() {
     let line = assert_one_line(&hset);
     assert_eq!(code(&hset), 70, "{line}");
     assert!(line.contains("WRONGTYPE"), "{line}");
-    let mark: Option<String> = redis::cmd("GET")
+    let mark: Option<String> = redlease::redis::client::cmd("GET")
         .arg("fe:fence:applied")
         .query_async(&mut conn)
         .await
@@ -213,7 +213,7 @@ async fn failed_fenced_write_is_an_error_and_keeps_the_mark() {
     })
     .await;
     assert_eq!(code(&del), 0, "{}", stderr(&del));
-    let mark: Option<String> = redis::cmd("GET")
+    let mark: Option<String> = redlease::redis::client::cmd("GET")
         .arg("fe:fence:applied")
         .query_async(&mut conn)
         .await
@@ -285,7 +285,7 @@ async fn demo_runs_on_redis() {
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("on Redis at"));
     let mut conn = server.connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let keys: Vec<String> = redlease::redis::client::cmd("KEYS")
         .arg("*")
         .query_async(&mut conn)
         .await

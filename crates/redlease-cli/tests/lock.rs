@@ -41,7 +41,7 @@ async fn lock_runs_cmd_and_exits_with_its_status() {
     }
     assert!(tokens[1] > tokens[0], "fencing tokens increase: {tokens:?}");
     let mut conn = server.connection().await.unwrap();
-    let mark: Option<u64> = redis::cmd("GET")
+    let mark: Option<u64> = redlease::redis::client::cmd("GET")
         .arg("nightly:fence:applied")
         .query_async(&mut conn)
         .await
@@ -51,7 +51,7 @@ async fn lock_runs_cmd_and_exits_with_its_status() {
         Some(tokens[1]),
         "the mark is stamped at <KEY>:fence:applied"
     );
-    let held: bool = redis::cmd("EXISTS")
+    let held: bool = redlease::redis::client::cmd("EXISTS")
         .arg("nightly")
         .query_async(&mut conn)
         .await
@@ -149,7 +149,7 @@ async fn lock_taken_over_stops_cmd() {
     p.cleanup_group_from(d.join("t.pid"));
     wait_file(&d.join("t.token")).await;
     let mut conn = server.connection().await.unwrap();
-    let _: () = redis::cmd("SET")
+    let _: () = redlease::redis::client::cmd("SET")
         .arg("taken")
         .arg("another-owner")
         .query_async(&mut conn)
@@ -161,7 +161,7 @@ async fn lock_taken_over_stops_cmd() {
         "term",
         "CMD got SIGTERM"
     );
-    let value: Option<String> = redis::cmd("GET")
+    let value: Option<String> = redlease::redis::client::cmd("GET")
         .arg("taken")
         .query_async(&mut conn)
         .await

@@ -119,7 +119,7 @@ async fn frozen_leader_is_replaced_and_stops_its_cmd_when_it_resumes() {
     let fresh = output(fence(token_b, "from b")).await;
     assert_eq!(code(&fresh), 0, "current token applied: {}", stderr(&fresh));
     let mut conn = server.connection().await.unwrap();
-    let value: Option<String> = redis::cmd("GET")
+    let value: Option<String> = redlease::redis::client::cmd("GET")
         .arg("cli-failover:state")
         .query_async(&mut conn)
         .await
