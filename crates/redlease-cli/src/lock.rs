@@ -13,9 +13,6 @@ use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
 use crate::{Ctx, conn, duration};
 
-/// The bound of the single attempt of `--wait 0`.
-const SINGLE_ATTEMPT_BOUND: Duration = Duration::from_secs(2);
-
 pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     Cmd {
         argv: args.cmd.clone(),
@@ -34,17 +31,12 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let mut options = LockOptions::new()
         .auto_renew(renew)
         .token(redlease::default_instance_id());
-    if args.wait.is_zero() {
-        // One attempt, bounded like a round trip (a zero wait would bound it to 1 ms).
-        options = options
-            .retry(RetryStrategy::none())
-            .wait(SINGLE_ATTEMPT_BOUND);
-    } else {
-        let max = (args.ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
-        let retry = RetryStrategy::exponential(Duration::from_millis(25), max)
-            .map_err(|e| Failure::config(&e))?;
-        options = options.retry(retry).wait(args.wait);
-    }
+    // The wait bounds when attempts may start: `--wait 0` is a single attempt (each attempt
+    // is bounded by its own operation timeout, one TTL by default).
+    let max = (args.ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let retry = RetryStrategy::exponential(Duration::from_millis(25), max)
+        .map_err(|e| Failure::config(&e))?;
+    options = options.retry(retry).wait(args.wait);
     let fence_key = format!("{}:fence", args.key);
     if args.fence {
         options = options.fence_key(fence_key.clone());
