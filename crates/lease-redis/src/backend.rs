@@ -193,6 +193,25 @@ where
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
         let spec = &*req.spec;
         self.precheck("acquire", spec)?;
+        if let ([key], None) = (spec.keys(), spec.fence_key()) {
+            // Fast path for the common unfenced single-key lock: a free key is taken with one
+            // plain `SET NX PX` (no script). When the key exists — someone else's, or ours
+            // (reentrant takeover), or of another type — the script below decides, exactly as
+            // if it had been called first: `SET NX` changed nothing.
+            let mut conn = self.conn.clone();
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(req.owner.stored_value(&req.metadata))
+                .arg("NX")
+                .arg("PX")
+                .arg(req.ttl.as_millis())
+                .query_async(&mut conn)
+                .await
+                .map_err(crate::error::backend_error)?;
+            if set.is_some() {
+                return Ok(AcquireOutcome::Acquired { token: None });
+            }
+        }
         let mut call = Call::new();
         for k in spec.keys() {
             call.key(k);

@@ -350,6 +350,8 @@ struct Shared {
     /// Fires when the lock is no longer held, for any reason.
     lost: CancellationToken,
     released: AtomicBool,
+    /// Whether a deadline watch runs (auto-renewal does its own).
+    watching: AtomicBool,
     /// The ownership token was generated for this acquisition alone (not caller-chosen): a
     /// compare-and-delete with it can only ever remove this acquisition's keys, so it is safe
     /// even after the lock was lost. With a caller-chosen token a later reentrant obtain shares
@@ -396,11 +398,14 @@ impl<B: LeaseBackend> Lock<B> {
             ),
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
             private_token,
         });
         // The loss signal also fires at the deadline if nothing extends the lock.
-        let renewer = Some(match auto_renew {
-            Some(ar) => tokio::spawn(auto_renew_task(
+        // Without auto-renewal, the deadline watch that fires the loss signal is started
+        // lazily, on the first `lost()` call: a lock nobody watches costs no task.
+        let renewer = auto_renew.map(|ar| {
+            tokio::spawn(auto_renew_task(
                 Arc::clone(&backend),
                 RenewRequest {
                     spec: Arc::clone(&spec),
@@ -417,8 +422,7 @@ impl<B: LeaseBackend> Lock<B> {
                 clock,
                 sent,
                 Arc::clone(&shared),
-            )),
-            None => tokio::spawn(deadline_watch(Arc::clone(&shared))),
+            ))
         });
         Lock {
             backend,
@@ -484,6 +488,16 @@ impl<B: LeaseBackend> Lock<B> {
     /// good, the local deadline passed, or the lock was released — whichever comes first. It
     /// belongs to this acquisition: a later obtain has its own.
     pub fn lost(&self) -> CancellationToken {
+        if self.renewer.is_none()
+            && !self.shared.lost.is_cancelled()
+            && !self.shared.watching.swap(true, Ordering::AcqRel)
+        {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(deadline_watch(Arc::clone(&self.shared)));
+            } else {
+                self.shared.watching.store(false, Ordering::Release);
+            }
+        }
         self.shared.lost.clone()
     }
 
