@@ -9,10 +9,10 @@
 //!
 //! | feature | what |
 //! |---|---|
-//! | `redis` (default) | [`redis`]: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
-//! | `redlock` | [`redlock`]: quorum leases over N independent Redis primaries, with fenced quorum tokens |
-//! | `fence` | [`fence`]: fencing at the resource (Redis fenced writes) |
-//! | `postgres` | [`fence`] with the Postgres conditional-write adapter |
+//! | `redis` (default) | `redlease::redis`: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
+//! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
+//! | `fence` | `redlease::fence`: fencing at the resource (Redis fenced writes) |
+//! | `postgres` | `redlease::fence` with the Postgres conditional-write adapter |
 //!
 //! The in-memory backend ([`memory`]) is always available, for your unit tests.
 //!

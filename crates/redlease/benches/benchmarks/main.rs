@@ -68,7 +68,7 @@ fn main() {
         let paired = rt.block_on(ops::paired(&env, 4));
         assert!(!paired.is_empty());
         let idle = rt
-            .block_on(idle::measure(Duration::from_millis(300)))
+            .block_on(idle::measure(Duration::from_millis(800)))
             .expect("idle measurement");
         assert!(idle.leader_commands_per_sec > 0.0, "{idle:?}");
     }
