@@ -28,4 +28,6 @@ pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
 pub use observer::{NoopObserver, Observer};
 
 pub use lease_core;
+/// Which operation an [`Observer::on_error`] call is about.
+pub use lease_core::election::Op;
 pub use tokio_util::sync::CancellationToken;

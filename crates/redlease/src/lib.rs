@@ -49,6 +49,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+/// Which operation an [`Observer::on_error`] call is about.
+pub use lease_core::election::Op;
 pub use lease_core::{
     BackendError, ConfigError, ElectionConfig, ElectionConfigBuilder, FenceMark, FenceOutcome,
     FencedResource, Fencing, LeaseBackend, RetryStrategy, Role, StepDownReason, Token, TokenError,
