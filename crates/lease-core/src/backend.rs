@@ -314,26 +314,75 @@ pub struct LeaseInfo {
 /// A boxed error from an adapter.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// What a failed request did at the store: the one question a caller must answer before it
+/// acts on a failure (retry a non-idempotent write? assume the lock is free?).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{BackendError, Effect};
+/// assert_eq!(BackendError::Timeout(Duration::from_secs(1)).effect(), Effect::Unknown);
+/// assert_eq!(BackendError::Refused("NOPERM".into()).effect(), Effect::NotApplied);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Provably not applied: refused before it was sent, the connection could not be made, or
+    /// the store answered with an error before changing anything.
+    NotApplied,
+    /// May or may not have been applied: the request may have reached the store and no reply
+    /// was seen (a timeout after sending, a connection lost or reset mid-request). Only a later
+    /// read can tell; a retry of a non-idempotent write may apply it twice.
+    Unknown,
+    /// Applied: the error reports something about a request that took effect
+    /// ([`BackendError::TokenRegression`]: the lease was granted, with a regressed token).
+    Applied,
+}
+
 /// A failure to get an answer from a backend (as opposed to an answer we did not like).
+///
+/// Every variant says whether the request may have taken effect ([`BackendError::effect`])
+/// and whether retrying can help ([`BackendError::is_transient`]):
+///
+/// | variant | effect | transient |
+/// |---|---|---|
+/// | [`Unavailable`](Self::Unavailable) | not applied | yes |
+/// | [`OutcomeUnknown`](Self::OutcomeUnknown), [`Timeout`](Self::Timeout) | **unknown** | yes |
+/// | [`Refused`](Self::Refused), [`Invalid`](Self::Invalid), [`TokenExhausted`](Self::TokenExhausted) | not applied | no |
+/// | [`Protocol`](Self::Protocol) | **unknown** | no |
+/// | [`TokenRegression`](Self::TokenRegression) | applied (a report, not a failure) | no |
+/// | [`Other`](Self::Other) | **unknown** | yes |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
-    /// The backend could not be reached or the connection failed (transient).
-    #[error("backend unreachable: {0}")]
+    /// The store could not serve the request and provably did not apply it: the connection
+    /// could not be made, or the store answered that it cannot serve now (Redis `LOADING`,
+    /// `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`/`ASK`), or a quorum
+    /// round failed and was cleaned up on every node. Transient: retrying can help.
+    #[error("backend unavailable (not applied): {0}")]
     Unavailable(#[source] BoxError),
-    /// The request got no reply in time; it may or may not have taken effect.
+    /// The request may have reached the store and no reply was seen (the connection was lost
+    /// or reset after sending, the connection's own response timeout fired): it may or may not
+    /// have taken effect. Transient.
+    #[error("outcome unknown (the request may have been applied): {0}")]
+    OutcomeUnknown(#[source] BoxError),
+    /// The request got no reply within `{0:?}`: it may or may not have taken effect.
+    /// Transient.
     #[error("no reply within {0:?}; the outcome is unknown")]
     Timeout(Duration),
     /// The request was refused before any round trip (permanent: retrying cannot help).
     #[error("invalid request: {0}")]
     Invalid(String),
-    /// The server answered with an error (script error, WRONGTYPE, ...).
-    #[error("server error: {0}")]
-    Server(String),
-    /// The server's reply had an unexpected shape.
-    #[error("unexpected reply: {0}")]
+    /// The store answered with a permanent error (Redis `WRONGTYPE`, a counter that is not an
+    /// integer, `NOPERM`, `NOAUTH`/`WRONGPASS`, `OOM`, a failing script): retrying the same
+    /// request cannot help, so it is reported at once, never retried. Not applied: every
+    /// script of ours performs its checks before its first write (a caller's own fenced Lua
+    /// body is the exception: writes it made before failing stay).
+    #[error("refused by the server: {0}")]
+    Refused(String),
+    /// The store's reply had an unexpected shape: it did something, but we cannot tell what.
+    #[error("unexpected reply (outcome unknown): {0}")]
     Protocol(String),
-    /// The server refuses because a value is out of range (e.g. the counter passed 2^53).
+    /// The store refuses because a value is out of range (e.g. the counter passed 2^53).
     #[error("fence counter exhausted: {0}")]
     TokenExhausted(String),
     /// The store minted a token not above one this instance was granted before: its counter
@@ -345,18 +394,44 @@ pub enum BackendError {
         /// The token just minted.
         minted: Token,
     },
-    /// An adapter-specific failure (for example a quorum failure with per-node causes).
+    /// An adapter-specific failure whose effect is unknown. Adapters that know a failure was
+    /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error as
+    /// its source) instead.
     #[error(transparent)]
     Other(BoxError),
 }
 
 impl BackendError {
-    /// Whether retrying the same request can help (false for invalid input).
+    /// Whether retrying the same request can help: false for permanent refusals (invalid
+    /// input, a permanent server error, an exhausted counter, an unexpected reply).
     pub fn is_transient(&self) -> bool {
-        !matches!(
+        matches!(
             self,
-            BackendError::Invalid(_) | BackendError::TokenExhausted(_)
+            BackendError::Unavailable(_)
+                | BackendError::OutcomeUnknown(_)
+                | BackendError::Timeout(_)
+                | BackendError::Other(_)
         )
+    }
+
+    /// Whether the request may have taken effect at the store (see [`Effect`]).
+    pub fn effect(&self) -> Effect {
+        match self {
+            BackendError::OutcomeUnknown(_)
+            | BackendError::Timeout(_)
+            | BackendError::Protocol(_)
+            | BackendError::Other(_) => Effect::Unknown,
+            BackendError::Unavailable(_)
+            | BackendError::Invalid(_)
+            | BackendError::Refused(_)
+            | BackendError::TokenExhausted(_) => Effect::NotApplied,
+            BackendError::TokenRegression { .. } => Effect::Applied,
+        }
+    }
+
+    /// Shorthand for `self.effect() == Effect::Unknown`.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.effect() == Effect::Unknown
     }
 }
 

@@ -8,6 +8,10 @@ use std::time::Duration;
 
 /// The shortest election TTL accepted. Shorter leases spend most of their life renewing.
 pub const MIN_ELECTION_TTL: Duration = Duration::from_millis(100);
+/// The shortest interval or timeout accepted anywhere (renew, acquire, auto-renew, retry,
+/// operation timeout): 1 ms, the granularity of Redis `PX`. Anything shorter cannot fit a
+/// round trip and would only produce a storm of spurious timeouts.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 /// The longest TTL accepted anywhere (30 days): longer ones are almost surely unit mistakes.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The longest accepted election name or lock key, in bytes.
@@ -73,6 +77,16 @@ pub enum ConfigError {
         timeout: Duration,
         /// The TTL.
         ttl: Duration,
+    },
+    /// A non-zero interval or timeout below [`MIN_INTERVAL`] (it cannot fit a round trip).
+    #[error("{what} {value:?} is below the minimum {min:?}")]
+    IntervalTooShort {
+        /// Which setting ("renew interval", "acquire interval", "retry delay", ...).
+        what: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The minimum, [`MIN_INTERVAL`].
+        min: Duration,
     },
     /// An empty name or key.
     #[error("{what} must not be empty")]
@@ -164,6 +178,50 @@ impl Ttl {
         // At most 30 days in ms: fits in u64.
         u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX)
     }
+}
+
+/// Refuses a non-zero `value` below [`MIN_INTERVAL`] (zero has its own error per setting).
+pub fn check_interval(what: &'static str, value: Duration) -> Result<(), ConfigError> {
+    if !value.is_zero() && value < MIN_INTERVAL {
+        return Err(ConfigError::IntervalTooShort {
+            what,
+            value,
+            min: MIN_INTERVAL,
+        });
+    }
+    Ok(())
+}
+
+/// Validates an auto-renew interval for a lease of `ttl`: at least [`MIN_INTERVAL`] and at
+/// most TTL/2 (so one failed renewal still leaves a retry before expiry). The one rule for
+/// elections' renew interval and locks' auto-renewal.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::config::{check_renew_interval, ConfigError};
+/// let ttl = Duration::from_secs(3);
+/// assert!(check_renew_interval(Duration::from_secs(1), ttl).is_ok());
+/// assert_eq!(check_renew_interval(Duration::ZERO, ttl), Err(ConfigError::ZeroRenewInterval));
+/// assert!(matches!(check_renew_interval(Duration::from_nanos(1), ttl), Err(ConfigError::IntervalTooShort { .. })));
+/// assert!(matches!(check_renew_interval(Duration::from_secs(2), ttl), Err(ConfigError::RenewIntervalTooLong { .. })));
+/// ```
+pub fn check_renew_interval(renew: Duration, ttl: Duration) -> Result<(), ConfigError> {
+    if renew.is_zero() {
+        return Err(ConfigError::ZeroRenewInterval);
+    }
+    check_interval("renew interval", renew)?;
+    if renew > ttl / 2 {
+        return Err(ConfigError::RenewIntervalTooLong { renew, ttl });
+    }
+    Ok(())
+}
+
+/// Validates an operation timeout: positive, at least [`MIN_INTERVAL`].
+pub fn check_operation_timeout(timeout: Duration) -> Result<(), ConfigError> {
+    if timeout.is_zero() {
+        return Err(ConfigError::ZeroOperationTimeout);
+    }
+    check_interval("operation timeout", timeout)
 }
 
 /// `d` truncated to whole milliseconds.
@@ -345,21 +403,14 @@ impl ElectionConfigBuilder {
         let renew = self
             .renew_interval
             .unwrap_or_else(|| whole_millis(ttl.get() / 3));
-        if renew.is_zero() {
-            return Err(ConfigError::ZeroRenewInterval);
-        }
-        if renew > ttl.get() / 2 {
-            return Err(ConfigError::RenewIntervalTooLong {
-                renew,
-                ttl: ttl.get(),
-            });
-        }
+        check_renew_interval(renew, ttl.get())?;
         let acquire = self
             .acquire_interval
             .unwrap_or_else(|| whole_millis(ttl.get() / 2));
         if acquire.is_zero() {
             return Err(ConfigError::ZeroAcquireInterval);
         }
+        check_interval("acquire interval", acquire)?;
         if acquire >= ttl.get() {
             return Err(ConfigError::AcquireIntervalTooLong {
                 acquire,
@@ -367,9 +418,7 @@ impl ElectionConfigBuilder {
             });
         }
         if let Some(t) = self.operation_timeout {
-            if t.is_zero() {
-                return Err(ConfigError::ZeroOperationTimeout);
-            }
+            check_operation_timeout(t)?;
             if t >= ttl.get() {
                 return Err(ConfigError::OperationTimeoutTooLong {
                     timeout: t,

@@ -22,7 +22,9 @@
 //!   is sent while a release is pending (a late release must not delete our own next term) or
 //!   a renewal is in flight (it would hold back the next term's first renewal);
 //! - `Follower` is reported once per transition into the follower role, not per poll;
-//! - every tolerated failure is reported as an `Error` event;
+//! - every tolerated failure is reported as an `Error` event; a permanent one (an acquire or
+//!   renewal refused with an error that retrying cannot fix) is reported as `Failed` and stops
+//!   the election (release, then `Stopped`) instead of retrying or renewing in a loop;
 //! - after [`Election::shutdown`] the machine releases what it may hold — including the lease
 //!   an in-flight or timed-out acquire may have won — and then reports `Stopped`.
 
@@ -124,6 +126,9 @@ pub enum StepDownReason {
     Shutdown,
     /// The leader's work returned ([`Election::work_returned`]).
     WorkReturned,
+    /// The store refused a request with a permanent error: the election stops (see
+    /// [`Event::Failed`]).
+    Refused,
 }
 
 impl From<LossReason> for StepDownReason {
@@ -131,6 +136,7 @@ impl From<LossReason> for StepDownReason {
         match r {
             LossReason::NotOurs => StepDownReason::Lost,
             LossReason::DeadlineExpired => StepDownReason::DeadlineExpired,
+            LossReason::Refused => StepDownReason::Refused,
         }
     }
 }
@@ -163,6 +169,16 @@ pub enum Event {
         /// Which operation failed.
         op: Op,
         /// The failure.
+        error: BackendError,
+    },
+    /// A request was refused with a permanent error ([`BackendError::is_transient`] is false:
+    /// `NOPERM`, `WRONGTYPE`, `OOM`, invalid input, ...). Retrying cannot help, so the
+    /// election stops: the term (if any) ends with [`StepDownReason::Refused`], what this
+    /// instance may hold is released, then [`Event::Stopped`].
+    Failed {
+        /// Which operation was refused.
+        op: Op,
+        /// The refusal.
         error: BackendError,
     },
     /// A release completed (or failed: `outcome` is `None`).
@@ -520,6 +536,13 @@ impl Election {
                 }
                 self.schedule_acquire(now);
             }
+            Some(Err(error)) if !error.is_transient() => {
+                self.events.push_back(Event::Failed {
+                    op: Op::Acquire,
+                    error,
+                });
+                self.fail(now);
+            }
             Some(Err(error)) => {
                 self.consecutive_errors = self.consecutive_errors.saturating_add(1);
                 self.events.push_back(Event::Error {
@@ -565,6 +588,12 @@ impl Election {
             while let Some(ev) = term.lease.poll_event() {
                 match ev {
                     LeaseEvent::Renewed { .. } => {}
+                    LeaseEvent::RenewFailed(error) if !error.is_transient() => {
+                        self.events.push_back(Event::Failed {
+                            op: Op::Renew,
+                            error,
+                        });
+                    }
                     LeaseEvent::RenewFailed(error) => self.events.push_back(Event::Error {
                         op: Op::Renew,
                         error,
@@ -575,7 +604,17 @@ impl Election {
         }
         if let Some(reason) = lost {
             self.end_term(now, reason.into());
+            if reason == LossReason::Refused {
+                self.fail(now);
+            }
         }
+    }
+
+    /// Stops after a permanent refusal: no more acquires; pending releases still go out.
+    fn fail(&mut self, now: Instant) {
+        self.shutting_down = true;
+        self.end_term(now, StepDownReason::Refused);
+        self.maybe_stop();
     }
 
     fn end_term(&mut self, now: Instant, reason: StepDownReason) {

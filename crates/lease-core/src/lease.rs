@@ -45,6 +45,10 @@ pub enum LossReason {
     NotOurs,
     /// The local deadline passed without a successful renewal.
     DeadlineExpired,
+    /// A renewal was refused with a permanent error (e.g. `NOPERM`, `WRONGTYPE`): no renewal
+    /// can succeed, so the lease is given up at once instead of renewing in a loop until the
+    /// deadline. The error itself is reported as [`LeaseEvent::RenewFailed`] just before.
+    Refused,
 }
 
 /// What a held lease reports.
@@ -190,6 +194,10 @@ impl HeldLease {
                 }
             }
             Ok(RenewOutcome::NotHeld) => self.lose(LossReason::NotOurs),
+            Err(e) if !e.is_transient() => {
+                self.events.push_back(LeaseEvent::RenewFailed(e));
+                self.lose(LossReason::Refused);
+            }
             Err(e) => {
                 self.next_renew = (sent_at + self.timing.renew_interval).max(now);
                 self.events.push_back(LeaseEvent::RenewFailed(e));
@@ -221,6 +229,18 @@ impl HeldLease {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<LeaseEvent> {
         self.events.pop_front()
+    }
+
+    /// Sets the local deadline to exactly `valid_until`, shorter or longer: the store was told
+    /// a new expiry by a request outside this machine (an explicit refresh of a lock), or may
+    /// have been (a refresh with a shorter TTL whose outcome is unknown: pass the earlier of
+    /// the two). The local deadline never exceeds what the store was last told.
+    pub fn set_valid_until(&mut self, now: Instant, valid_until: Instant) {
+        if self.lost.is_some() || self.ended {
+            return;
+        }
+        self.valid_until = valid_until;
+        self.handle_timeout(now);
     }
 
     /// Ends the lease locally (resign, release): no more renewals, no loss event.

@@ -48,7 +48,7 @@ pub mod time;
 pub mod token;
 
 pub use backend::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, FencedResource, Fencing,
+    AcquireOutcome, AcquireRequest, BackendError, Effect, FenceOutcome, FencedResource, Fencing,
     LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest,
     RenewOutcome, RenewRequest,
 };

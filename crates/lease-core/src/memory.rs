@@ -194,7 +194,7 @@ impl Store {
                 value: Value::Str(s),
                 ..
             }) => Ok(Some(s.clone())),
-            Some(_) => Err(BackendError::Server(WRONGTYPE.into())),
+            Some(_) => Err(BackendError::Refused(WRONGTYPE.into())),
         }
     }
 
@@ -202,7 +202,7 @@ impl Store {
         match self.get_str(key, now)? {
             None => Ok(0),
             Some(s) => s.parse::<u64>().map_err(|_| {
-                BackendError::Server("ERR value is not an integer or out of range".into())
+                BackendError::Refused("ERR value is not an integer or out of range".into())
             }),
         }
     }
@@ -413,7 +413,7 @@ impl Store {
                 }) => {
                     h.insert(field.clone(), value.clone());
                 }
-                Some(_) => return Err(BackendError::Server(WRONGTYPE.into())),
+                Some(_) => return Err(BackendError::Refused(WRONGTYPE.into())),
             },
             MemoryWrite::Del { keys } => {
                 for k in keys {
@@ -442,7 +442,7 @@ impl Store {
                             .map(|e| matches!(e.value, Value::Str(_))),
                     };
                     if is_str == Some(true) {
-                        return Err(BackendError::Server(WRONGTYPE.into()));
+                        return Err(BackendError::Refused(WRONGTYPE.into()));
                     }
                     seen.insert(key, Some(false));
                 }

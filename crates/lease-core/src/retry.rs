@@ -8,9 +8,18 @@
 
 use std::time::Duration;
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, check_interval};
+use crate::rng::SplitMix64;
+
+/// How much a jittered retry delay may be shortened: a delay `d` becomes a uniform draw in
+/// `[d − 50 % · d, d]` ("equal jitter"), never longer, so waiters that saw the same release do
+/// not retry in lockstep and the wait deadline rules are unchanged.
+pub const RETRY_JITTER_PERCENT: u32 = 50;
 
 /// How to space retries of a contended acquisition.
+///
+/// Opaque: built only by its constructors, which refuse spinning strategies (a zero or
+/// sub-millisecond interval), so an invalid strategy cannot exist.
 ///
 /// ```
 /// use std::time::Duration;
@@ -23,86 +32,125 @@ use crate::config::ConfigError;
 /// assert_eq!(b.next_delay(), Some(Duration::from_millis(10)), "b has its own sequence");
 /// assert_eq!(a.next_delay(), Some(Duration::from_millis(25)));
 /// assert_eq!(a.next_delay(), None, "three retries, then stop");
+/// assert!(RetryStrategy::linear(Duration::ZERO).is_err());
 /// # Ok::<(), lease_core::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum RetryStrategy {
-    /// Never retry (the default).
+pub struct RetryStrategy {
+    kind: Kind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+enum Kind {
     #[default]
     None,
-    /// Retry forever (until the deadline) at a fixed interval.
     Linear(Duration),
-    /// Retry forever (until the deadline), `min · 2^k` for the k-th retry, capped at `max`.
     Exponential {
-        /// The first delay.
         min: Duration,
-        /// The largest delay.
         max: Duration,
     },
-    /// At most `retries` retries of `inner`.
     Limit {
-        /// How many retries.
         retries: u32,
-        /// The spacing.
-        inner: Box<RetryStrategy>,
+        inner: Box<Kind>,
     },
 }
 
 impl RetryStrategy {
-    /// No retries.
+    /// No retries (the default).
     pub fn none() -> Self {
-        RetryStrategy::None
+        RetryStrategy { kind: Kind::None }
     }
 
-    /// A fixed interval. A zero interval is refused (it would spin).
+    /// A fixed interval, retried until the wait deadline. An interval below
+    /// [`MIN_INTERVAL`](crate::config::MIN_INTERVAL) is refused (it would spin).
     pub fn linear(interval: Duration) -> Result<Self, ConfigError> {
         if interval.is_zero() {
             return Err(ConfigError::Invalid(
                 "linear retry interval must be positive".into(),
             ));
         }
-        Ok(RetryStrategy::Linear(interval))
+        check_interval("linear retry interval", interval)?;
+        Ok(RetryStrategy {
+            kind: Kind::Linear(interval),
+        })
     }
 
-    /// Doubling delays from `min` up to `max`. Requires `0 < min <= max`.
+    /// Doubling delays from `min` up to `max` (`min · 2^k` for the k-th retry), retried until
+    /// the wait deadline. Requires `1 ms <= min <= max`.
     pub fn exponential(min: Duration, max: Duration) -> Result<Self, ConfigError> {
         if min.is_zero() {
             return Err(ConfigError::Invalid(
                 "exponential retry min must be positive".into(),
             ));
         }
+        check_interval("exponential retry min", min)?;
         if min > max {
             return Err(ConfigError::Invalid(format!(
                 "exponential retry min {min:?} exceeds max {max:?}"
             )));
         }
-        Ok(RetryStrategy::Exponential { min, max })
+        Ok(RetryStrategy {
+            kind: Kind::Exponential { min, max },
+        })
     }
 
     /// At most `retries` retries spaced by `inner`.
     pub fn limit(retries: u32, inner: RetryStrategy) -> Self {
-        RetryStrategy::Limit {
-            retries,
-            inner: Box::new(inner),
+        RetryStrategy {
+            kind: Kind::Limit {
+                retries,
+                inner: Box::new(inner.kind),
+            },
         }
     }
 
-    /// A fresh sequence of delays for one acquisition.
+    /// Whether this strategy never retries.
+    pub fn is_none(&self) -> bool {
+        self.delay(0).is_none()
+    }
+
+    /// A fresh sequence of the exact delays for one acquisition (no jitter).
     pub fn sequence(&self) -> RetrySequence {
         RetrySequence {
             strategy: self.clone(),
             retries: 0,
+            jitter: None,
         }
     }
 
-    /// The delay before retry number `k` (0-based), or `None` when there is none.
+    /// A fresh sequence for one acquisition whose delays are jittered from `seed`: each is a
+    /// draw in `[d − RETRY_JITTER_PERCENT % · d, d]`, never longer than the exact delay.
+    /// Drivers use this, with a random seed per acquisition.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::RetryStrategy;
+    /// let s = RetryStrategy::linear(Duration::from_millis(100))?;
+    /// let d = s.jittered_sequence(7).next_delay().unwrap();
+    /// assert!(d >= Duration::from_millis(50) && d <= Duration::from_millis(100));
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn jittered_sequence(&self, seed: u64) -> RetrySequence {
+        RetrySequence {
+            strategy: self.clone(),
+            retries: 0,
+            jitter: Some(SplitMix64::new(seed)),
+        }
+    }
+
+    /// The exact delay before retry number `k` (0-based), or `None` when there is none.
     pub fn delay(&self, k: u32) -> Option<Duration> {
+        self.kind.delay(k)
+    }
+}
+
+impl Kind {
+    fn delay(&self, k: u32) -> Option<Duration> {
         match self {
-            RetryStrategy::None => None,
-            RetryStrategy::Linear(d) => Some(*d),
-            RetryStrategy::Exponential { min, max } => Some(doubled_capped(*min, *max, k)),
-            RetryStrategy::Limit { retries, inner } => {
+            Kind::None => None,
+            Kind::Linear(d) => Some(*d),
+            Kind::Exponential { min, max } => Some(doubled_capped(*min, *max, k)),
+            Kind::Limit { retries, inner } => {
                 if k < *retries {
                     inner.delay(k)
                 } else {
@@ -118,6 +166,7 @@ impl RetryStrategy {
 pub struct RetrySequence {
     strategy: RetryStrategy,
     retries: u32,
+    jitter: Option<SplitMix64>,
 }
 
 impl RetrySequence {
@@ -125,7 +174,10 @@ impl RetrySequence {
     pub fn next_delay(&mut self) -> Option<Duration> {
         let d = self.strategy.delay(self.retries)?;
         self.retries = self.retries.saturating_add(1);
-        Some(d)
+        Some(match self.jitter.as_mut() {
+            Some(rng) => rng.jitter_down(d, RETRY_JITTER_PERCENT),
+            None => d,
+        })
     }
 
     /// How many retries this sequence has handed out.

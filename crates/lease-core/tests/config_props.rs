@@ -151,6 +151,15 @@ fn oracle(i: &Input) -> Result<(Duration, Duration), ConfigError> {
     if renew.is_zero() {
         return Err(ConfigError::ZeroRenewInterval);
     }
+    // Sub-millisecond intervals cannot fit a round trip.
+    let min = Duration::from_millis(1);
+    if renew < min {
+        return Err(ConfigError::IntervalTooShort {
+            what: "renew interval",
+            value: renew,
+            min,
+        });
+    }
     // renew <= ttl/2, compared exactly (2·renew <= ttl; the TTL is whole ms here, so even).
     if renew.as_nanos() * 2 > i.ttl.as_nanos() {
         return Err(ConfigError::RenewIntervalTooLong { renew, ttl: i.ttl });
@@ -158,6 +167,13 @@ fn oracle(i: &Input) -> Result<(Duration, Duration), ConfigError> {
     let acquire = i.acquire.unwrap_or(whole_ms(i.ttl / 2));
     if acquire.is_zero() {
         return Err(ConfigError::ZeroAcquireInterval);
+    }
+    if acquire < min {
+        return Err(ConfigError::IntervalTooShort {
+            what: "acquire interval",
+            value: acquire,
+            min,
+        });
     }
     if acquire >= i.ttl {
         return Err(ConfigError::AcquireIntervalTooLong {
@@ -168,6 +184,13 @@ fn oracle(i: &Input) -> Result<(Duration, Duration), ConfigError> {
     if let Some(t) = i.op_timeout {
         if t.is_zero() {
             return Err(ConfigError::ZeroOperationTimeout);
+        }
+        if t < min {
+            return Err(ConfigError::IntervalTooShort {
+                what: "operation timeout",
+                value: t,
+                min,
+            });
         }
         if t >= i.ttl {
             return Err(ConfigError::OperationTimeoutTooLong {

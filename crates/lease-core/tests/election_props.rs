@@ -117,14 +117,16 @@ fn setup() -> impl Strategy<Value = Setup> {
         let ttl_ns = ttl_ms * 1_000_000;
         (
             Just(ttl_ms),
+            // Intervals of at least 1 ms (shorter ones are refused: `config_props`), with
+            // sub-millisecond parts.
             proptest::option::of(prop_oneof![
                 (1u64..=ttl_ms / 2).prop_map(Duration::from_millis),
-                (1u64..=ttl_ns / 2).prop_map(Duration::from_nanos),
+                (1_000_000u64..=ttl_ns / 2).prop_map(Duration::from_nanos),
             ]),
             proptest::option::of(prop_oneof![
                 (1u64..ttl_ms).prop_map(Duration::from_millis),
-                (1u64..ttl_ns).prop_map(Duration::from_nanos),
-                (1u64..1000).prop_map(Duration::from_nanos),
+                (1_000_000u64..ttl_ns).prop_map(Duration::from_nanos),
+                (1_000_000u64..1_001_000).prop_map(Duration::from_nanos),
             ]),
             proptest::option::of((1u64..ttl_ms).prop_map(Duration::from_millis)),
             any::<u64>(),
@@ -440,9 +442,9 @@ fn random_runs_exercise_every_path() {
 fn backoff_base_doubles_to_the_ttl_for_any_error_count() {
     let ns = Duration::from_nanos;
     for acquire in [
-        ns(1),
-        ns(7),
-        Duration::from_micros(3),
+        ns(1_000_000),
+        ns(1_000_007),
+        Duration::from_micros(1003),
         Duration::from_millis(500),
     ] {
         let cfg = ElectionConfig::builder("e", "i")

@@ -146,7 +146,7 @@ fn memory_batches_see_their_own_types() {
             },
         ],
     );
-    assert!(matches!(err, Err(BackendError::Server(_))));
+    assert!(matches!(err, Err(BackendError::Refused(_))));
     assert_eq!(b.get("x"), None);
     assert_eq!(b.get("m").as_deref(), Some("1"));
     // A mark above 2^53 (never written by us) refuses every token, as the Redis scripts do.

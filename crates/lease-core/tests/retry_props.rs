@@ -29,6 +29,11 @@ fn duration() -> impl Strategy<Value = Duration> {
     ]
 }
 
+/// Durations a retry constructor accepts (at least 1 ms), over the whole range.
+fn valid_duration() -> impl Strategy<Value = Duration> {
+    duration().prop_map(|d| d.max(Duration::from_millis(1)))
+}
+
 /// The exponential rule, computed exactly in u128 nanoseconds.
 fn exp_oracle(min: Duration, max: Duration, k: u32) -> Duration {
     let min_ns = min.as_nanos();
@@ -41,36 +46,60 @@ fn exp_oracle(min: Duration, max: Duration, k: u32) -> Duration {
     Duration::new((ns / 1_000_000_000) as u64, (ns % 1_000_000_000) as u32)
 }
 
-fn leaf() -> impl Strategy<Value = RetryStrategy> {
+/// A test-side description of a strategy (the type itself is opaque).
+#[derive(Clone, Debug)]
+enum Model {
+    None,
+    Linear(Duration),
+    Exponential { min: Duration, max: Duration },
+    Limit { retries: u32, inner: Box<Model> },
+}
+
+/// A strategy and its model; a refused constructor models as `None` (the default).
+fn leaf() -> impl Strategy<Value = (Model, RetryStrategy)> {
     prop_oneof![
-        Just(RetryStrategy::none()),
-        duration().prop_map(|d| RetryStrategy::linear(d).unwrap_or_default()),
+        Just((Model::None, RetryStrategy::none())),
+        duration().prop_map(|d| match RetryStrategy::linear(d) {
+            Ok(s) => (Model::Linear(d), s),
+            Err(_) => (Model::None, RetryStrategy::default()),
+        }),
         (duration(), duration()).prop_map(|(a, b)| {
-            RetryStrategy::exponential(a.min(b), a.max(b)).unwrap_or_default()
+            let (min, max) = (a.min(b), a.max(b));
+            match RetryStrategy::exponential(min, max) {
+                Ok(s) => (Model::Exponential { min, max }, s),
+                Err(_) => (Model::None, RetryStrategy::default()),
+            }
         }),
     ]
 }
 
-fn strategy() -> impl Strategy<Value = RetryStrategy> {
+fn strategy() -> impl Strategy<Value = (Model, RetryStrategy)> {
     leaf().prop_recursive(2, 4, 1, |inner| {
-        (0u32..8, inner).prop_map(|(n, s)| RetryStrategy::limit(n, s))
+        (0u32..8, inner).prop_map(|(n, (m, s))| {
+            (
+                Model::Limit {
+                    retries: n,
+                    inner: Box::new(m),
+                },
+                RetryStrategy::limit(n, s),
+            )
+        })
     })
 }
 
 /// The spec of `delay(k)`, by structure.
-fn delay_oracle(s: &RetryStrategy, k: u32) -> Option<Duration> {
+fn delay_oracle(s: &Model, k: u32) -> Option<Duration> {
     match s {
-        RetryStrategy::None => None,
-        RetryStrategy::Linear(d) => Some(*d),
-        RetryStrategy::Exponential { min, max } => Some(exp_oracle(*min, *max, k)),
-        RetryStrategy::Limit { retries, inner } => {
+        Model::None => None,
+        Model::Linear(d) => Some(*d),
+        Model::Exponential { min, max } => Some(exp_oracle(*min, *max, k)),
+        Model::Limit { retries, inner } => {
             if k < *retries {
                 delay_oracle(inner, k)
             } else {
                 None
             }
         }
-        _ => unreachable!("no other strategies are generated"),
     }
 }
 
@@ -79,14 +108,16 @@ proptest! {
 
     #[test]
     fn constructors_refuse_spinning_strategies(a in prop_oneof![Just(Duration::ZERO), duration()], b in prop_oneof![Just(Duration::ZERO), duration()]) {
-        prop_assert_eq!(RetryStrategy::linear(a).is_ok(), !a.is_zero());
-        prop_assert_eq!(RetryStrategy::exponential(a, b).is_ok(), !a.is_zero() && a <= b);
+        // Zero and sub-millisecond intervals spin: refused.
+        let ms = Duration::from_millis(1);
+        prop_assert_eq!(RetryStrategy::linear(a).is_ok(), a >= ms);
+        prop_assert_eq!(RetryStrategy::exponential(a, b).is_ok(), a >= ms && a <= b);
     }
 
     #[test]
     fn exponential_is_min_times_2k_capped_for_any_k(
-        min in duration(),
-        max in duration(),
+        min in valid_duration(),
+        max in valid_duration(),
         k in prop_oneof![0u32..130, any::<u32>(), Just(u32::MAX)],
     ) {
         let (min, max) = (min.min(max), min.max(max));
@@ -101,7 +132,7 @@ proptest! {
     }
 
     #[test]
-    fn sequences_follow_delay_and_limit_yields_exactly_n(s in strategy(), extra in 0u32..5) {
+    fn sequences_follow_delay_and_limit_yields_exactly_n((model, s) in strategy(), extra in 0u32..5) {
         let mut seq = s.sequence();
         let mut got = Vec::new();
         // Enough draws to see the end of any limited strategy, plus a few more.
@@ -112,14 +143,14 @@ proptest! {
             }
         }
         for (k, d) in got.iter().enumerate() {
-            prop_assert_eq!(Some(*d), delay_oracle(&s, k as u32), "draw {}", k);
+            prop_assert_eq!(Some(*d), delay_oracle(&model, k as u32), "draw {}", k);
         }
         if got.len() < 40 {
-            prop_assert_eq!(delay_oracle(&s, got.len() as u32), None, "stopped early");
+            prop_assert_eq!(delay_oracle(&model, got.len() as u32), None, "stopped early");
         }
-        if let RetryStrategy::Limit { retries, inner } = &s {
+        if let Model::Limit { retries, inner } = &model {
             // A limit over a strategy that never stops by itself yields exactly `retries`.
-            if delay_oracle(inner, 0).is_some() && !matches!(**inner, RetryStrategy::Limit { .. }) {
+            if delay_oracle(inner, 0).is_some() && !matches!(**inner, Model::Limit { .. }) {
                 prop_assert_eq!(got.len(), *retries as usize);
                 prop_assert_eq!(seq.retries(), *retries);
             }
@@ -132,7 +163,7 @@ proptest! {
     }
 
     #[test]
-    fn limit_n_yields_exactly_n(n in 0u32..200, d in duration()) {
+    fn limit_n_yields_exactly_n(n in 0u32..200, d in valid_duration()) {
         for inner in [
             RetryStrategy::linear(d).map_err(|e| TestCaseError::fail(e.to_string()))?,
             RetryStrategy::exponential(d, d.saturating_mul(3)).map_err(|e| TestCaseError::fail(e.to_string()))?,
@@ -146,7 +177,7 @@ proptest! {
 
     #[test]
     fn interleaved_sequences_are_independent(
-        s in strategy(),
+        (model, s) in strategy(),
         schedule in proptest::collection::vec(0usize..4, 0..120),
     ) {
         let mut seqs: Vec<_> = (0..4).map(|_| s.sequence()).collect();
@@ -158,7 +189,7 @@ proptest! {
             for (k, d) in got.iter().enumerate() {
                 // Each sequence sees delay(k) for its own k-th draw (None once stopped).
                 let k = k as u32;
-                let expected = (0..=k).all(|j| delay_oracle(&s, j).is_some()).then(|| delay_oracle(&s, k)).flatten();
+                let expected = (0..=k).all(|j| delay_oracle(&model, j).is_some()).then(|| delay_oracle(&model, k)).flatten();
                 prop_assert_eq!(*d, expected);
             }
         }
@@ -186,7 +217,7 @@ proptest! {
 
     #[test]
     fn obtain_schedule_gives_up_or_stops_at_the_deadline(
-        s in strategy(),
+        (model, s) in strategy(),
         wait_ms in 0u64..10_000,
         steps in proptest::collection::vec(0u64..3000, 1..40),
     ) {
@@ -199,15 +230,15 @@ proptest! {
             match schedule.after_failure(now) {
                 NextAttempt::At(at) => {
                     prop_assert!(at <= deadline, "never schedules past the deadline");
-                    prop_assert_eq!(Some(at - now), delay_oracle(&s, k as u32));
+                    prop_assert_eq!(Some(at - now), delay_oracle(&model, k as u32));
                     now = at;
                 }
                 NextAttempt::GiveUp => {
-                    prop_assert_eq!(delay_oracle(&s, k as u32), None);
+                    prop_assert_eq!(delay_oracle(&model, k as u32), None);
                     break;
                 }
                 NextAttempt::DeadlineExceeded => {
-                    let d = delay_oracle(&s, k as u32);
+                    let d = delay_oracle(&model, k as u32);
                     prop_assert!(d.is_some_and(|d| now + d > deadline));
                     break;
                 }
@@ -229,7 +260,7 @@ fn sequences_from_a_shared_strategy_in_concurrent_threads() {
                 .unwrap(),
         ),
         RetryStrategy::limit(50, RetryStrategy::linear(Duration::from_millis(2)).unwrap()),
-        RetryStrategy::exponential(Duration::from_nanos(1), Duration::from_secs(3600)).unwrap(),
+        RetryStrategy::exponential(Duration::from_millis(1), Duration::from_secs(3600)).unwrap(),
     ];
     for s in strategies {
         let shared = Arc::new(s);
@@ -270,13 +301,55 @@ fn sequences_from_a_shared_strategy_in_concurrent_threads() {
 
 #[test]
 fn exponential_examples_at_the_edges() {
-    let ns = Duration::from_nanos;
-    let s = RetryStrategy::exponential(ns(1), Duration::from_secs(10_000)).unwrap();
-    assert_eq!(s.delay(0), Some(ns(1)));
-    assert_eq!(s.delay(31), Some(ns(1 << 31)));
-    assert_eq!(s.delay(32), Some(ns(1 << 32)));
-    assert_eq!(s.delay(40), Some(ns(1 << 40)));
+    let ms = Duration::from_millis;
+    let s = RetryStrategy::exponential(ms(1), Duration::from_secs(1 << 40)).unwrap();
+    assert_eq!(s.delay(0), Some(ms(1)));
+    assert_eq!(s.delay(31), Some(ms(1 << 31)));
+    assert_eq!(s.delay(32), Some(ms(1 << 32)));
+    assert_eq!(s.delay(40), Some(ms(1 << 40)));
+    let s = RetryStrategy::exponential(ms(1), Duration::from_secs(10_000)).unwrap();
     assert_eq!(s.delay(u32::MAX), Some(Duration::from_secs(10_000)));
     let max = RetryStrategy::exponential(Duration::from_secs(1), Duration::MAX).unwrap();
     assert_eq!(max.delay(u32::MAX), Some(Duration::MAX));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Jittered sequences: each delay within `[d − 50 % · d, d]` of the exact one (never
+    /// longer, so deadlines are unchanged), and as many as the exact sequence.
+    #[test]
+    fn jittered_delays_stay_within_half_of_the_exact_delay((_, s) in strategy(), seed in any::<u64>()) {
+        let mut exact = s.sequence();
+        let mut jittered = s.jittered_sequence(seed);
+        for _ in 0..40 {
+            match (exact.next_delay(), jittered.next_delay()) {
+                (Some(d), Some(j)) => {
+                    prop_assert!(j <= d, "{:?} > {:?}", j, d);
+                    prop_assert!(j >= d / 2, "{:?} < {:?} / 2", j, d);
+                }
+                (None, None) => break,
+                (e, j) => prop_assert!(false, "exact {:?} vs jittered {:?}", e, j),
+            }
+        }
+    }
+}
+
+/// Two waiters with the same strategy do not retry in lockstep.
+#[test]
+fn jittered_sequences_of_two_waiters_differ() {
+    let s = RetryStrategy::linear(Duration::from_millis(100)).expect("valid");
+    let a: Vec<_> = (0..5)
+        .map({
+            let mut q = s.jittered_sequence(1);
+            move |_| q.next_delay()
+        })
+        .collect();
+    let b: Vec<_> = (0..5)
+        .map({
+            let mut q = s.jittered_sequence(2);
+            move |_| q.next_delay()
+        })
+        .collect();
+    assert_ne!(a, b);
 }

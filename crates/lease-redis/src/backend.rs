@@ -12,7 +12,7 @@ use lease_core::{
 };
 use redis::aio::ConnectionLike;
 
-use crate::fence::{BodyCache, RedisFencer, check_mark_key};
+use crate::fence::{BodyCache, DEFAULT_FENCE_TIMEOUT, RedisFencer, check_mark_key};
 use crate::reply;
 use crate::scripts::{Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
 use crate::slot::{self, SlotError};
@@ -62,6 +62,7 @@ pub struct RedisBackend<C> {
     conn: C,
     topology: Topology,
     bodies: Arc<BodyCache>,
+    fence_timeout: Duration,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -69,6 +70,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
         f.debug_struct("RedisBackend")
             .field("topology", &self.topology)
             .field("cached_bodies", &self.bodies.len())
+            .field("fence_timeout", &self.fence_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -95,7 +97,15 @@ where
             conn,
             topology,
             bodies: Arc::default(),
+            fence_timeout: DEFAULT_FENCE_TIMEOUT,
         }
+    }
+
+    /// The bound of each fenced write of the fencers this backend hands out (default
+    /// [`DEFAULT_FENCE_TIMEOUT`]); see [`RedisFencer::with_timeout`].
+    pub fn with_fence_timeout(mut self, timeout: Duration) -> RedisBackend<C> {
+        self.fence_timeout = timeout;
+        self
     }
 
     /// The topology (whether slot checks apply).
@@ -146,7 +156,8 @@ where
             token,
             Arc::clone(&self.bodies),
             self.topology,
-        ))
+        )
+        .with_timeout(self.fence_timeout))
     }
 
     /// A fencer for election `name`'s term `token` (mark key `<name>:fence:applied`).
@@ -316,5 +327,6 @@ where
             Arc::clone(&self.bodies),
             self.topology,
         )
+        .with_timeout(self.fence_timeout)
     }
 }

@@ -1,6 +1,6 @@
 //! Errors: the mapping of redis-rs errors to [`BackendError`], and the fencer's error type.
 
-use lease_core::BackendError;
+use lease_core::{BackendError, Effect};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::slot::SlotError;
@@ -8,23 +8,46 @@ use crate::slot::SlotError;
 /// The error code the acquire script answers with when the next token would pass 2^53.
 pub const TOKEN_EXHAUSTED: &str = "TOKEN_EXHAUSTED";
 
-/// Maps a redis-rs error to a [`BackendError`].
+/// Error codes with which Redis says "not now": the command was not executed, and the same
+/// command can succeed later (loading a dataset, a script running, a failover or resharding
+/// in progress, too few replicas).
+pub const TRANSIENT_CODES: &[&str] = &[
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
+    "NOREPLICAS",
+];
+
+/// Maps a redis-rs error to a [`BackendError`], telling apart what provably did not reach
+/// the server from what may have.
 ///
-/// | redis-rs error | [`BackendError`] |
-/// |---|---|
-/// | I/O (refused, reset, broken pipe, timed out), no connection to a cluster node, client-side connection failures | [`Unavailable`](BackendError::Unavailable) |
-/// | `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `MOVED`, `ASK` (the server cannot serve the slot now) | [`Unavailable`](BackendError::Unavailable) |
-/// | `TOKEN_EXHAUSTED` (our acquire script) | [`TokenExhausted`](BackendError::TokenExhausted) |
-/// | any other error reply (`ERR`, `WRONGTYPE`, `NOSCRIPT`, `NOPERM`, authentication, ...) | [`Server`](BackendError::Server) |
-/// | unparsable or unexpected reply | [`Protocol`](BackendError::Protocol) |
+/// | redis-rs error | [`BackendError`] | effect |
+/// |---|---|---|
+/// | connection refused, no connection to a cluster node, client-side errors (nothing was sent) | [`Unavailable`](BackendError::Unavailable) | not applied |
+/// | any other I/O error: response timeout, reset, broken pipe, EOF mid-reply (the request may have been sent) | [`OutcomeUnknown`](BackendError::OutcomeUnknown) | unknown |
+/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`) | [`Unavailable`](BackendError::Unavailable) | not applied |
+/// | `TOKEN_EXHAUSTED` (our acquire script) | [`TokenExhausted`](BackendError::TokenExhausted) | not applied |
+/// | any other error reply (`ERR`, `WRONGTYPE`, `NOPERM`, `NOAUTH`, `WRONGPASS`, `OOM`, script errors) and failed authentication | [`Refused`](BackendError::Refused) (permanent) | not applied |
+/// | unparsable or unexpected reply | [`Protocol`](BackendError::Protocol) | unknown |
 pub fn backend_error(e: RedisError) -> BackendError {
-    if e.code() == Some(TOKEN_EXHAUSTED) {
+    let code = e.code();
+    if code == Some(TOKEN_EXHAUSTED) {
         return BackendError::TokenExhausted(e.detail().unwrap_or("").to_owned());
     }
+    if code.is_some_and(|c| TRANSIENT_CODES.contains(&c)) {
+        return BackendError::Unavailable(Box::new(e));
+    }
     match e.kind() {
-        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound | ErrorKind::Client => {
+        ErrorKind::ClusterConnectionNotFound | ErrorKind::Client => {
             BackendError::Unavailable(Box::new(e))
         }
+        _ if e.is_connection_refusal() => BackendError::Unavailable(Box::new(e)),
+        ErrorKind::Io => BackendError::OutcomeUnknown(Box::new(e)),
         ErrorKind::Server(
             ServerErrorKind::BusyLoading
             | ServerErrorKind::TryAgain
@@ -37,10 +60,10 @@ pub fn backend_error(e: RedisError) -> BackendError {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType | ErrorKind::RESP3NotSupported => {
             BackendError::Protocol(e.to_string())
         }
-        _ if e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() => {
-            BackendError::Unavailable(Box::new(e))
+        _ if e.is_timeout() || e.is_connection_dropped() => {
+            BackendError::OutcomeUnknown(Box::new(e))
         }
-        _ => BackendError::Server(e.to_string()),
+        _ => BackendError::Refused(e.to_string()),
     }
 }
 
@@ -55,7 +78,11 @@ pub enum RedisLeaseError {
     /// The write cannot be expressed (refused before any round trip).
     #[error("invalid fenced write: {0}")]
     InvalidWrite(String),
-    /// The backend failed to answer, or answered with an error (the mark did not move).
+    /// The write failed at or on the way to the server. Whether it may have been applied
+    /// is [`RedisLeaseError::effect`]: a timeout or a connection lost after sending is
+    /// [`Effect::Unknown`] (the write and the mark advance may have happened: read before you
+    /// retry a non-idempotent write); a refused connection or an error reply is
+    /// [`Effect::NotApplied`] (the mark did not move).
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
@@ -67,6 +94,20 @@ impl RedisLeaseError {
             RedisLeaseError::Slot(_) | RedisLeaseError::InvalidWrite(_) => false,
             RedisLeaseError::Backend(e) => e.is_transient(),
         }
+    }
+
+    /// Whether the write may have been applied: [`Effect::NotApplied`] for writes refused
+    /// before a round trip, otherwise the backend error's [`BackendError::effect`].
+    pub fn effect(&self) -> Effect {
+        match self {
+            RedisLeaseError::Slot(_) | RedisLeaseError::InvalidWrite(_) => Effect::NotApplied,
+            RedisLeaseError::Backend(e) => e.effect(),
+        }
+    }
+
+    /// Shorthand for `self.effect() == Effect::Unknown`: the write may have been applied.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.effect() == Effect::Unknown
     }
 }
 
@@ -95,15 +136,62 @@ mod tests {
     }
 
     #[test]
-    fn io_errors_are_unavailable() {
+    fn a_refused_connection_is_unavailable() {
+        let e = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let b = backend_error(e);
+        assert!(matches!(b, BackendError::Unavailable(_)), "{b:?}");
+        assert_eq!(b.effect(), Effect::NotApplied);
+        assert!(b.is_transient());
+    }
+
+    #[test]
+    fn io_errors_after_sending_are_outcome_unknown() {
         for kind in [
-            std::io::ErrorKind::ConnectionRefused,
             std::io::ErrorKind::BrokenPipe,
             std::io::ErrorKind::TimedOut,
             std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::ConnectionAborted,
+            std::io::ErrorKind::UnexpectedEof,
         ] {
             let e = RedisError::from(std::io::Error::from(kind));
-            assert!(matches!(backend_error(e), BackendError::Unavailable(_)));
+            let b = backend_error(e);
+            assert!(
+                matches!(b, BackendError::OutcomeUnknown(_)),
+                "{kind:?}: {b:?}"
+            );
+            assert_eq!(b.effect(), Effect::Unknown);
+            assert!(b.is_transient());
+        }
+    }
+
+    #[test]
+    fn transient_codes_are_unavailable_and_not_applied() {
+        for code in TRANSIENT_CODES {
+            let b = backend_error(server(code, "not now"));
+            assert!(matches!(b, BackendError::Unavailable(_)), "{code}: {b:?}");
+            assert!(b.is_transient());
+            assert_eq!(b.effect(), Effect::NotApplied);
+        }
+    }
+
+    #[test]
+    fn permanent_codes_are_refused_at_once() {
+        for code in [
+            "ERR",
+            "WRONGTYPE",
+            "NOPERM",
+            "NOAUTH",
+            "WRONGPASS",
+            "OOM",
+            "NOSCRIPT",
+        ] {
+            let b = backend_error(server(code, "no"));
+            assert!(
+                matches!(&b, BackendError::Refused(m) if m.contains(code)),
+                "{code}: {b:?}"
+            );
+            assert!(!b.is_transient(), "{code}");
+            assert_eq!(b.effect(), Effect::NotApplied);
         }
     }
 
@@ -119,7 +207,7 @@ mod tests {
     #[test]
     fn other_codes_are_server_errors() {
         let e = server("WRONGTYPE", "Operation against a key");
-        assert!(matches!(backend_error(e), BackendError::Server(m) if m.contains("WRONGTYPE")));
+        assert!(matches!(backend_error(e), BackendError::Refused(m) if m.contains("WRONGTYPE")));
     }
 
     #[test]

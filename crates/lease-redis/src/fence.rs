@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{FenceOutcome, FencedResource, Token};
+use lease_core::{BackendError, FenceOutcome, FencedResource, Token};
 use redis::aio::ConnectionLike;
 use redis::{ToRedisArgs, ToSingleRedisArg};
 
@@ -25,6 +26,12 @@ use crate::slot::{self, SlotError};
 /// body is simply wrapped again on its next use; the server keeps its own script cache, so
 /// this bounds client memory only.
 pub const BODY_CACHE_CAPACITY: usize = 256;
+
+/// The default bound of one fenced write: 2 s. Connections carry no response timeout of
+/// their own (see the crate docs), so the fencer bounds each write itself; a write that gets
+/// no reply in time is [`BackendError::Timeout`](lease_core::BackendError::Timeout): **outcome
+/// unknown**, since it may still be applied.
+pub const DEFAULT_FENCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Wrapped Eval bodies, shared (through an `Arc`) by a backend and every fencer it hands out.
 #[derive(Debug, Default)]
@@ -226,6 +233,7 @@ pub struct RedisFencer<C> {
     token: Token,
     bodies: Arc<BodyCache>,
     topology: Topology,
+    timeout: Duration,
 }
 
 impl<C> fmt::Debug for RedisFencer<C> {
@@ -234,6 +242,7 @@ impl<C> fmt::Debug for RedisFencer<C> {
             .field("mark_key", &self.mark_key)
             .field("token", &self.token)
             .field("topology", &self.topology)
+            .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -291,7 +300,22 @@ where
             token,
             bodies,
             topology,
+            timeout: DEFAULT_FENCE_TIMEOUT,
         }
+    }
+
+    /// The same fencer with each write bounded by `timeout` (default
+    /// [`DEFAULT_FENCE_TIMEOUT`]). A write without a reply by then fails with
+    /// [`BackendError::Timeout`](lease_core::BackendError::Timeout), whose effect is
+    /// [`Effect::Unknown`](lease_core::Effect::Unknown): it may still be applied.
+    pub fn with_timeout(mut self, timeout: Duration) -> RedisFencer<C> {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The bound of each write.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The token this fencer writes under.
@@ -472,7 +496,18 @@ where
             }
         };
         let mut conn = self.conn.clone();
-        let v = call.run(&mut conn, script).await?;
+        let v = match tokio::time::timeout(self.timeout, call.run(&mut conn, script)).await {
+            Ok(v) => v?,
+            Err(_) => {
+                tracing::debug!(
+                    script = script.name,
+                    token = token.get(),
+                    timeout = ?self.timeout,
+                    "fenced write: no reply in time; outcome unknown"
+                );
+                return Err(BackendError::Timeout(self.timeout).into());
+            }
+        };
         let outcome = reply::fence(&v)?;
         tracing::debug!(
             script = script.name,

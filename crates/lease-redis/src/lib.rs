@@ -13,6 +13,19 @@
 //! - [`scripts`] holds the Lua sources (one file per script in `scripts/`, each documenting its
 //!   KEYS, ARGV and replies).
 //!
+//! # Timeouts and truthful outcomes
+//!
+//! Give the connection **no response timeout** of its own (redis-rs's `ConnectionManager`
+//! defaults to 500 ms; `redlease::redis::connect` turns it off): the library bounds every call
+//! itself — the driver bounds each lease request by the lease's own deadline, and a
+//! [`RedisFencer`] bounds each write by [`RedisFencer::with_timeout`] (default
+//! [`DEFAULT_FENCE_TIMEOUT`]). A connection-level timeout shorter than those bounds would only
+//! cut valid replies short. Whichever fires, a call that may have reached the server and got
+//! no reply is reported with [`Effect::Unknown`](lease_core::Effect::Unknown)
+//! ([`BackendError::OutcomeUnknown`](lease_core::BackendError::OutcomeUnknown) or
+//! [`BackendError::Timeout`](lease_core::BackendError::Timeout)), never as "not applied"; see
+//! [`backend_error`] for the whole mapping.
+//!
 //! Key layout (from [`lease_core::LeaseSpec`]): an election `name` uses `<name>:leader`, the
 //! counter `<name>:fence` and the mark `<name>:fence:applied`. On Redis Cluster the name needs a
 //! hash tag, e.g. `{report-builder}`, and so does every fenced target key.
@@ -50,6 +63,6 @@ pub mod scripts;
 pub mod slot;
 
 pub use backend::{RedisBackend, Topology};
-pub use error::{RedisLeaseError, backend_error};
-pub use fence::{BODY_CACHE_CAPACITY, FencedWrite, RedisFencer};
+pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
+pub use fence::{BODY_CACHE_CAPACITY, DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
 pub use slot::{CrossSlot, SlotError};

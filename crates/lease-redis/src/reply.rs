@@ -61,7 +61,7 @@ pub(crate) fn stored_int(raw: &[u8]) -> Result<u64, BackendError> {
     std::str::from_utf8(raw)
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| BackendError::Server("ERR value is not an integer or out of range".into()))
+        .ok_or_else(|| BackendError::Refused("ERR value is not an integer or out of range".into()))
 }
 
 /// A mark as the scripts return it (canonical decimal text); above 2^53 saturates at
@@ -317,7 +317,7 @@ mod tests {
         ]);
         assert!(matches!(
             inspect(&garbage, true),
-            Err(BackendError::Server(_))
+            Err(BackendError::Refused(_))
         ));
         assert!(matches!(
             inspect(&arr(vec![]), true),

@@ -337,11 +337,11 @@ async fn garbage_in_counter_or_keys_is_a_server_error_and_changes_nothing() {
     let spec = election("{g}");
     set(&mut raw, "{g}:fence", "12abc").await;
     let err = b.acquire(&acq(&spec, "a")).await.unwrap_err();
-    assert!(matches!(err, BackendError::Server(_)), "{err:?}");
+    assert!(matches!(err, BackendError::Refused(_)), "{err:?}");
     assert!(!exists(&mut raw, "{g}:leader").await);
     assert!(matches!(
         b.inspect(&spec).await.unwrap_err(),
-        BackendError::Server(_)
+        BackendError::Refused(_)
     ));
     // A lock key of another type: WRONGTYPE from the script.
     let _: i64 = redis::cmd("HSET")
@@ -353,7 +353,7 @@ async fn garbage_in_counter_or_keys_is_a_server_error_and_changes_nothing() {
         .unwrap();
     let err = b.renew(&renew(&spec, "a")).await.unwrap_err();
     assert!(
-        matches!(&err, BackendError::Server(m) if m.contains("WRONGTYPE")),
+        matches!(&err, BackendError::Refused(m) if m.contains("WRONGTYPE")),
         "{err:?}"
     );
 }

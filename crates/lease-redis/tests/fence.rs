@@ -18,7 +18,7 @@ fn stale(n: u64) -> FenceOutcome {
 }
 
 fn is_wrongtype(e: &RedisLeaseError) -> bool {
-    matches!(e, RedisLeaseError::Backend(BackendError::Server(m)) if m.contains("WRONGTYPE"))
+    matches!(e, RedisLeaseError::Backend(BackendError::Refused(m)) if m.contains("WRONGTYPE"))
 }
 
 #[tokio::test]
@@ -160,7 +160,7 @@ async fn eval_bodies_run_under_the_fence_and_failures_leave_the_mark() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, RedisLeaseError::Backend(BackendError::Server(m)) if m.contains("refused by body")),
+        matches!(&err, RedisLeaseError::Backend(BackendError::Refused(m)) if m.contains("refused by body")),
         "{err:?}"
     );
     // error() raised by the body.
@@ -169,7 +169,7 @@ async fn eval_bodies_run_under_the_fence_and_failures_leave_the_mark() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, RedisLeaseError::Backend(BackendError::Server(_))),
+        matches!(err, RedisLeaseError::Backend(BackendError::Refused(_))),
         "{err:?}"
     );
     assert_eq!(
@@ -381,7 +381,7 @@ async fn a_garbage_mark_is_a_server_error_and_nothing_is_written() {
     let f = b.fencer_for(MARK, token(1)).unwrap();
     let err = f.set("{f}:x", "v").await.unwrap_err();
     assert!(
-        matches!(err, RedisLeaseError::Backend(BackendError::Server(_))),
+        matches!(err, RedisLeaseError::Backend(BackendError::Refused(_))),
         "{err:?}"
     );
     assert!(!exists(&mut raw, "{f}:x").await);

@@ -183,7 +183,7 @@ fn kind(e: &BackendError) -> &'static str {
         BackendError::Unavailable(_) => "unavailable",
         BackendError::Timeout(_) => "timeout",
         BackendError::Invalid(_) => "invalid",
-        BackendError::Server(_) => "server",
+        BackendError::Refused(_) => "server",
         BackendError::Protocol(_) => "protocol",
         BackendError::TokenExhausted(_) => "exhausted",
         _ => "other",

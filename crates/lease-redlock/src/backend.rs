@@ -247,7 +247,9 @@ impl<N: QuorumNode> RedlockBackend<N> {
     }
 
     /// The error for a failed round: a quorum of permanent refusals stays permanent (retrying
-    /// cannot help), anything else is a [`QuorumError`] in [`BackendError::Other`].
+    /// cannot help); anything else is a [`QuorumError`] in [`BackendError::Unavailable`] when
+    /// the round provably left nothing applied ([`QuorumError::effect`]), else in
+    /// [`BackendError::OutcomeUnknown`].
     fn round_error(&self, e: QuorumError) -> BackendError {
         let permanent = |pred: fn(&BackendError) -> bool| {
             e.causes
@@ -259,8 +261,11 @@ impl<N: QuorumNode> RedlockBackend<N> {
         if permanent(|b| matches!(b, BackendError::TokenExhausted(_))) {
             return BackendError::TokenExhausted(e.to_string());
         }
-        if permanent(|b| !b.is_transient()) {
+        if permanent(|b| matches!(b, BackendError::Invalid(_))) {
             return BackendError::Invalid(e.to_string());
+        }
+        if permanent(|b| !b.is_transient()) {
+            return BackendError::Refused(e.to_string());
         }
         BackendError::from(e)
     }

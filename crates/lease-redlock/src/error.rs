@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lease_core::{BackendError, Token};
+use lease_core::{BackendError, Effect, Token};
 
 /// Which operation a quorum round performed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,7 +118,8 @@ impl fmt::Display for NodeFailure {
 }
 
 /// A quorum round that failed without a conclusive answer: carried in
-/// [`BackendError::Other`] (find it with [`QuorumError::find`]).
+/// [`BackendError::Unavailable`] or [`BackendError::OutcomeUnknown`] according to
+/// [`QuorumError::effect`] (find it with [`QuorumError::find`]).
 ///
 /// It still matches as "not acquired" for an acquire ([`QuorumError::is_not_acquired`]) and as
 /// "lost" for a renew or release ([`QuorumError::is_lost`]). Conclusive answers are outcomes,
@@ -164,6 +165,31 @@ impl QuorumError {
         self.causes.iter().any(NodeFailure::is_timeout)
     }
 
+    /// Whether the failed round may have taken effect:
+    ///
+    /// - acquire: [`Effect::NotApplied`] when the cleanup that follows a failed acquire round
+    ///   was answered by every node (nothing is held anywhere), else unknown;
+    /// - renew, release: [`Effect::NotApplied`] only when no node succeeded and every node's
+    ///   failure was itself "not applied" (a minority that extended or deleted, or a node
+    ///   without an answer, makes it unknown);
+    /// - remaining, inspect: reads, nothing to apply.
+    pub fn effect(&self) -> Effect {
+        let definite = self.causes.iter().all(|c| match &c.cause {
+            NodeCause::Error(e) => e.effect() == Effect::NotApplied,
+            NodeCause::Held { .. } | NodeCause::NotOurs => true,
+        });
+        let settled = match self.op {
+            QuorumOp::Acquire => self.cleanup_failures.is_empty(),
+            QuorumOp::Renew | QuorumOp::Release => self.successes == 0 && definite,
+            QuorumOp::Remaining | QuorumOp::Inspect => true,
+        };
+        if settled {
+            Effect::NotApplied
+        } else {
+            Effect::Unknown
+        }
+    }
+
     /// The quorum error inside a backend error, if it is one.
     ///
     /// ```
@@ -173,7 +199,9 @@ impl QuorumError {
     /// ```
     pub fn find(error: &BackendError) -> Option<&QuorumError> {
         match error {
-            BackendError::Other(e) => e.downcast_ref::<QuorumError>(),
+            BackendError::Other(e)
+            | BackendError::Unavailable(e)
+            | BackendError::OutcomeUnknown(e) => e.downcast_ref::<QuorumError>(),
             _ => None,
         }
     }
@@ -213,7 +241,12 @@ impl fmt::Display for QuorumError {
 impl std::error::Error for QuorumError {}
 
 impl From<QuorumError> for BackendError {
+    /// [`BackendError::Unavailable`] when the round left nothing applied, else
+    /// [`BackendError::OutcomeUnknown`] (see [`QuorumError::effect`]); both are transient.
     fn from(e: QuorumError) -> BackendError {
-        BackendError::Other(Box::new(e))
+        match e.effect() {
+            Effect::NotApplied => BackendError::Unavailable(Box::new(e)),
+            _ => BackendError::OutcomeUnknown(Box::new(e)),
+        }
     }
 }

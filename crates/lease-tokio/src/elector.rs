@@ -29,6 +29,17 @@ pub enum ElectorError {
     /// A query to the backend failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The store refused a request of the election with a permanent error (`NOPERM`,
+    /// `WRONGTYPE`, `OOM`, ...): retrying cannot help, so the run stopped at once (after
+    /// releasing what it held) instead of retrying forever.
+    #[error("election stopped: {op:?} refused: {error}")]
+    Refused {
+        /// Which operation was refused.
+        op: Op,
+        /// The refusal.
+        #[source]
+        error: BackendError,
+    },
 }
 
 /// The observable state of an elector, published to [`Elector::subscribe`] on every role
@@ -113,6 +124,7 @@ enum Notice {
     SteppedDown(Token, StepDownReason),
     Follower(Option<String>),
     Error(Op, BackendError),
+    Panicked(Token, String),
 }
 
 struct Inner<B> {
@@ -307,10 +319,14 @@ impl<B: LeaseBackend> Elector<B> {
         }
     }
 
-    /// Who holds the lease now (follower or not), as stored in the backend: one round trip.
+    /// Who holds the lease now (follower or not), as stored in the backend: one round trip,
+    /// bounded by the acquire timeout ([`ElectionConfig::acquire_timeout`]).
     pub async fn leader(&self) -> Result<Option<LeaderInfo>, ElectorError> {
         let spec = self.inner.config.lease_spec();
-        let info = self.inner.backend.inspect(&spec).await?;
+        let bound = self.inner.config.acquire_timeout();
+        let info = tokio::time::timeout(bound, self.inner.backend.inspect(&spec))
+            .await
+            .map_err(|_| BackendError::Timeout(bound))??;
         Ok(info.holder.map(|instance_id| LeaderInfo {
             instance_id,
             token: info.counter,
@@ -333,6 +349,15 @@ impl<B: LeaseBackend> Elector<B> {
     /// [`Term::cancelled`]. The elector re-contends only after the previous term's work has
     /// returned, so a process never runs two terms' work at once. Returns after shutdown, once
     /// the lease is released and the last term's work has returned.
+    ///
+    /// **Errors.** Transient failures (Redis unreachable, timeouts) are retried and reported
+    /// to the [`Observer`]; a permanent refusal ends the run with [`ElectorError::Refused`]
+    /// after releasing what it held.
+    ///
+    /// **A panic in `leader_fn`'s work** ends the term like a return does (the lease is
+    /// released and the elector re-contends after one acquire interval), and is reported: a
+    /// `tracing` error event with the panic message and [`Observer::on_leader_panic`]. It is
+    /// not propagated: one failing term does not stop the elector.
     pub async fn run<F, Fut>(
         &self,
         shutdown: CancellationToken,
@@ -379,6 +404,7 @@ impl<B: LeaseBackend> Elector<B> {
         let mut term_cancel: Option<CancellationToken> = None;
         let mut shutting_down = false;
         let mut follower_of: Option<String> = None;
+        let mut refused: Option<(Op, BackendError)> = None;
 
         loop {
             let now = clock.now();
@@ -430,6 +456,10 @@ impl<B: LeaseBackend> Elector<B> {
                     Event::Error { op, error } => {
                         tracing::warn!(name = self.inner.config.name(), ?op, %error, "election backend error (handled)");
                         let _ = notice_tx.send(Notice::Error(op, error));
+                    }
+                    Event::Failed { op, error } => {
+                        tracing::error!(name = self.inner.config.name(), ?op, %error, "election refused with a permanent error; stopping");
+                        refused = Some((op, error));
                     }
                     Event::Released { token, outcome } => {
                         tracing::debug!(
@@ -491,8 +521,12 @@ impl<B: LeaseBackend> Elector<B> {
                     }
                 } => {
                     if let Some((token, _)) = work.take() {
-                        if let Err(e) = joined {
-                            tracing::error!(name = self.inner.config.name(), %token, error = %e, "leader work panicked; ending the term");
+                        if let Err(e) = joined
+                            && e.is_panic()
+                        {
+                            let message = panic_message(e.into_panic());
+                            tracing::error!(name = self.inner.config.name(), %token, panic = %message, "leader work panicked; ending the term and releasing the lease");
+                            let _ = notice_tx.send(Notice::Panicked(token, message));
                         }
                         machine.work_returned(clock.now(), token);
                         machine.pause_contention(false);
@@ -507,7 +541,10 @@ impl<B: LeaseBackend> Elector<B> {
         });
         drop(notice_tx);
         let _ = observer_task.await;
-        Ok(())
+        match refused {
+            Some((op, error)) => Err(ElectorError::Refused { op, error }),
+            None => Ok(()),
+        }
     }
 
     fn publish(&self, machine: &Election, now: lease_core::Instant, follower_of: &Option<String>) {
@@ -543,6 +580,17 @@ impl<B: LeaseBackend + Fencing> Elector<B> {
     }
 }
 
+/// The message of a panic payload (`&str` or `String`, as `panic!` makes them).
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(s) => (*s).to_owned(),
+            Err(_) => "a panic with a non-string payload".to_owned(),
+        },
+    }
+}
+
 struct RunningGuard<'a>(&'a AtomicBool);
 
 impl Drop for RunningGuard<'_> {
@@ -575,6 +623,7 @@ async fn observe(observer: Arc<dyn Observer>, mut rx: mpsc::UnboundedReceiver<No
             Notice::SteppedDown(t, r) => observer.on_stepped_down(t, r),
             Notice::Follower(h) => observer.on_follower(h.as_deref()),
             Notice::Error(op, e) => observer.on_error(op, &e),
+            Notice::Panicked(t, m) => observer.on_leader_panic(t, &m),
         }
     }
 }

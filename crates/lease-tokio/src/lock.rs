@@ -5,17 +5,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_core::config::{check_operation_timeout, check_renew_interval};
 use lease_core::lease::{HeldLease, LeaseEvent, LeaseTiming};
 use lease_core::lock::{NextAttempt, ObtainSchedule};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, ConfigError, Fencing, LeaseBackend, LeaseSpec,
-    Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, RetryStrategy,
-    Token, Ttl,
+    LossReason, Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+    RetryStrategy, Token, Ttl,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::ids::random_token;
+use crate::ids::{random_token, random_u64};
 
 /// Why a lock operation failed. Match on the variant; every variant is distinct.
 #[derive(Debug, thiserror::Error)]
@@ -30,13 +31,20 @@ pub enum LockError {
     /// The lock is no longer held by this handle (expired, taken, lost, or released).
     #[error("lock not held")]
     NotHeld,
-    /// The backend could not be reached (after the retries the strategy allowed).
-    #[error("backend unreachable: {0}")]
+    /// The backend could not serve the request, which provably did not take effect (after
+    /// the retries the strategy allowed): nothing changed at the store.
+    #[error("backend unavailable (not applied): {0}")]
     Unavailable(#[source] BackendError),
-    /// A request got no reply in time: the lock may be held. Cleanup (a compare-and-delete
-    /// with this attempt's token) was started.
-    #[error("no reply in time: the outcome is unknown (cleanup attempted)")]
-    OutcomeUnknown,
+    /// A request may have reached the store and no reply was seen (a timeout, a connection
+    /// lost after sending): it may or may not have taken effect.
+    ///
+    /// - from [`Locker::obtain`]: the lock may be held under this attempt's token. A cleanup
+    ///   (a compare-and-delete with that token) was started in the background.
+    /// - from [`Lock::refresh`]: the TTL may or may not have been changed. The local deadline
+    ///   was not extended; for a shorter TTL it was shortened, as if the refresh had applied.
+    /// - from [`Lock::release`]: the lock may still be held until its TTL runs out.
+    #[error("outcome unknown (the request may have been applied): {0}")]
+    OutcomeUnknown(#[source] BackendError),
     /// The wait deadline passed; `last` is what the last attempt saw.
     #[error("wait deadline exceeded; last attempt: {last}")]
     DeadlineExceeded {
@@ -47,7 +55,8 @@ pub enum LockError {
     /// The input was refused before any round trip.
     #[error("invalid input: {0}")]
     Invalid(#[from] ConfigError),
-    /// The backend refused the request as invalid (e.g. keys across Redis Cluster slots).
+    /// The backend refused the request with a permanent error, at once and without retrying
+    /// (keys across Redis Cluster slots, `WRONGTYPE`, `NOPERM`, `OOM`, ...): nothing changed.
     #[error("backend refused the request: {0}")]
     Refused(#[source] BackendError),
 }
@@ -63,8 +72,22 @@ impl LockError {
         }
     }
 
+    /// Whether the request may have taken effect at the store (directly or as the last cause
+    /// of a deadline): [`LockError::OutcomeUnknown`].
+    pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            LockError::OutcomeUnknown(_) => true,
+            LockError::DeadlineExceeded { last } => last.is_outcome_unknown(),
+            _ => false,
+        }
+    }
+
+    /// The truthful error for a failed request: unknown outcome first, then transient
+    /// (not applied), then permanent.
     fn from_backend(e: BackendError) -> LockError {
-        if e.is_transient() {
+        if e.is_outcome_unknown() {
+            LockError::OutcomeUnknown(e)
+        } else if e.is_transient() {
             LockError::Unavailable(e)
         } else {
             LockError::Refused(e)
@@ -224,31 +247,27 @@ impl<B: LeaseBackend> Locker<B> {
         let owner = Owner::new(options.token.clone().unwrap_or_else(random_token))?;
         let metadata = Metadata::new(options.metadata.as_deref().unwrap_or(""))?;
         if let Some(ar) = options.auto_renew {
-            if ar.interval.is_zero() {
-                return Err(ConfigError::ZeroRenewInterval.into());
-            }
-            if ar.interval > ttl.get() / 2 {
-                return Err(ConfigError::RenewIntervalTooLong {
-                    renew: ar.interval,
-                    ttl: ttl.get(),
-                }
-                .into());
-            }
+            check_renew_interval(ar.interval, ttl.get())?;
         }
-        if options.operation_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(ConfigError::ZeroOperationTimeout.into());
+        if let Some(t) = options.operation_timeout {
+            check_operation_timeout(t)?;
         }
         self.backend.check_spec(&spec).map_err(LockError::Refused)?;
         let clock = Clock::new();
         let start = clock.now();
         let wait = options.wait.unwrap_or(ttl.get());
-        let mut schedule = ObtainSchedule::new(options.retry.sequence(), start + wait);
+        // Jittered per acquisition, so waiters that saw the same release spread out.
+        let mut schedule =
+            ObtainSchedule::new(options.retry.jittered_sequence(random_u64()), start + wait);
         let req = AcquireRequest {
             spec: Arc::clone(&spec),
             owner: owner.clone(),
             ttl,
             metadata: metadata.clone(),
         };
+        // The last attempt whose outcome is unknown, until an answer settles it: the lock may
+        // be held under our token, and only a later attempt (which takes it over) or a
+        // cleanup can tell.
         let mut unknown = false;
         loop {
             let sent = clock.now();
@@ -281,42 +300,62 @@ impl<B: LeaseBackend> Locker<B> {
                     return Ok(lock);
                 }
                 Ok(Ok(AcquireOutcome::Held { holder, .. })) => {
+                    // An answer: whatever an earlier unanswered attempt did has been settled
+                    // (had it won, this attempt, with the same token, would have taken over).
                     unknown = false;
                     LockError::NotObtained { holder }
                 }
-                Ok(Ok(_)) => {
-                    LockError::Unavailable(BackendError::Protocol("unknown acquire outcome".into()))
+                Ok(Ok(_)) => LockError::from_backend(BackendError::Protocol(
+                    "unknown acquire outcome".into(),
+                )),
+                Ok(Err(e)) => {
+                    unknown |= e.is_outcome_unknown();
+                    if !e.is_transient() {
+                        // Permanent: refused at once, never retried.
+                        return Err(self.give_up(
+                            &spec,
+                            &owner,
+                            bound,
+                            unknown,
+                            LockError::from_backend(e),
+                        ));
+                    }
+                    LockError::from_backend(e)
                 }
-                Ok(Err(e)) if !e.is_transient() => return Err(LockError::Refused(e)),
-                Ok(Err(e)) => LockError::Unavailable(e),
                 Err(_) => {
                     // The attempt may have won at the server: the next attempt with the same
                     // token takes it over; if there is none, clean up.
                     unknown = true;
-                    LockError::OutcomeUnknown
+                    LockError::OutcomeUnknown(BackendError::Timeout(bound))
                 }
             };
             match schedule.after_failure(clock.now()) {
                 NextAttempt::At(t) => tokio::time::sleep_until(clock.to_tokio(t)).await,
                 NextAttempt::DeadlineExceeded => {
-                    if unknown {
-                        self.cleanup(&spec, &owner);
-                    }
+                    let last = self.give_up(&spec, &owner, bound, unknown, last);
                     return Err(LockError::DeadlineExceeded {
                         last: Box::new(last),
                     });
                 }
-                _ => {
-                    if unknown {
-                        self.cleanup(&spec, &owner);
-                    }
-                    return Err(last);
-                }
+                _ => return Err(self.give_up(&spec, &owner, bound, unknown, last)),
             }
         }
     }
 
-    fn cleanup(&self, spec: &Arc<LeaseSpec>, owner: &Owner) {
+    /// The error an obtain ends with. After an attempt with an unknown outcome that no later
+    /// answer settled, it is [`LockError::OutcomeUnknown`] (never "unavailable" or "not
+    /// obtained": the lock may be ours), and a cleanup with our token is started.
+    fn give_up(
+        &self,
+        spec: &Arc<LeaseSpec>,
+        owner: &Owner,
+        bound: Duration,
+        unknown: bool,
+        last: LockError,
+    ) -> LockError {
+        if !unknown {
+            return last;
+        }
         spawn_release(
             Arc::clone(&self.backend),
             ReleaseRequest {
@@ -324,15 +363,24 @@ impl<B: LeaseBackend> Locker<B> {
                 owner: owner.clone(),
                 term: None,
             },
+            bound,
         );
+        if last.is_outcome_unknown() {
+            last
+        } else {
+            LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
+                format!("an earlier attempt got no answer, and no later answer settled it ({last}); cleanup started").into(),
+            ))
+        }
     }
 }
 
-fn spawn_release<B: LeaseBackend>(backend: Arc<B>, req: ReleaseRequest) {
+/// Releases in the background, best effort, each attempt bounded by `bound` (the lock's
+/// operation bound: a release answered later than one TTL is moot, the key has expired).
+fn spawn_release<B: LeaseBackend>(backend: Arc<B>, req: ReleaseRequest, bound: Duration) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        let ttl_bound = Duration::from_secs(30);
         handle.spawn(async move {
-            match tokio::time::timeout(ttl_bound, backend.release(&req)).await {
+            match tokio::time::timeout(bound, backend.release(&req)).await {
                 Ok(Ok(outcome)) => tracing::debug!(keys = ?req.spec.keys(), ?outcome, "background release"),
                 Ok(Err(e)) => tracing::warn!(keys = ?req.spec.keys(), error = %e, "background release failed; the lock expires with its TTL"),
                 Err(_) => tracing::warn!(keys = ?req.spec.keys(), "background release timed out; the lock expires with its TTL"),
@@ -345,8 +393,17 @@ fn spawn_release<B: LeaseBackend>(backend: Arc<B>, req: ReleaseRequest) {
 
 #[derive(Debug)]
 struct Shared {
-    /// The local deadline (tokio clock) of the lease as last extended.
+    /// The local deadline (tokio clock) of the lease: never later than what the store was last
+    /// told (by the obtain, an auto-renewal or an explicit refresh).
     valid_until: Mutex<tokio::time::Instant>,
+    /// The auto-renewal machine, when auto-renewing: a refresh moves its deadline too.
+    renewal: Mutex<Option<HeldLease>>,
+    /// One TTL-changing round trip at a time (auto-renewal and explicit refresh): the replies
+    /// then arrive in the order the store applied the requests, so the last reply tells what
+    /// the store was last told.
+    turn: tokio::sync::Mutex<()>,
+    /// Wakes the deadline watch (or the renewer) when a refresh moved the deadline.
+    moved: tokio::sync::Notify,
     /// Fires when the lock is no longer held, for any reason.
     lost: CancellationToken,
     released: AtomicBool,
@@ -357,6 +414,26 @@ struct Shared {
     /// even after the lock was lost. With a caller-chosen token a later reentrant obtain shares
     /// the value, so cleanup after loss is skipped.
     private_token: bool,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn valid_until(&self) -> tokio::time::Instant {
+        *locked(&self.valid_until)
+    }
+
+    /// Sets the deadline to exactly `until` (the store was told so, or may have been), in the
+    /// renewal machine as well, and wakes whoever sleeps towards the old one.
+    fn set_deadline(&self, clock: Clock, until: tokio::time::Instant) {
+        *locked(&self.valid_until) = until;
+        if let Some(lease) = locked(&self.renewal).as_mut() {
+            lease.set_valid_until(clock.now(), clock.to_core(until));
+        }
+        self.moved.notify_waiters();
+    }
 }
 
 /// A held lock. Dropping it without [`Lock::release`] releases it best-effort in the
@@ -392,10 +469,18 @@ impl<B: LeaseBackend> Lock<B> {
         retry: RetryStrategy,
         private_token: bool,
     ) -> Self {
+        let timing = LeaseTiming {
+            ttl,
+            renew_interval: auto_renew.map_or(ttl.get(), |ar| ar.interval),
+            operation_timeout,
+            margin: backend.validity_margin(ttl),
+        };
+        let renewal = auto_renew.map(|_| HeldLease::new(timing, fence_token, sent, clock.now()));
         let shared = Arc::new(Shared {
-            valid_until: Mutex::new(
-                clock.to_tokio(sent + ttl.get().saturating_sub(backend.validity_margin(ttl))),
-            ),
+            valid_until: Mutex::new(clock.to_tokio(timing.valid_until(sent))),
+            renewal: Mutex::new(renewal),
+            turn: tokio::sync::Mutex::new(()),
+            moved: tokio::sync::Notify::new(),
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
             watching: AtomicBool::new(false),
@@ -404,7 +489,7 @@ impl<B: LeaseBackend> Lock<B> {
         // The loss signal also fires at the deadline if nothing extends the lock.
         // Without auto-renewal, the deadline watch that fires the loss signal is started
         // lazily, on the first `lost()` call: a lock nobody watches costs no task.
-        let renewer = auto_renew.map(|ar| {
+        let renewer = auto_renew.map(|_| {
             tokio::spawn(auto_renew_task(
                 Arc::clone(&backend),
                 RenewRequest {
@@ -412,15 +497,8 @@ impl<B: LeaseBackend> Lock<B> {
                     owner: owner.clone(),
                     ttl,
                 },
-                LeaseTiming {
-                    ttl,
-                    renew_interval: ar.interval,
-                    operation_timeout,
-                    margin: backend.validity_margin(ttl),
-                },
-                fence_token,
+                timing,
                 clock,
-                sent,
                 Arc::clone(&shared),
             ))
         });
@@ -469,13 +547,12 @@ impl<B: LeaseBackend> Lock<B> {
         self.ttl.get()
     }
 
-    /// The local deadline: the send time of the last successful obtain/refresh plus its TTL.
+    /// The local deadline: the send time of the last obtain/renewal/refresh the store
+    /// answered, plus its TTL (minus the backend's drift margin). It never exceeds what the
+    /// store was last told: a refresh to a shorter TTL shortens it, even when its outcome is
+    /// unknown.
     pub fn valid_until(&self) -> tokio::time::Instant {
-        *self
-            .shared
-            .valid_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.shared.valid_until()
     }
 
     /// Whether this handle still holds the lock as far as it knows locally: not released, not
@@ -501,22 +578,19 @@ impl<B: LeaseBackend> Lock<B> {
         self.shared.lost.clone()
     }
 
-    /// The remaining TTL at the backend: the minimum over the keys, zero when not held.
-    pub async fn ttl(&self) -> Result<Duration, LockError> {
-        let r = self
-            .bounded(self.backend.remaining(&self.spec, &self.owner))
-            .await?;
-        Ok(r.unwrap_or(Duration::ZERO))
+    /// The bound of one round trip of this lock: the operation timeout, else one TTL.
+    fn bound(&self) -> Duration {
+        self.operation_timeout.unwrap_or(self.ttl.get())
     }
 
-    async fn bounded<T>(
-        &self,
-        fut: impl std::future::Future<Output = Result<T, BackendError>>,
-    ) -> Result<T, LockError> {
-        let bound = self.operation_timeout.unwrap_or(self.ttl.get());
-        match tokio::time::timeout(bound, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(LockError::from_backend(e)),
+    /// The remaining TTL at the backend: the minimum over the keys, zero when not held.
+    pub async fn ttl(&self) -> Result<Duration, LockError> {
+        let bound = self.bound();
+        match tokio::time::timeout(bound, self.backend.remaining(&self.spec, &self.owner)).await {
+            Ok(Ok(r)) => Ok(r.unwrap_or(Duration::ZERO)),
+            // A read changes nothing: its failures are "unavailable" or "refused".
+            Ok(Err(e)) if !e.is_transient() => Err(LockError::Refused(e)),
+            Ok(Err(e)) => Err(LockError::Unavailable(e)),
             Err(_) => Err(LockError::Unavailable(BackendError::Timeout(bound))),
         }
     }
@@ -525,6 +599,11 @@ impl<B: LeaseBackend> Lock<B> {
     /// once, without a round trip) — and a lock past its local deadline is lost, even if the
     /// loss signal has not fired yet; a reply arriving after the deadline does not revive it.
     /// Transient errors are retried per the lock's retry strategy, while the deadline allows.
+    ///
+    /// A refresh and the auto-renewal never run at once, and the local deadline becomes what
+    /// this refresh told the store (it may shorten it). If no attempt was answered and one may
+    /// have been applied, the result is [`LockError::OutcomeUnknown`] and the deadline is not
+    /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied.
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         let ttl = Ttl::new(ttl)?;
         let req = RenewRequest {
@@ -532,8 +611,11 @@ impl<B: LeaseBackend> Lock<B> {
             owner: self.owner.clone(),
             ttl,
         };
-        let mut seq = self.retry.sequence();
+        let margin = self.backend.validity_margin(ttl);
+        let mut seq = self.retry.jittered_sequence(random_u64());
+        let mut unknown = false;
         loop {
+            let turn = self.shared.turn.lock().await;
             // Past the local deadline the lease has lapsed, even if the loss watcher has not
             // run yet (a stalled thread): it must never be extended, only re-obtained.
             if !self.held() {
@@ -541,51 +623,71 @@ impl<B: LeaseBackend> Lock<B> {
                 return Err(LockError::NotHeld);
             }
             let sent = self.clock.now();
-            let until = self.valid_until();
-            let remaining = until.saturating_duration_since(tokio::time::Instant::now());
+            let told = self.clock.to_tokio(sent + ttl.get().saturating_sub(margin));
+            let remaining = self
+                .valid_until()
+                .saturating_duration_since(tokio::time::Instant::now());
             let mut bound = remaining.max(Duration::from_millis(1));
             if let Some(cap) = self.operation_timeout {
                 bound = bound.min(cap);
             }
-            let err = match tokio::time::timeout(bound, self.backend.renew(&req)).await {
-                Ok(Ok(RenewOutcome::Renewed)) => {
-                    let mut v = self
-                        .shared
-                        .valid_until
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
+            let result = match tokio::time::timeout(bound, self.backend.renew(&req)).await {
+                Ok(r) => r,
+                Err(_) => Err(BackendError::Timeout(bound)),
+            };
+            let err = match result {
+                Ok(RenewOutcome::Renewed) => {
                     // A reply at or after the deadline is too late: the loss may already have
                     // been signalled, and no reply revives a lapsed lease.
-                    if self.shared.lost.is_cancelled() || tokio::time::Instant::now() >= *v {
-                        drop(v);
+                    if !self.held() {
                         self.shared.lost.cancel();
                         return Err(LockError::NotHeld);
                     }
-                    let margin = self.backend.validity_margin(ttl);
-                    let next = self.clock.to_tokio(sent + ttl.get().saturating_sub(margin));
                     // An explicit refresh sets the deadline (it may shorten the TTL).
-                    *v = next;
+                    self.shared.set_deadline(self.clock, told);
                     return Ok(());
                 }
-                Ok(Ok(_)) => {
+                Ok(_) => {
                     self.shared.lost.cancel();
                     return Err(LockError::NotHeld);
                 }
-                Ok(Err(e)) if !e.is_transient() => return Err(LockError::Refused(e)),
-                Ok(Err(e)) => LockError::Unavailable(e),
-                Err(_) => LockError::Unavailable(BackendError::Timeout(bound)),
+                Err(e) => {
+                    if e.is_outcome_unknown() {
+                        unknown = true;
+                        // The store may now expire the keys at `told`: never believe longer.
+                        if told < self.valid_until() {
+                            self.shared.set_deadline(self.clock, told);
+                        }
+                    }
+                    if !e.is_transient() {
+                        return Err(LockError::from_backend(e));
+                    }
+                    e
+                }
             };
+            drop(turn);
             match seq.next_delay() {
                 Some(d) if tokio::time::Instant::now() + d < self.valid_until() => {
                     tokio::time::sleep(d).await;
                 }
-                _ => return Err(err),
+                _ if unknown => {
+                    return Err(if err.is_outcome_unknown() {
+                        LockError::OutcomeUnknown(err)
+                    } else {
+                        LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
+                            format!("an earlier attempt got no answer ({err})").into(),
+                        ))
+                    });
+                }
+                _ => return Err(LockError::from_backend(err)),
             }
         }
     }
 
     /// Releases the lock (compare-and-delete: never deletes a lock someone else now holds).
-    /// Returns [`LockError::NotHeld`] when it was no longer ours.
+    /// Returns [`LockError::NotHeld`] when it was no longer ours, and
+    /// [`LockError::OutcomeUnknown`] when the release got no answer (the lock may still be
+    /// held until its TTL runs out).
     pub async fn release(mut self) -> Result<(), LockError> {
         self.shared.released.store(true, Ordering::Release);
         if let Some(r) = self.renewer.take() {
@@ -596,9 +698,13 @@ impl<B: LeaseBackend> Lock<B> {
             owner: self.owner.clone(),
             term: None,
         };
-        let result = self.bounded(self.backend.release(&req)).await;
+        let bound = self.bound();
+        let result = match tokio::time::timeout(bound, self.backend.release(&req)).await {
+            Ok(r) => r,
+            Err(_) => Err(BackendError::Timeout(bound)),
+        };
         self.shared.lost.cancel();
-        match result? {
+        match result.map_err(LockError::from_backend)? {
             ReleaseOutcome::Released => Ok(()),
             _ => Err(LockError::NotHeld),
         }
@@ -632,6 +738,7 @@ impl<B: LeaseBackend> Drop for Lock<B> {
                     owner: self.owner.clone(),
                     term: None,
                 },
+                self.bound(),
             );
         }
         self.shared.lost.cancel();
@@ -640,35 +747,44 @@ impl<B: LeaseBackend> Drop for Lock<B> {
 
 async fn deadline_watch(shared: Arc<Shared>) {
     loop {
-        let until = *shared.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        let moved = shared.moved.notified();
+        tokio::pin!(moved);
+        // Registered before the deadline is read: a refresh in between still wakes us.
+        moved.as_mut().enable();
+        let until = shared.valid_until();
+        if tokio::time::Instant::now() >= until {
+            shared.lost.cancel();
+            return;
+        }
         tokio::select! {
             _ = shared.lost.cancelled() => return,
-            _ = tokio::time::sleep_until(until) => {
-                let now_until = *shared.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-                if tokio::time::Instant::now() >= now_until {
-                    shared.lost.cancel();
-                    return;
-                }
-            }
+            _ = moved => {}
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Keeps an auto-renewed lock alive: drives the lock's [`HeldLease`] (kept in [`Shared`] so a
+/// refresh can move its deadline), one round trip at a time.
 async fn auto_renew_task<B: LeaseBackend>(
     backend: Arc<B>,
     req: RenewRequest,
     timing: LeaseTiming,
-    token: Option<Token>,
     clock: Clock,
-    sent: lease_core::Instant,
     shared: Arc<Shared>,
 ) {
-    let mut lease = HeldLease::new(timing, token, sent, clock.now());
     loop {
-        let now = clock.now();
-        if let Some(order) = lease.poll_renew(now) {
-            // No lock is held across the round trip.
+        let moved = shared.moved.notified();
+        tokio::pin!(moved);
+        // Registered before the machine is read: a refresh in between still wakes us.
+        moved.as_mut().enable();
+        let order = {
+            let mut lease = locked(&shared.renewal);
+            lease.as_mut().and_then(|l| l.poll_renew(clock.now()))
+        };
+        if let Some(order) = order {
+            let turn = shared.turn.lock().await;
+            // No std lock is held across the round trip; the turn keeps refreshes out.
             let reply =
                 match tokio::time::timeout_at(clock.to_tokio(order.deadline), backend.renew(&req))
                     .await
@@ -676,14 +792,37 @@ async fn auto_renew_task<B: LeaseBackend>(
                     Ok(r) => r,
                     Err(_) => Err(BackendError::Timeout(order.deadline - order.sent_at)),
                 };
-            lease.handle_renew(clock.now(), reply);
+            let renewed = matches!(reply, Ok(RenewOutcome::Renewed));
+            let now = clock.now();
+            if let Some(lease) = locked(&shared.renewal).as_mut() {
+                lease.handle_renew(now, reply);
+                if renewed && lease.lost().is_none() {
+                    // Exactly what the store was told now (an earlier refresh may have set a
+                    // later deadline that this renewal replaced), published before the turn
+                    // passes to a refresh.
+                    lease.set_valid_until(now, timing.valid_until(order.sent_at));
+                    *locked(&shared.valid_until) = clock.to_tokio(lease.valid_until());
+                }
+            }
+            drop(turn);
         }
-        lease.handle_timeout(clock.now());
-        while let Some(ev) = lease.poll_event() {
+        let now = clock.now();
+        let (events, next) = {
+            let mut guard = locked(&shared.renewal);
+            let Some(lease) = guard.as_mut() else { return };
+            lease.handle_timeout(now);
+            let mut events = Vec::new();
+            while let Some(ev) = lease.poll_event() {
+                events.push(ev);
+            }
+            (events, lease.poll_timeout())
+        };
+        for ev in events {
             match ev {
-                LeaseEvent::Renewed { valid_until } => {
-                    *shared.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
-                        clock.to_tokio(valid_until);
+                // Published above, under the turn.
+                LeaseEvent::Renewed { .. } => {}
+                LeaseEvent::RenewFailed(e) if !e.is_transient() => {
+                    tracing::error!(keys = ?req.spec.keys(), error = %e, "lock renewal refused (permanent error); giving the lock up");
                 }
                 LeaseEvent::RenewFailed(e) => {
                     tracing::warn!(keys = ?req.spec.keys(), error = %e, "lock renewal failed (tolerated until the deadline)");
@@ -691,7 +830,7 @@ async fn auto_renew_task<B: LeaseBackend>(
                 LeaseEvent::Lost(reason) => {
                     tracing::warn!(keys = ?req.spec.keys(), ?reason, "lock lost");
                     shared.lost.cancel();
-                    if reason == lease_core::LossReason::DeadlineExpired && shared.private_token {
+                    if reason != LossReason::NotOurs && shared.private_token {
                         // A renewal sent before the deadline may still land and extend the key
                         // nobody holds any more: delete our own value, best effort.
                         spawn_release(
@@ -701,6 +840,7 @@ async fn auto_renew_task<B: LeaseBackend>(
                                 owner: req.owner.clone(),
                                 term: None,
                             },
+                            timing.ttl.get(),
                         );
                     }
                     return;
@@ -711,10 +851,11 @@ async fn auto_renew_task<B: LeaseBackend>(
         if shared.released.load(Ordering::Acquire) {
             return;
         }
-        match lease.poll_timeout() {
+        match next {
             Some(t) => {
                 tokio::select! {
                     _ = shared.lost.cancelled() => return,
+                    _ = moved => {}
                     _ = tokio::time::sleep_until(clock.to_tokio(t)) => {}
                 }
             }

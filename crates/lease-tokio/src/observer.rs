@@ -39,6 +39,11 @@ pub trait Observer: Send + Sync + 'static {
     fn on_error(&self, op: Op, error: &BackendError) {
         let _ = (op, error);
     }
+    /// The leader work of term `token` panicked with `message`. The term ended (its lease is
+    /// released) and the elector re-contends; see [`crate::Elector::run`].
+    fn on_leader_panic(&self, token: Token, message: &str) {
+        let _ = (token, message);
+    }
 }
 
 /// An observer that does nothing.

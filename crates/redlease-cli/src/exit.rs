@@ -24,6 +24,10 @@ pub(crate) const SOFTWARE: u8 = 70;
 pub(crate) const NOT_OBTAINED: u8 = 71;
 /// `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped.
 pub(crate) const LOST: u8 = 72;
+/// The request may have reached Redis and no reply was seen (timeout or connection lost
+/// after sending): it may or may not have been applied (`fence`: the write may have landed;
+/// `lock`: the lock may be held until its TTL; a cleanup was attempted).
+pub(crate) const OUTCOME_UNKNOWN: u8 = 75;
 /// CMD was found but could not be started (permission denied, not executable).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// CMD was not found.
@@ -44,11 +48,13 @@ Exit codes:
   70       Redis error or unexpected reply (authentication, WRONGTYPE, script error)
   71       lock: not obtained within --wait (held by someone else)
   72       run/lock: leadership or the lock was lost while CMD ran; CMD was stopped
+  75       outcome unknown: the request may have reached Redis but no reply was seen (fence:
+           the write may have been applied; lock: it may be held until its TTL)
   126      CMD could not be executed (permission denied)
   127      CMD not found
   130, 143 redlease itself got SIGINT / SIGTERM: CMD was stopped and the lease released
 
-The CLI's own codes (2, 3, 64-72, 126, 127) overlap with statuses CMD may return; with --json
+The CLI's own codes (2, 3, 64-72, 75, 126, 127) overlap with statuses CMD may return; with --json
 the final `exit` event on stderr says which it was (`\"cause\"`).";
 
 /// A failure: an exit code and one line for stderr.
@@ -81,8 +87,9 @@ impl Failure {
     /// A failure to get an answer, or an answer that is an error.
     pub(crate) fn backend(context: &str, e: &BackendError) -> Failure {
         let code = match e {
-            BackendError::Unavailable(_) | BackendError::Timeout(_) => UNAVAILABLE,
+            BackendError::Unavailable(_) => UNAVAILABLE,
             BackendError::Invalid(_) => INVALID,
+            _ if e.is_outcome_unknown() => OUTCOME_UNKNOWN,
             _ => SOFTWARE,
         };
         Failure::new(code, format!("{context}: {e}"))
@@ -106,10 +113,11 @@ impl Failure {
             return Failure::new(NOT_OBTAINED, format!("lock {key:?} not obtained: {e}"));
         }
         let code = match e {
+            _ if e.is_outcome_unknown() => OUTCOME_UNKNOWN,
             LockError::Invalid(_) => INVALID,
-            LockError::Unavailable(_) | LockError::OutcomeUnknown => UNAVAILABLE,
+            LockError::Unavailable(_) => UNAVAILABLE,
             LockError::DeadlineExceeded { last } => match **last {
-                LockError::Unavailable(_) | LockError::OutcomeUnknown => UNAVAILABLE,
+                LockError::Unavailable(_) => UNAVAILABLE,
                 _ => SOFTWARE,
             },
             _ => SOFTWARE,

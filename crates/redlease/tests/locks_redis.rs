@@ -1360,7 +1360,7 @@ async fn an_obtain_with_an_unknown_outcome_cleans_up_after_itself() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, LockError::OutcomeUnknown), "{err:?}");
+    assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
     assert!(!err.is_not_obtained());
     proxy.set_mode(Mode::Pass);
     let cleaned = tokio::time::timeout(EVENTUALLY, async {
