@@ -451,7 +451,16 @@ async fn a_restarted_server_does_not_break_a_running_leader() {
                 break;
             }
             Err(e) => {
-                assert!(matches!(e, BackendError::Unavailable(_)), "{e:?}");
+                // The dropped connection cannot tell whether a request got out (unknown);
+                // reconnecting to a server not yet listening is refused (not applied).
+                assert!(
+                    matches!(
+                        e,
+                        BackendError::Unavailable(_) | BackendError::OutcomeUnknown(_)
+                    ),
+                    "{e:?}"
+                );
+                assert!(e.is_transient());
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -498,16 +507,42 @@ async fn works_over_a_connection_manager() {
     );
 }
 
+/// A connection that dies under the client cannot tell whether a request got out: outcome
+/// unknown. A connection that cannot be made proves nothing was sent: unavailable, not applied.
 #[tokio::test]
-async fn unreachable_server_is_unavailable() {
+async fn a_dead_connection_is_unknown_and_a_refused_one_is_unavailable() {
     let server = RedisServer::start().await.unwrap();
     let b = RedisBackend::new(server.connection().await.unwrap());
+    let manager = RedisBackend::new(
+        server
+            .client()
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .unwrap(),
+    );
     let spec = election("{u}");
     b.acquire(&acq(&spec, "a")).await.unwrap();
     server.kill().await.unwrap();
     let err = b.renew(&renew(&spec, "a")).await.unwrap_err();
-    assert!(matches!(err, BackendError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, BackendError::OutcomeUnknown(_)), "{err:?}");
+    assert_eq!(err.effect(), lease_core::Effect::Unknown);
     assert!(err.is_transient());
+    // The manager reconnects on use: nothing listens, so the connection is refused.
+    let refused = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match manager.renew(&renew(&spec, "a")).await {
+                Err(e @ BackendError::Unavailable(_)) => return e,
+                Err(e) => assert!(e.is_transient(), "{e:?}"),
+                Ok(o) => panic!("a killed server answered {o:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a refused connection within 20 s");
+    assert_eq!(refused.effect(), lease_core::Effect::NotApplied);
+    assert!(refused.is_transient());
 }
 
 #[tokio::test]

@@ -107,9 +107,11 @@ async fn a_failing_write_does_not_advance_the_mark() {
     let err = f.hset("{f}:str", "k", "v").await.unwrap_err();
     assert!(is_wrongtype(&err), "{err:?}");
     assert!(
-        err.is_transient(),
-        "a server error is not a refusal before a round trip"
+        !err.is_transient(),
+        "WRONGTYPE is permanent: retrying the same write cannot help"
     );
+    assert_eq!(err.effect(), lease_core::Effect::NotApplied);
+    assert!(!err.is_outcome_unknown());
     assert_eq!(
         get(&mut raw, MARK).await.as_deref(),
         Some("3"),

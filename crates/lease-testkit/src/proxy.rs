@@ -26,6 +26,8 @@
 //!   direction (data stays queued, as in a partition where TCP keeps
 //!   retransmitting). Switching back to `Pass` or `Latency` resumes forwarding, for
 //!   held and new connections alike.
+//! * [`Mode::DropReplies`] forwards client → server as in `Pass`, and holds server → client
+//!   like `Blackhole`: requests are applied, replies are not seen until the mode changes.
 //! * [`FaultProxy::reset_all`] closes every open connection on both sides with an
 //!   RST (`SO_LINGER` 0), and returns once they are all closed.
 //! * Dropping the proxy stops listening and closes every connection.
@@ -52,6 +54,11 @@ pub enum Mode {
     Latency(Duration),
     /// Accept, but never forward or answer (new and existing connections).
     Blackhole,
+    /// Forward requests to the server, but hold back every reply (a partition that drops only
+    /// the server's packets, as an iptables rule on the reply path does): the server applies
+    /// what it gets, the client hears nothing. Held replies are delivered when the mode
+    /// changes back, as TCP retransmission would.
+    DropReplies,
 }
 
 #[derive(Debug, Default)]
@@ -230,6 +237,22 @@ async fn wait_not_blackhole(mode: &mut watch::Receiver<Mode>) -> bool {
     mode.wait_for(|m| *m != Mode::Blackhole).await.is_ok()
 }
 
+/// Which direction a pump copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ToServer,
+    ToClient,
+}
+
+/// Whether `mode` holds traffic going `dir`.
+fn holds(mode: Mode, dir: Direction) -> bool {
+    match mode {
+        Mode::Blackhole => true,
+        Mode::DropReplies => dir == Direction::ToClient,
+        Mode::Pass | Mode::Latency(_) => false,
+    }
+}
+
 fn rst(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
@@ -268,8 +291,18 @@ async fn handle(
     let was_reset = {
         let (mut client_read, mut client_write) = client.split();
         let (mut server_read, mut server_write) = server.split();
-        let to_server = pump(&mut client_read, &mut server_write, mode.clone());
-        let to_client = pump(&mut server_read, &mut client_write, mode.clone());
+        let to_server = pump(
+            &mut client_read,
+            &mut server_write,
+            mode.clone(),
+            Direction::ToServer,
+        );
+        let to_client = pump(
+            &mut server_read,
+            &mut client_write,
+            mode.clone(),
+            Direction::ToClient,
+        );
         tokio::select! {
             biased;
             _ = wait_reset(&mut reset, generation) => true,
@@ -286,7 +319,7 @@ async fn handle(
 }
 
 /// Copies one direction, honouring the mode for every chunk.
-async fn pump<R, W>(reader: &mut R, writer: &mut W, mut mode: watch::Receiver<Mode>)
+async fn pump<R, W>(reader: &mut R, writer: &mut W, mut mode: watch::Receiver<Mode>, dir: Direction)
 where
     R: AsyncReadExt + Unpin,
     W: AsyncWriteExt + Unpin,
@@ -304,8 +337,8 @@ where
         loop {
             let current = *mode.borrow_and_update();
             match current {
-                Mode::Blackhole => {
-                    if !wait_not_blackhole(&mut mode).await {
+                m if holds(m, dir) => {
+                    if mode.wait_for(|m| !holds(*m, dir)).await.is_err() {
                         return;
                     }
                 }

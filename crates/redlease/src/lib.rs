@@ -52,9 +52,9 @@
 /// Which operation an [`Observer::on_error`] call is about.
 pub use lease_core::election::Op;
 pub use lease_core::{
-    BackendError, ConfigError, ElectionConfig, ElectionConfigBuilder, FenceMark, FenceOutcome,
-    FencedResource, Fencing, LeaseBackend, RetryStrategy, Role, StepDownReason, Token, TokenError,
-    Ttl,
+    BackendError, ConfigError, Effect, ElectionConfig, ElectionConfigBuilder, FenceMark,
+    FenceOutcome, FencedResource, Fencing, LeaseBackend, RetryStrategy, Role, StepDownReason,
+    Token, TokenError, Ttl,
 };
 pub use lease_tokio::{
     AutoRenew, CancellationToken, Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo,
@@ -81,7 +81,15 @@ pub mod redis {
     pub use ::redis as client;
 
     /// Connects to the Redis at `url` with a reconnecting [`client::aio::ConnectionManager`]
-    /// (connection timeout 1 s) and wraps it in a standalone [`RedisBackend`].
+    /// and wraps it in a standalone [`RedisBackend`].
+    ///
+    /// **Timeout policy** (the same for this function, the CLI and Redlock nodes): connecting
+    /// is bounded by 1 s; the connection has **no response timeout** (redis-rs's default of
+    /// 500 ms is turned off), because the library bounds every call itself — the driver each
+    /// lease request by the lease's own deadline, a fencer each write by its timeout
+    /// ([`DEFAULT_FENCE_TIMEOUT`]), [`crate::Elector::leader`] by the acquire timeout. A fixed
+    /// client-side timeout would cut valid replies short and turn them into unknown outcomes.
+    /// Build your own connection with a response timeout if you call it directly.
     ///
     /// For Redis Cluster, build a `client::cluster_async::ClusterConnection` and use
     /// [`RedisBackend::cluster`].
@@ -90,7 +98,8 @@ pub mod redis {
     ) -> Result<RedisBackend<client::aio::ConnectionManager>, client::RedisError> {
         let client = client::Client::open(url)?;
         let config = client::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(1)));
+            .set_connection_timeout(Some(std::time::Duration::from_secs(1)))
+            .set_response_timeout(None);
         let manager = client::aio::ConnectionManager::new_with_config(client, config).await?;
         Ok(RedisBackend::new(manager))
     }

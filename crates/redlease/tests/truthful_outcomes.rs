@@ -1,0 +1,311 @@
+//! Truthful outcomes under faults, against a real Redis behind the kit's fault proxy.
+//!
+//! A call whose request may have reached the server and whose reply was not seen must say
+//! *outcome unknown*, never *not applied*; *not applied* is only for what provably never
+//! reached the server (a refused connection) or what the server refused. Each test makes the
+//! server apply a request whose reply is then lost ([`Mode::DropReplies`]: requests are
+//! forwarded, replies held), and checks both what the caller heard and what the server holds.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Backend, EVENTUALLY};
+use lease_testkit::proxy::{FaultProxy, Mode};
+use lease_testkit::redis::RedisServer;
+use redis::aio::MultiplexedConnection;
+use redlease::core::{AcquireRequest, LeaseSpec, Metadata, Owner, Ttl};
+use redlease::redis::RedisBackend;
+use redlease::{
+    BackendError, Effect, Fencing, LeaseBackend, LockError, LockOptions, Locker, Token,
+};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A backend through `proxy`; `response_timeout` is the connection's own (None: only the
+/// library bounds calls).
+async fn proxied(
+    server: &RedisServer,
+    proxy: &FaultProxy,
+    response_timeout: Option<Duration>,
+) -> Backend {
+    let client = redis::Client::open(server.url_via(proxy.addr())).unwrap();
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(response_timeout);
+    RedisBackend::new(
+        client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .unwrap(),
+    )
+}
+
+async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    server.connection().await.expect("connect")
+}
+
+async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+}
+
+async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
+
+/// Loads every script through `backend` while the network is healthy: a request whose reply
+/// is lost then runs at once, instead of answering NOSCRIPT to a caller that stopped waiting.
+async fn warm_up(backend: &Backend) {
+    let locker = Locker::new(backend.clone());
+    let lock = locker
+        .obtain(
+            "warm",
+            ms(10_000),
+            LockOptions::new().fence_key("warm:fence"),
+        )
+        .await
+        .unwrap();
+    lock.refresh(ms(10_000)).await.unwrap();
+    let f = backend.fencer("warm:fence:applied", lock.fence_token().unwrap());
+    assert!(f.set("warm:v", "1").await.unwrap().is_applied());
+    lock.release().await.unwrap();
+}
+
+/// Polls (bounded) until `key` holds `want`.
+async fn wait_value(conn: &mut MultiplexedConnection, key: &str, want: Option<&str>) {
+    let ok = tokio::time::timeout(EVENTUALLY, async {
+        while get(conn, key).await.as_deref() != want {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "{key} never became {want:?}");
+}
+
+/// Issue defect 1: a fenced write that timed out was reported as not applied, but was
+/// applied. With the connection's own response timeout (what redis-rs gives by default) and
+/// with the fencer's timeout, the write lands and the caller hears "unknown".
+#[tokio::test]
+async fn a_fenced_write_whose_reply_is_lost_is_applied_and_reported_unknown() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let mut conn = raw(&server).await;
+    for (case, response_timeout, fence_timeout) in [
+        ("connection response timeout", Some(ms(300)), ms(5_000)),
+        ("fencer timeout", None, ms(300)),
+    ] {
+        proxy.set_mode(Mode::Pass);
+        let backend = proxied(&server, &proxy, response_timeout).await;
+        warm_up(&backend).await;
+        let fencer = backend
+            .fencer("{w}:fence:applied", Token::new(5).unwrap())
+            .with_timeout(fence_timeout);
+        proxy.set_mode(Mode::DropReplies);
+        let started = Instant::now();
+        let err = fencer.set("{w}:v", case).await.unwrap_err();
+        assert!(err.is_outcome_unknown(), "{case}: {err:?}");
+        assert_eq!(err.effect(), Effect::Unknown, "{case}");
+        assert!(started.elapsed() < ms(3_000), "{case}: bounded");
+        // It was applied, with the mark advanced atomically with it.
+        assert_eq!(get(&mut conn, "{w}:v").await.as_deref(), Some(case));
+        assert_eq!(
+            get(&mut conn, "{w}:fence:applied").await.as_deref(),
+            Some("5")
+        );
+    }
+    // The control: a connection that cannot be made is "not applied", and nothing was.
+    proxy.set_mode(Mode::Pass);
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let refused = redis::Client::open(server.url_via(dead))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_err();
+    let b = redlease::redis::backend_error(refused);
+    assert_eq!(b.effect(), Effect::NotApplied, "{b:?}");
+    assert!(matches!(b, BackendError::Unavailable(_)), "{b:?}");
+}
+
+/// Acquire with its reply lost: the lock is taken at the server (its fence counter moved), the
+/// caller hears "unknown" (never "unavailable"), also as the last cause of a wait deadline,
+/// and the cleanup started for the unknown outcome deletes the key.
+#[tokio::test]
+async fn an_obtain_whose_reply_is_lost_is_applied_reported_unknown_and_cleaned_up() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = proxied(&server, &proxy, None).await;
+    warm_up(&backend).await;
+    let locker = Locker::new(backend.clone());
+    let mut conn = raw(&server).await;
+
+    proxy.set_mode(Mode::DropReplies);
+    let err = locker
+        .obtain(
+            "{o}:lock",
+            ms(10_000),
+            LockOptions::new()
+                .fence_key("{o}:fence")
+                .token("attempt-1")
+                .operation_timeout(ms(300))
+                .wait(Duration::ZERO),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
+    assert!(err.is_outcome_unknown());
+    assert_eq!(
+        get(&mut conn, "{o}:fence").await.as_deref(),
+        Some("1"),
+        "applied"
+    );
+
+    // Retries after the unknown attempt that are themselves unknown, until the deadline: the
+    // result stays "unknown" (the lock may be ours), whatever the last attempt saw.
+    let err = locker
+        .obtain(
+            "{o}:lock2",
+            ms(10_000),
+            LockOptions::new()
+                .fence_key("{o}:fence2")
+                .token("attempt-2")
+                .retry(redlease::RetryStrategy::linear(ms(50)).unwrap())
+                .operation_timeout(ms(200))
+                .wait(ms(600)),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_outcome_unknown(), "{err:?}");
+    assert!(
+        matches!(&err, LockError::DeadlineExceeded { last } if matches!(**last, LockError::OutcomeUnknown(_))),
+        "{err:?}"
+    );
+    let minted: i64 = get(&mut conn, "{o}:fence2").await.unwrap().parse().unwrap();
+    assert!(
+        minted >= 2,
+        "several attempts were applied: counter {minted}"
+    );
+
+    // The cleanups (compare-and-delete with each attempt's token) reach the server too.
+    wait_value(&mut conn, "{o}:lock", None).await;
+    wait_value(&mut conn, "{o}:lock2", None).await;
+}
+
+/// Release with its reply lost: the key is deleted at the server, the caller hears "unknown".
+#[tokio::test]
+async fn a_release_whose_reply_is_lost_is_applied_and_reported_unknown() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = proxied(&server, &proxy, None).await;
+    warm_up(&backend).await;
+    let locker = Locker::new(backend);
+    let lock = locker
+        .obtain(
+            "{r}:lock",
+            ms(10_000),
+            LockOptions::new()
+                .fence_key("{r}:fence")
+                .operation_timeout(ms(300)),
+        )
+        .await
+        .unwrap();
+    let mut conn = raw(&server).await;
+    proxy.set_mode(Mode::DropReplies);
+    let err = lock.release().await.unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
+    assert_eq!(get(&mut conn, "{r}:lock").await, None, "it was applied");
+}
+
+/// Refresh with its reply lost: the server applied the shorter TTL; the caller hears
+/// "unknown", and the lock's local deadline is shortened as if it had applied (it must never
+/// exceed what the server may have been told).
+#[tokio::test]
+async fn a_refresh_whose_reply_is_lost_is_unknown_and_shortens_the_local_deadline() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = proxied(&server, &proxy, None).await;
+    warm_up(&backend).await;
+    let locker = Locker::new(backend);
+    let lock = locker
+        .obtain(
+            "{f}:lock",
+            ms(60_000),
+            LockOptions::new().operation_timeout(ms(300)),
+        )
+        .await
+        .unwrap();
+    let mut conn = raw(&server).await;
+    proxy.set_mode(Mode::DropReplies);
+    let before = tokio::time::Instant::now();
+    let err = lock.refresh(ms(5_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
+    let server_ttl = pttl(&mut conn, "{f}:lock").await;
+    assert!(
+        (0..=5_000).contains(&server_ttl),
+        "applied: PTTL {server_ttl}"
+    );
+    assert!(
+        lock.valid_until() <= before + ms(5_000) + ms(50),
+        "local deadline {:?} after the server's",
+        lock.valid_until() - before
+    );
+    assert!(lock.held(), "still held until the shorter deadline");
+    proxy.set_mode(Mode::Pass);
+}
+
+/// A connection reset while a request is in flight: unknown, and the request was applied.
+#[tokio::test]
+async fn a_connection_reset_mid_request_is_unknown() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = proxied(&server, &proxy, None).await;
+    warm_up(&backend).await;
+    let spec = Arc::new(LeaseSpec::lock(["{c}:lock"], Some("{c}:fence".into())).unwrap());
+    let req = AcquireRequest {
+        spec,
+        owner: Owner::new("me").unwrap(),
+        ttl: Ttl::new(ms(10_000)).unwrap(),
+        metadata: Metadata::default(),
+    };
+    proxy.set_mode(Mode::DropReplies);
+    let call = {
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.acquire(&req).await })
+    };
+    let mut conn = raw(&server).await;
+    wait_value(&mut conn, "{c}:lock", Some("me")).await;
+    proxy.reset_all().await;
+    let err = tokio::time::timeout(EVENTUALLY, call)
+        .await
+        .expect("the reset ends the call")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, BackendError::OutcomeUnknown(_)), "{err:?}");
+    assert!(err.is_transient());
+    proxy.set_mode(Mode::Pass);
+}
+
+/// Issue defect 7: `redlease::redis::connect` sets no response timeout of its own (redis-rs's
+/// default was 500 ms); the library bounds each call, so a slow reply (700 ms) within the
+/// caller's bound (the fencer's, 5 s) is heard instead of being cut short into "unknown".
+#[tokio::test]
+async fn connect_leaves_bounds_to_the_library() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = redlease::redis::connect(&server.url_via(proxy.addr()))
+        .await
+        .unwrap();
+    let f = backend
+        .fencer("{s}:fence:applied", Token::new(1).unwrap())
+        .with_timeout(ms(5_000));
+    assert!(f.set("{s}:warm", 1).await.unwrap().is_applied());
+    // Each direction delayed 350 ms: a 700 ms round trip, past redis-rs's old default.
+    proxy.set_mode(Mode::Latency(ms(350)));
+    let started = Instant::now();
+    let outcome = f.set("{s}:v", "slow").await.unwrap();
+    assert!(outcome.is_applied());
+    assert!(started.elapsed() >= ms(700), "the latency was applied");
+}
