@@ -63,7 +63,16 @@ pub fn backend_error(e: RedisError) -> BackendError {
         _ if e.is_timeout() || e.is_connection_dropped() => {
             BackendError::OutcomeUnknown(Box::new(e))
         }
-        _ => BackendError::Refused(e.to_string()),
+        _ => BackendError::Refused(server_message(&e)),
+    }
+}
+
+/// The server's own words: `CODE detail` (e.g. `NOPERM this user has no permissions to run
+/// the 'evalsha' command`) when the error came from the server, else redis-rs's description.
+fn server_message(e: &RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
     }
 }
 

@@ -84,7 +84,7 @@ pub mod redis {
     /// and wraps it in a standalone [`RedisBackend`].
     ///
     /// **Timeout policy** (the same for this function, the CLI and Redlock nodes): connecting
-    /// is bounded by 1 s; the connection has **no response timeout** (redis-rs's default of
+    /// is bounded by 1 s (retried once); the connection has **no response timeout** (redis-rs's default of
     /// 500 ms is turned off), because the library bounds every call itself — the driver each
     /// lease request by the lease's own deadline, a fencer each write by its timeout
     /// ([`DEFAULT_FENCE_TIMEOUT`]), [`crate::Elector::leader`] by the acquire timeout. A fixed
@@ -99,7 +99,11 @@ pub mod redis {
         let client = client::Client::open(url)?;
         let config = client::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_secs(1)))
-            .set_response_timeout(None);
+            .set_response_timeout(None)
+            // One quick retry, not redis-rs's six with backoff (~6 s): a wrong password or an
+            // unreachable server is reported at once; later reconnects happen on the next call,
+            // which the driver retries within the lease's bounds anyway.
+            .set_number_of_retries(1);
         let manager = client::aio::ConnectionManager::new_with_config(client, config).await?;
         Ok(RedisBackend::new(manager))
     }
