@@ -62,6 +62,41 @@ fn every_invalid_election_input_is_a_typed_error() {
         build(|b| b.ttl(ms(1000)).operation_timeout(ms(1000))),
         Err(ConfigError::OperationTimeoutTooLong { .. })
     ));
+    // Issue defect 3: sub-millisecond intervals cannot fit a round trip (a 1 ns renew
+    // interval gave ~100 spurious "renew timed out" errors per second): refused.
+    for (what, result) in [
+        (
+            "renew interval",
+            build(|b| b.renew_interval(Duration::from_nanos(1))),
+        ),
+        (
+            "acquire interval",
+            build(|b| b.acquire_interval(Duration::from_micros(500))),
+        ),
+        (
+            "operation timeout",
+            build(|b| b.operation_timeout(Duration::from_micros(999))),
+        ),
+    ] {
+        match result {
+            Err(ConfigError::IntervalTooShort { what: w, min, .. }) => {
+                assert_eq!(w, what);
+                assert_eq!(min, ms(1));
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert!(build(|b| b.renew_interval(ms(1)).acquire_interval(ms(1))).is_ok());
+    // Retry strategies too, and they cannot be built any other way (the type is opaque).
+    assert!(matches!(
+        redlease::RetryStrategy::linear(Duration::from_micros(500)),
+        Err(ConfigError::IntervalTooShort { .. })
+    ));
+    assert!(matches!(
+        redlease::RetryStrategy::exponential(Duration::from_nanos(1), ms(10)),
+        Err(ConfigError::IntervalTooShort { .. })
+    ));
+    assert!(redlease::RetryStrategy::linear(Duration::ZERO).is_err());
     assert!(matches!(
         ElectionConfig::builder("", "a").build(),
         Err(ConfigError::Empty { .. })

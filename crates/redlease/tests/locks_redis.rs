@@ -1028,6 +1028,26 @@ async fn bad_ttls_and_inputs_are_refused_before_any_round_trip() {
     let empty: [&str; 0] = [];
     let bad_inputs: Vec<(&str, Result<_, LockError>)> = vec![
         (
+            "a sub-millisecond auto-renew interval",
+            locker
+                .obtain(
+                    "a",
+                    ms(1_000),
+                    LockOptions::new().auto_renew(Duration::from_micros(500)),
+                )
+                .await,
+        ),
+        (
+            "a sub-millisecond operation timeout",
+            locker
+                .obtain(
+                    "a",
+                    ms(1_000),
+                    LockOptions::new().operation_timeout(Duration::from_micros(500)),
+                )
+                .await,
+        ),
+        (
             "no keys",
             locker
                 .obtain_multi(empty, ms(1_000), LockOptions::new())

@@ -309,3 +309,115 @@ async fn connect_leaves_bounds_to_the_library() {
     assert!(outcome.is_applied());
     assert!(started.elapsed() >= ms(700), "the latency was applied");
 }
+
+/// Delays the *replies* of renewals with the auto-renew TTL (the server has applied them):
+/// a slow reply path, as on a loaded runtime. Counts renewals applied at the server.
+#[derive(Clone)]
+struct SlowRenewReplies {
+    inner: Backend,
+    ttl: Duration,
+    delay: Duration,
+    applied: Arc<tokio::sync::watch::Sender<u32>>,
+}
+
+#[async_trait::async_trait]
+impl LeaseBackend for SlowRenewReplies {
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+    ) -> Result<redlease::core::AcquireOutcome, BackendError> {
+        self.inner.acquire(req).await
+    }
+    async fn renew(
+        &self,
+        req: &redlease::core::RenewRequest,
+    ) -> Result<redlease::core::RenewOutcome, BackendError> {
+        let r = self.inner.renew(req).await;
+        if req.ttl.get() == self.ttl {
+            self.applied.send_modify(|n| *n += 1);
+            tokio::time::sleep(self.delay).await;
+        }
+        r
+    }
+    async fn release(
+        &self,
+        req: &redlease::core::ReleaseRequest,
+    ) -> Result<redlease::core::ReleaseOutcome, BackendError> {
+        self.inner.release(req).await
+    }
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.inner.remaining(spec, owner).await
+    }
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<redlease::core::LeaseInfo, BackendError> {
+        self.inner.inspect(spec).await
+    }
+}
+
+/// Issue defect 4: an explicit `refresh` to a shorter TTL raced the auto-renewer: its PEXPIRE
+/// landed after an in-flight renewal, whose (later) reply then set the local deadline to the
+/// renewal's longer one, so the lock believed it was held after Redis would expire it. Now a
+/// refresh waits for the renewal in flight, and the local deadline never exceeds the server's
+/// expiry (checked every few ms while the renewal's reply and the refresh complete).
+#[tokio::test]
+async fn a_refresh_racing_auto_renewal_never_leaves_the_local_deadline_past_the_server() {
+    let server = common::redis().await;
+    let long = ms(10_000);
+    let slow = SlowRenewReplies {
+        inner: common::backend(&server).await,
+        ttl: long,
+        delay: ms(200),
+        applied: Arc::new(tokio::sync::watch::channel(0).0),
+    };
+    let locker = Locker::new(slow.clone());
+    let lock = Arc::new(
+        locker
+            .obtain(
+                "{race}:lock",
+                long,
+                LockOptions::new().auto_renew(ms(1_000)),
+            )
+            .await
+            .unwrap(),
+    );
+    let mut conn = raw(&server).await;
+    // The first renewal is sent at once: wait until the server has applied it (its reply is
+    // now held back for 200 ms), then refresh to a shorter TTL.
+    let mut applied = slow.applied.subscribe();
+    tokio::time::timeout(EVENTUALLY, applied.wait_for(|n| *n >= 1))
+        .await
+        .expect("a renewal reached the server")
+        .unwrap();
+    let refresh = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.refresh(ms(3_000)).await })
+    };
+    // For 600 ms (the held reply, the refresh, and after), the local deadline never passes
+    // the server's expiry.
+    let until = tokio::time::Instant::now() + ms(600);
+    let mut checks = 0;
+    while tokio::time::Instant::now() < until {
+        let local = lock.valid_until();
+        let left = pttl(&mut conn, "{race}:lock").await;
+        assert!(left > 0, "held at the server");
+        let server_expiry = tokio::time::Instant::now() + ms(left as u64);
+        assert!(
+            local <= server_expiry + ms(20),
+            "local deadline {:?} past the server's expiry (PTTL {left} ms)",
+            local.saturating_duration_since(server_expiry)
+        );
+        checks += 1;
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(checks > 10);
+    tokio::time::timeout(EVENTUALLY, refresh)
+        .await
+        .expect("refresh returns")
+        .unwrap()
+        .expect("refreshed");
+    let left = pttl(&mut conn, "{race}:lock").await;
+    assert!(left <= 3_000, "the refresh applied last: PTTL {left}");
+}
