@@ -168,7 +168,8 @@ impl QuorumError {
     /// Whether the failed round may have taken effect:
     ///
     /// - acquire: [`Effect::NotApplied`] when the cleanup that follows a failed acquire round
-    ///   was answered by every node (nothing is held anywhere), else unknown;
+    ///   was answered by every node, or provably never reached the ones that did not answer
+    ///   it, nor did the acquire (nothing is held anywhere); else unknown;
     /// - renew, release: [`Effect::NotApplied`] only when no node succeeded and every node's
     ///   failure was itself "not applied" (a minority that extended or deleted, or a node
     ///   without an answer, makes it unknown);
@@ -179,7 +180,20 @@ impl QuorumError {
             NodeCause::Held { .. } | NodeCause::NotOurs => true,
         });
         let settled = match self.op {
-            QuorumOp::Acquire => self.cleanup_failures.is_empty(),
+            // Nothing is held where the cleanup was answered, nor where both the acquire and
+            // the cleanup provably never got through (a refused connection).
+            QuorumOp::Acquire => self.cleanup_failures.iter().all(|f| {
+                let definite = |c: &NodeCause| match c {
+                    NodeCause::Error(e) => e.effect() == Effect::NotApplied,
+                    NodeCause::Held { .. } | NodeCause::NotOurs => true,
+                };
+                definite(&f.cause)
+                    && self
+                        .causes
+                        .iter()
+                        .filter(|c| c.index == f.index)
+                        .all(|c| definite(&c.cause))
+            }),
             QuorumOp::Renew | QuorumOp::Release => self.successes == 0 && definite,
             QuorumOp::Remaining | QuorumOp::Inspect => true,
         };

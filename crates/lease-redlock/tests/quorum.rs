@@ -3,6 +3,8 @@
 
 mod common;
 
+use lease_core::Effect;
+
 use common::*;
 use lease_core::{AcquireOutcome, BackendError, LeaseBackend, ReleaseOutcome, RenewOutcome};
 use lease_redlock::{NodeCause, QuorumOp, RoundFailure};
@@ -168,6 +170,10 @@ async fn a_majority_partition_does_not_acquire_and_leaves_nothing_behind() {
         [0, 2, 4]
     );
     assert!(q.causes.iter().all(|c| c.is_timeout()), "{q}");
+    // The partitioned nodes may hold the key (their acquire and cleanup went unanswered):
+    // the outcome is unknown, never "not applied".
+    assert!(e.is_outcome_unknown(), "{e:?}");
+    assert_eq!(q.effect(), Effect::Unknown);
     assert_eq!(
         q.cleanup_failures
             .iter()
@@ -275,6 +281,8 @@ async fn extension_requires_a_quorum() {
         .await
         .unwrap_err();
     assert!(e.is_transient());
+    // One node extended, two did not answer: unknown.
+    assert!(e.is_outcome_unknown(), "{e:?}");
     let q = quorum_error(&e);
     assert!(q.is_lost());
     assert_eq!((q.op, q.successes), (QuorumOp::Renew, 1));
@@ -310,4 +318,49 @@ async fn exhausted_counters_are_a_permanent_error() {
     let e = b.acquire(&acq(&spec, "a", 2000)).await.unwrap_err();
     assert!(matches!(e, BackendError::TokenExhausted(_)), "{e:?}");
     assert_eq!(values(&mut raw, KEY).await, [None, None, None]);
+}
+
+/// A failed acquire that provably left nothing anywhere is "not applied" (transient
+/// `Unavailable`): one node refuses connections (nothing reached it), one holds another
+/// owner's lease, and the one that granted was cleaned up.
+#[tokio::test]
+async fn a_failed_acquire_that_left_nothing_anywhere_is_not_applied() {
+    let servers = start(2).await;
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let manager = |url: String| async move {
+        redis::aio::ConnectionManager::new_lazy_with_config(
+            redis::Client::open(url).unwrap(),
+            redis::aio::ConnectionManagerConfig::new()
+                .set_number_of_retries(0)
+                .set_response_timeout(None),
+        )
+        .unwrap()
+    };
+    let mut nodes = vec![lease_redlock::Node::new(
+        dead.to_string(),
+        lease_redis::RedisBackend::new(manager(format!("redis://{dead}/")).await),
+    )];
+    for s in &servers {
+        nodes.push(lease_redlock::Node::new(
+            s.addr().to_string(),
+            lease_redis::RedisBackend::new(manager(s.url()).await),
+        ));
+    }
+    let b = redlock(nodes);
+    let mut raw = raws(&servers).await;
+    set_px(&mut raw[0], KEY, "other", 60_000).await;
+    let spec = fenced_lock(KEY);
+    let e = must_complete("acquire", b.acquire(&acq(&spec, "a", 60_000)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, BackendError::Unavailable(_)), "{e:?}");
+    assert_eq!(e.effect(), Effect::NotApplied);
+    assert!(e.is_transient());
+    let q = quorum_error(&e);
+    assert_eq!(q.effect(), Effect::NotApplied, "{q}");
+    assert_eq!(get(&mut raw[0], KEY).await.as_deref(), Some("other"));
+    assert_eq!(get(&mut raw[1], KEY).await, None, "cleaned up");
 }

@@ -1,6 +1,6 @@
 //! The Postgres adapter's error type.
 
-use lease_core::TokenError;
+use lease_core::{Effect, TokenError};
 use tokio_postgres::error::SqlState;
 
 use super::ident::IdentError;
@@ -16,8 +16,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PgFenceError {
-    /// Postgres returned an error or the connection failed. If this came from a `COMMIT`, the
-    /// outcome of the transaction is unknown.
+    /// Postgres returned an error or the connection failed. If the connection failed without
+    /// an answer (possibly at `COMMIT`), the outcome is unknown: see [`PgFenceError::effect`].
     #[error("postgres: {0}")]
     Postgres(#[from] tokio_postgres::Error),
     /// A table, schema or column name is not a usable identifier.
@@ -55,6 +55,25 @@ pub enum PgFenceError {
 }
 
 impl PgFenceError {
+    /// Whether the fenced write may have been applied:
+    ///
+    /// - [`Effect::NotApplied`] for input refused before a round trip, a connection source
+    ///   that handed out no connection, and any error Postgres answered with (a failed
+    ///   statement aborts the transaction; a failed `COMMIT` rolls it back);
+    /// - [`Effect::Unknown`] for a connection that failed without an answer: if that was the
+    ///   `COMMIT`, the transaction may have committed. Read back before repeating it.
+    pub fn effect(&self) -> Effect {
+        match self {
+            PgFenceError::Postgres(e) if e.as_db_error().is_none() => Effect::Unknown,
+            _ => Effect::NotApplied,
+        }
+    }
+
+    /// Shorthand for `self.effect() == Effect::Unknown`.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.effect() == Effect::Unknown
+    }
+
     /// Whether Postgres refused the transaction with a serialization failure (SQLSTATE 40001)
     /// or a deadlock (40P01). Under `REPEATABLE READ` or `SERIALIZABLE`, a fence that races
     /// a concurrent raise of the same mark fails this way instead of returning `Stale`; retry
