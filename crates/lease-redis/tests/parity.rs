@@ -655,7 +655,7 @@ async fn expiry_case() -> Result<(), String> {
         let Ok(AcquireOutcome::Acquired { token }) = m else {
             continue; // An overlapping spec b already holds: refused alike on both.
         };
-        if s.fence_key().is_some() && !token.is_some_and(|t| Some(t) > case.last[i]) {
+        if s.fence_key().is_some() && token.is_none_or(|t| Some(t) <= case.last[i]) {
             return Err(format!(
                 "spec {i}: b's token {m:?} does not follow {:?}",
                 case.last[i]
