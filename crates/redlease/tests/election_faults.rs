@@ -85,7 +85,11 @@ async fn paused_redis_leader_steps_down_by_its_deadline_while_still_paused() {
     // No renewal can succeed now; the term must end on the local deadline alone.
     let (t, what) = next(&mut rx).await;
     assert_eq!((t, what), (t1, "cancelled"));
-    within(paused, elector.config().ttl().get() + SLACK, "the step-down");
+    within(
+        paused,
+        elector.config().ttl().get() + SLACK,
+        "the step-down",
+    );
     // token() checks the deadline itself: no leadership is claimed after it.
     assert_eq!(elector.token(), None);
     assert_eq!(elector.valid_until(), None);
@@ -195,7 +199,11 @@ async fn restart_without_persistence_loses_the_counter_and_reports_the_regressio
     assert_eq!((t, what), (t2, "cancelled"));
     // No renewal can succeed after the kill: the local deadline ends the term at the latest,
     // and the restart time is part of that bound.
-    within(killed, elector.config().ttl().get() + SLACK, "the step-down");
+    within(
+        killed,
+        elector.config().ttl().get() + SLACK,
+        "the step-down",
+    );
     let (t3, what) = next(&mut rx).await;
     assert_eq!(what, "elected");
     within(
