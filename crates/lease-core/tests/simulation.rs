@@ -19,6 +19,7 @@
 //! - tokens strictly increase per elector (and every rule of `common::Observer`);
 //! - never two electors with `Role::Leader` at the same instant, and a leader is the holder
 //!   stored in the backend;
+//! - a running (not paused) elector acts as leader (its events) exactly when its role says so;
 //! - liveness: once faults stop at `F`, a leader exists by `F + bound`, where the bound is
 //!   derived in `liveness_bound` (TTL + acquire interval + acquire timeout + the slowest
 //!   in-flight request + one fast round trip) and kept from then on;
@@ -26,6 +27,10 @@
 //!
 //! Seeds: `SIM_SEEDS` (default 2000) seeds from 0; `SIM_SEED=<n>` replays one seed. A failure
 //! prints the seed, the replay command and a trace.
+//!
+//! Negative controls (`*_is_caught`): the same worlds and the same checker, with a driver that
+//! breaks one rule on purpose ([`Broken`]); the checker must report violations for a fixed set
+//! of seeds.
 
 mod common;
 
@@ -154,6 +159,21 @@ impl Params {
     }
 }
 
+/// A rule the simulated driver breaks on purpose (negative controls). The machine is the real
+/// one; only the driver around it misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Broken {
+    /// A correct driver.
+    Nothing,
+    /// The driver's clock runs at three quarters of the real rate (the drift the single-Redis
+    /// election sets no allowance for): it times its lease on that clock, so it leads up to a
+    /// third of a TTL past the server's expiry.
+    SlowClock,
+    /// A coarse timer: the driver wakes for the machine's timeouts (the lease deadline among
+    /// them) up to a quarter TTL late, so its application keeps leading past the deadline.
+    SloppyDeadlineTimer,
+}
+
 /// Something the network does at an instant.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum NetEv {
@@ -225,10 +245,11 @@ struct Sim {
     trace: Vec<String>,
     shutting_down: bool,
     tracing: bool,
+    broken: Broken,
 }
 
 impl Sim {
-    fn new(seed: u64, tracing: bool) -> Sim {
+    fn new(seed: u64, tracing: bool, broken: Broken) -> Sim {
         let mut rng = SplitMix64::new(seed ^ 0x005E_ED0F_5151);
         let p = Params::draw(&mut rng);
         let clock = ManualClock::starting_at(START);
@@ -256,6 +277,34 @@ impl Sim {
             trace: Vec::new(),
             shutting_down: false,
             tracing,
+            broken,
+        }
+    }
+
+    /// The instant the machines read at real instant `real` (the real one unless broken).
+    fn mtime(&self, real: Instant) -> Instant {
+        match self.broken {
+            Broken::SlowClock if real > START => START + (real - START) * 3 / 4,
+            _ => real,
+        }
+    }
+
+    /// The first real instant at which the machines read `m` or later.
+    fn rtime(&self, m: Instant) -> Instant {
+        match self.broken {
+            Broken::SlowClock if m > START => {
+                let ns = (m - START).as_nanos() * 4;
+                START + Duration::from_nanos(ns.div_ceil(3) as u64)
+            }
+            _ => m,
+        }
+    }
+
+    /// How late the driver wakes for the machine's timeouts (zero unless broken).
+    fn timer_slack(&self) -> Duration {
+        match self.broken {
+            Broken::SloppyDeadlineTimer => self.p.ttl / 4,
+            _ => Duration::ZERO,
         }
     }
 
@@ -286,7 +335,7 @@ impl Sim {
     fn start(&mut self) -> common::Check {
         for i in 0..self.p.n {
             let seed = self.rng.next_u64();
-            let mut el = Elector::new(self.p.config(i), seed, self.now)?;
+            let mut el = Elector::new(self.p.config(i), seed, self.mtime(self.now))?;
             el.obs.tracing = self.tracing;
             let first_pause = self.now + self.jitter(self.p.pause_every);
             self.nodes.push(Node {
@@ -469,6 +518,8 @@ impl Sim {
     /// Elector `i` processes everything due at `now`.
     fn run_node(&mut self, i: usize) -> common::Check {
         let now = self.now;
+        // What the machine is told (the driver's clock).
+        let m = self.mtime(now);
         let mut late = false;
         if let Some(until) = self.nodes[i].paused_until {
             if until > now {
@@ -487,9 +538,7 @@ impl Sim {
         let arrived = std::mem::take(&mut self.nodes[i].arrived);
         for (id, r) in arrived {
             if self.nodes[i].el.in_flight.iter().any(|f| f.req.id == id) {
-                self.nodes[i]
-                    .el
-                    .deliver(now, id, Delivery::Reply(r), late)?;
+                self.nodes[i].el.deliver(m, id, Delivery::Reply(r), late)?;
                 self.after_step(i)?;
             }
         }
@@ -499,22 +548,23 @@ impl Sim {
                 .el
                 .in_flight
                 .iter()
-                .filter(|f| f.req.deadline <= now)
+                .filter(|f| f.req.deadline <= m)
                 .min_by_key(|f| f.req.deadline)
                 .map(|f| (f.req.id, f.req.deadline));
             let Some((id, deadline)) = due else { break };
-            let at = if late { now } else { deadline };
+            let at = if late { m } else { deadline };
             self.stats.timeouts += 1;
             self.nodes[i].el.deliver(at, id, Delivery::TimedOut, late)?;
             self.after_step(i)?;
         }
+        let slack = self.timer_slack();
         if self.nodes[i]
             .el
             .election
             .poll_timeout()
-            .is_some_and(|t| t <= now)
+            .is_some_and(|t| t + slack <= m)
         {
-            self.nodes[i].el.timeout(now, late)?;
+            self.nodes[i].el.timeout(m, late)?;
             self.after_step(i)?;
         }
         // Leader work: periodic writes while it believes it leads.
@@ -533,7 +583,7 @@ impl Sim {
                     Command::WorkReturned
                 };
                 slog!(self, "{now:?} e{i} {cmd:?}");
-                self.nodes[i].el.command(now, cmd)?;
+                self.nodes[i].el.command(m, cmd)?;
                 self.after_step(i)?;
             }
         }
@@ -558,6 +608,7 @@ impl Sim {
 
     /// The next instant anything happens.
     fn next_time(&self) -> Option<Instant> {
+        let slack = self.timer_slack();
         let mut t = self.agenda.peek().map(|Reverse((t, _, _))| *t);
         let mut min = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         for n in &self.nodes {
@@ -569,10 +620,10 @@ impl Sim {
                 min(self.now);
             }
             if let Some(x) = n.el.election.poll_timeout() {
-                min(x);
+                min(self.rtime(x + slack));
             }
             if let Some(x) = n.el.earliest_deadline() {
-                min(x);
+                min(self.rtime(x));
             }
             if n.belief.is_some() {
                 min(n.next_write);
@@ -586,16 +637,34 @@ impl Sim {
 
     fn global_checks(&mut self) -> common::Check {
         let now = self.now;
+        let m = self.mtime(now);
         let leaders: Vec<(usize, Token)> = self
             .nodes
             .iter()
             .enumerate()
-            .filter_map(|(i, n)| match n.el.election.role(now) {
+            .filter_map(|(i, n)| match n.el.election.role(m) {
                 Role::Leader(t) => Some((i, t)),
                 _ => None,
             })
             .collect();
         ensure!(leaders.len() <= 1, "two leaders at {now:?}: {leaders:?}");
+        // What the application acts on (the events) agrees with the role for every running
+        // elector once it has processed everything due: no leading past the deadline. (A paused
+        // elector's belief is stale by design; fencing refuses its writes.)
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.paused_until.is_some() {
+                continue;
+            }
+            let role = match n.el.election.role(m) {
+                Role::Leader(t) => Some(t),
+                _ => None,
+            };
+            ensure!(
+                n.belief == role,
+                "e{i} acts as leader with {:?} at {now:?} but its role is {role:?}",
+                n.belief
+            );
+        }
         if let Some(&(i, t)) = leaders.first() {
             let info = self
                 .backend
@@ -635,7 +704,7 @@ impl Sim {
                         || self
                             .nodes
                             .iter()
-                            .any(|n| matches!(n.el.election.role(at), Role::Leader(_))),
+                            .any(|n| matches!(n.el.election.role(self.mtime(at)), Role::Leader(_))),
                     "no leader by {at:?} (faults stopped at {:?}, bound {bound:?})",
                     self.p.faults_until
                 );
@@ -655,7 +724,8 @@ impl Sim {
                 self.shutting_down = true;
                 for i in 0..self.nodes.len() {
                     if self.nodes[i].paused_until.is_none() {
-                        self.nodes[i].el.command(self.now, Command::Shutdown)?;
+                        let m = self.mtime(self.now);
+                        self.nodes[i].el.command(m, Command::Shutdown)?;
                         self.after_step(i)?;
                     }
                 }
@@ -697,12 +767,16 @@ impl Sim {
 }
 
 fn run_seed(seed: u64) -> Result<SimStats, String> {
-    let mut sim = Sim::new(seed, false);
+    run_seed_with(seed, Broken::Nothing)
+}
+
+fn run_seed_with(seed: u64, broken: Broken) -> Result<SimStats, String> {
+    let mut sim = Sim::new(seed, false, broken);
     if sim.run().is_ok() {
         return Ok(sim.stats);
     }
     // Runs are deterministic: replay the seed with tracing on to report what happened.
-    let mut sim = Sim::new(seed, true);
+    let mut sim = Sim::new(seed, true, broken);
     let e = match sim.run() {
         Ok(()) => {
             return Err(format!(
@@ -774,4 +848,68 @@ fn elections_stay_safe_and_live_under_faults() {
             "{total:?}"
         );
     }
+}
+
+/// Runs `seeds` with a driver that breaks `broken`; returns the violations found (seed, first
+/// line of the report).
+fn violations_with(broken: Broken, seeds: std::ops::Range<u64>) -> Vec<(u64, String)> {
+    let mut found = Vec::new();
+    for seed in seeds {
+        if let Err(e) = run_seed_with(seed, broken) {
+            let first = e.lines().next().unwrap_or_default().to_string();
+            found.push((seed, first));
+        }
+    }
+    found
+}
+
+/// Asserts the checker caught `broken` in at least `min` of `seeds`, and at least once with a
+/// report naming one of `expected` (the check the broken rule is meant to trip).
+fn assert_caught(broken: Broken, seeds: std::ops::Range<u64>, min: usize, expected: &[&str]) {
+    let n = seeds.end - seeds.start;
+    let found = violations_with(broken, seeds);
+    eprintln!(
+        "{broken:?}: the checker found violations in {} of {n} seeds",
+        found.len()
+    );
+    for (seed, msg) in found.iter().take(5) {
+        eprintln!("  seed {seed}: {msg}");
+    }
+    assert!(
+        found.len() >= min,
+        "{broken:?} went unnoticed: violations in only {} of {n} seeds (expected at least {min})",
+        found.len()
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(_, m)| expected.iter().any(|x| m.contains(x))),
+        "{broken:?} was caught, but never by the check it breaks ({expected:?}): {:?}",
+        &found[..found.len().min(10)]
+    );
+}
+
+/// Negative control: electors that time their leases on a clock running at 3/4 of the real
+/// rate believe in their lease past the server's expiry; a successor is elected (or the key is
+/// gone) while the broken elector still answers `Leader`.
+#[test]
+fn lease_timed_on_a_slow_clock_is_caught() {
+    assert_caught(
+        Broken::SlowClock,
+        0..200,
+        40,
+        &["two leaders", "but the backend holder is"],
+    );
+}
+
+/// Negative control: a driver whose timer wakes up to a quarter TTL late leads past its local
+/// deadline.
+#[test]
+fn leading_past_the_deadline_is_caught() {
+    assert_caught(
+        Broken::SloppyDeadlineTimer,
+        0..200,
+        50,
+        &["not exactly at the deadline", "acts as leader"],
+    );
 }

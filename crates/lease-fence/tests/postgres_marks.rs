@@ -1,13 +1,18 @@
 //! The per-name mark against a real Postgres: stale refused, equal accepted, a refused fence
 //! aborts every write of its transaction, concurrent writers never regress, the successor's
-//! raise fences out the deposed term, and `PgFence` as a `FencedResource`.
+//! raise fences out the deposed term, and `PgFence` as a `FencedResource`. The concurrency test
+//! proves its transactions overlapped, and its negative control (a naive read-then-write fence
+//! through the same workload and checker) must be caught regressing.
 
 mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use common::{TestDb, assert_non_decreasing, shuffle};
+use common::{
+    TestDb, assert_non_decreasing, first_regression, max_overlap, overlapping_spans, shuffle,
+};
 use lease_fence::postgres::{
     BeginOutcome, MarkTable, PgFence, PgFenceError, PgWrite, QualifiedName, TxOutcome,
 };
@@ -222,16 +227,48 @@ async fn refused_fence_aborts_every_write_of_the_transaction() {
     assert_eq!(count(&client, "audit").await, 2);
 }
 
-/// 32 tasks, each with its own connection, apply tokens 1..=200 in a seeded shuffled order.
-/// Every applied transaction updates the state and appends its token to a log after the fence.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_fenced_transactions_never_regress() {
-    const TASKS: usize = 32;
-    const TOKENS: u64 = 200;
-    let (db, client, marks) = setup("concurrent_marks").await;
+/// How the concurrent workload fences its transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fence {
+    /// `MarkTable::run`: the one-statement conditional raise (locks the mark row).
+    Marks,
+    /// Negative control: a naive read-then-write fence, `SELECT mark`, then (if the token is
+    /// not below it) an unconditional write of the mark, in separate statements of one READ
+    /// COMMITTED transaction, with a short `pg_sleep` between read and write to widen the race.
+    NaiveReadThenWrite,
+}
+
+/// What one run of the concurrent workload did.
+struct Workload {
+    /// Tokens applied / refused.
+    applied: usize,
+    stale: usize,
+    /// The audit log (tokens of applied transactions, in commit order).
+    log: Vec<i64>,
+    /// Start and end of every fenced transaction (from before `BEGIN` to after the outcome).
+    spans: Vec<(std::time::Instant, std::time::Instant)>,
+    /// Final state value and mark.
+    value: i64,
+    mark: FenceMark,
+}
+
+const TASKS: usize = 32;
+const TOKENS: u64 = 200;
+/// Bound on one run of the workload (it takes about a second).
+const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// 32 tasks, each with its own connection, apply tokens 1..=200 in a seeded shuffled order,
+/// released together by a barrier. Every applied transaction updates the state and appends its
+/// token to a log after the fence.
+async fn concurrent_workload(fence: Fence, seed: u64) -> Workload {
+    let (db, client, marks) = setup(match fence {
+        Fence::Marks => "concurrent_marks",
+        Fence::NaiveReadThenWrite => "concurrent_naive",
+    })
+    .await;
 
     let mut tokens: Vec<u64> = (1..=TOKENS).collect();
-    shuffle(&mut tokens, 0x5eed_f00d);
+    shuffle(&mut tokens, seed);
     let mut per_task: Vec<Vec<u64>> = vec![Vec::new(); TASKS];
     for (i, tok) in tokens.into_iter().enumerate() {
         per_task[i % TASKS].push(tok);
@@ -248,69 +285,178 @@ async fn concurrent_fenced_transactions_never_regress() {
             let mut results = Vec::new();
             for raw in mine {
                 let token = t(raw);
-                let outcome = marks
-                    .run(&mut client, "jobs", token, |tx| {
-                        Box::pin(async move {
-                            let v = token.as_i64();
-                            tx.execute("UPDATE state SET value = $1 WHERE id = 1", &[&v])
-                                .await?;
-                            tx.execute("INSERT INTO audit (token) VALUES ($1)", &[&v])
-                                .await?;
-                            Ok::<_, PgFenceError>(())
+                let start = std::time::Instant::now();
+                let outcome = match fence {
+                    Fence::Marks => marks
+                        .run(&mut client, "jobs", token, |tx| {
+                            Box::pin(async move {
+                                let v = token.as_i64();
+                                tx.execute("UPDATE state SET value = $1 WHERE id = 1", &[&v])
+                                    .await?;
+                                tx.execute("INSERT INTO audit (token) VALUES ($1)", &[&v])
+                                    .await?;
+                                Ok::<_, PgFenceError>(())
+                            })
                         })
-                    })
-                    .await
-                    .unwrap();
-                results.push((raw, outcome));
+                        .await
+                        .unwrap(),
+                    Fence::NaiveReadThenWrite => naive_fenced_write(&mut client, &marks, raw).await,
+                };
+                results.push((raw, outcome, (start, std::time::Instant::now())));
             }
             results
         });
     }
-    let mut applied = 0;
-    let mut stale = 0;
+    let mut w = Workload {
+        applied: 0,
+        stale: 0,
+        log: Vec::new(),
+        spans: Vec::new(),
+        value: 0,
+        mark: FenceMark::NONE,
+    };
     while let Some(results) = tasks.join_next().await {
-        for (raw, outcome) in results.unwrap() {
+        for (raw, outcome, span) in results.unwrap() {
+            w.spans.push(span);
             match outcome {
-                TxOutcome::Applied(()) => applied += 1,
+                TxOutcome::Applied(()) => w.applied += 1,
                 TxOutcome::Stale { mark } => {
-                    stale += 1;
+                    w.stale += 1;
                     assert!(
                         mark.token().is_some_and(|m| m.get() > raw),
-                        "token {raw} refused by {mark:?}, which accepts it"
+                        "{fence:?}: token {raw} refused by {mark:?}, which accepts it"
                     );
                 }
             }
         }
     }
-    assert_eq!(applied + stale, TOKENS as usize);
-    assert!(
-        stale > 0,
-        "no write was refused: the order was not interleaved"
-    );
-
-    let log: Vec<i64> = client
+    w.log = client
         .query("SELECT token FROM audit ORDER BY seq", &[])
         .await
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(log.len(), applied, "a refused transaction left a log entry");
-    assert_non_decreasing("per-name mark", &log);
-    assert_eq!(log.last(), Some(&(TOKENS as i64)));
-    let value: i64 = client
+    w.value = client
         .query_one("SELECT value FROM state WHERE id = 1", &[])
         .await
         .unwrap()
         .get(0);
+    w.mark = marks.mark(&client, "jobs").await.unwrap();
+    w
+}
+
+/// The negative control's fence: read the mark, compare in the client, then write it, in
+/// separate statements (READ COMMITTED, no row lock taken by the read).
+async fn naive_fenced_write(client: &mut Client, marks: &MarkTable, raw: u64) -> TxOutcome<()> {
+    let table = marks.table().quoted();
+    let v = raw as i64;
+    let tx = client.transaction().await.unwrap();
+    let mark: Option<i64> = tx
+        .query_opt(
+            &format!("SELECT mark FROM {table} WHERE name = 'jobs'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0));
+    // Widens the window between the read and the write, as a slow client would.
+    tx.batch_execute("SELECT pg_sleep(0.002)").await.unwrap();
+    if let Some(m) = mark.filter(|&m| v < m) {
+        tx.rollback().await.unwrap();
+        return TxOutcome::Stale {
+            mark: FenceMark::at(t(m as u64)),
+        };
+    }
+    tx.execute(
+        &format!(
+            "INSERT INTO {table} (name, mark) VALUES ('jobs', $1) \
+             ON CONFLICT (name) DO UPDATE SET mark = EXCLUDED.mark"
+        ),
+        &[&v],
+    )
+    .await
+    .unwrap();
+    tx.execute("UPDATE state SET value = $1 WHERE id = 1", &[&v])
+        .await
+        .unwrap();
+    tx.execute("INSERT INTO audit (token) VALUES ($1)", &[&v])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    TxOutcome::Applied(())
+}
+
+/// 32 tasks × 200 shuffled tokens through `MarkTable::run`: the log never regresses, and the
+/// run was concurrent (transactions were open at the same time, some were refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_fenced_transactions_never_regress() {
+    let w = tokio::time::timeout(
+        WORKLOAD_TIMEOUT,
+        concurrent_workload(Fence::Marks, 0x5eed_f00d),
+    )
+    .await
+    .expect("the workload did not finish in time");
+    assert_eq!(w.applied + w.stale, TOKENS as usize);
+    // A serialised run (one transaction at a time) could pass the rest vacuously.
+    let overlap = max_overlap(&w.spans);
+    let overlapping = overlapping_spans(&w.spans);
+    eprintln!(
+        "marks: {} applied, {} refused, at most {overlap} transactions open at once, {overlapping} of {} overlapping another",
+        w.applied,
+        w.stale,
+        w.spans.len()
+    );
+    assert!(
+        overlap >= 4 && overlapping >= w.spans.len() / 2,
+        "at most {overlap} fenced transactions were open at once, {overlapping} overlapped another: the run was not concurrent"
+    );
+    assert!(
+        w.stale > 0,
+        "no write was refused: the order was not interleaved"
+    );
     assert_eq!(
-        value, TOKENS as i64,
+        w.log.len(),
+        w.applied,
+        "a refused transaction left a log entry"
+    );
+    assert_non_decreasing("per-name mark", &w.log);
+    assert_eq!(w.log.last(), Some(&(TOKENS as i64)));
+    assert_eq!(
+        w.value, TOKENS as i64,
         "final state is not the highest token's"
     );
-    assert_eq!(
-        marks.mark(&client, "jobs").await.unwrap(),
-        FenceMark::at(t(TOKENS))
-    );
+    assert_eq!(w.mark, FenceMark::at(t(TOKENS)));
+}
+
+/// Negative control: the same workload and the same checker through a naive read-then-write
+/// fence must be caught regressing (the log shows a lower token committed after a higher one).
+/// Up to three rounds with different shuffles, to be deterministic enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn naive_read_then_write_fence_is_caught_regressing() {
+    for round in 0..3u64 {
+        let w = tokio::time::timeout(
+            WORKLOAD_TIMEOUT,
+            concurrent_workload(Fence::NaiveReadThenWrite, 0x5eed_f00d + round),
+        )
+        .await
+        .expect("the workload did not finish in time");
+        let overlap = max_overlap(&w.spans);
+        let overlapping = overlapping_spans(&w.spans);
+        let regression = first_regression(&w.log);
+        eprintln!(
+            "naive round {round}: {} applied, {} refused, at most {overlap} open at once, first regression {regression:?}",
+            w.applied, w.stale
+        );
+        assert!(
+            overlap >= 4 && overlapping >= w.spans.len() / 2,
+            "the control's run was not concurrent ({overlap} at once, {overlapping} overlapping)"
+        );
+        if regression.is_some() {
+            return;
+        }
+    }
+    panic!("the naive read-then-write fence was never caught regressing in 3 rounds");
 }
 
 /// The successor's raise at election waits for the deposed leader's open fenced transaction

@@ -4,11 +4,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestDb, assert_non_decreasing, shuffle};
+use common::{TestDb, assert_non_decreasing, max_overlap, overlapping_spans, shuffle};
 use lease_fence::postgres::{
     FencedTable, IdentError, MarkTable, PgFenceError, QualifiedName, RowOutcome,
 };
 use lease_fence::{FenceMark, FenceOutcome, Token, TokenError};
+use std::time::Duration;
 use tokio_postgres::Client;
 
 fn t(raw: u64) -> Token {
@@ -482,8 +483,10 @@ async fn concurrent_row_writes_never_regress() {
         tasks.spawn(async move {
             barrier.wait().await;
             let mut refused = Vec::new();
+            let mut spans = Vec::new();
             for (k, raw) in mine {
                 let (key, token, v) = (KEYS[k], t(raw), raw as i64);
+                let start = std::time::Instant::now();
                 let mark = if k < 2 {
                     match update.execute(&client, token, &key, &[&v]).await.unwrap() {
                         RowOutcome::Applied => None,
@@ -496,16 +499,23 @@ async fn concurrent_row_writes_never_regress() {
                         FenceOutcome::Stale { mark } => Some(mark),
                     }
                 };
+                spans.push((start, std::time::Instant::now()));
                 if let Some(mark) = mark {
                     refused.push((raw, mark));
                 }
             }
-            refused
+            (refused, spans)
         });
     }
     let mut refused = 0;
-    while let Some(result) = tasks.join_next().await {
-        for (raw, mark) in result.unwrap() {
+    let mut spans = Vec::new();
+    while let Some(result) = tokio::time::timeout(Duration::from_secs(120), tasks.join_next())
+        .await
+        .expect("the writers did not finish in time")
+    {
+        let (result, task_spans) = result.unwrap();
+        spans.extend(task_spans);
+        for (raw, mark) in result {
             refused += 1;
             assert!(
                 mark.token().is_some_and(|m| m.get() > raw),
@@ -516,6 +526,17 @@ async fn concurrent_row_writes_never_regress() {
     assert!(
         refused > 0,
         "no write was refused: the order was not interleaved"
+    );
+    // A serialised run (one write at a time) could pass the rest vacuously.
+    let overlap = max_overlap(&spans);
+    let overlapping = overlapping_spans(&spans);
+    eprintln!(
+        "rows: {refused} refused, at most {overlap} writes in flight at once, {overlapping} of {} overlapping another",
+        spans.len()
+    );
+    assert!(
+        overlap >= 4 && overlapping >= spans.len() / 2,
+        "at most {overlap} writes were in flight at once, {overlapping} overlapped another: the run was not concurrent"
     );
 
     let mut logged = 0;

@@ -1,11 +1,15 @@
 //! Parity with the executable specification: random operation sequences run on a real Redis
 //! (through `RedisBackend`) and on lease-core's `MemoryBackend` (clock never advanced, TTLs
 //! long enough that nothing expires in Redis either) give the same outcomes and leave the same
-//! data.
+//! data. `expiry_matches_the_memory_backend` lets time pass on both (the memory clock follows
+//! real time while the real Redis TTL runs out) and compares outcomes and remaining TTLs
+//! before a renewal, after it, and after expiry. (With the memory clock left still, it fails:
+//! memory still holds the lease Redis has expired.)
 
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::*;
 use lease_core::memory::{ManualClock, MemoryBackend, MemoryWrite};
@@ -454,4 +458,222 @@ fn redis_backend_matches_the_memory_backend() {
             })
         })
         .unwrap();
+}
+
+/// The memory backend's clock follows real time from `base`: before each memory operation it
+/// is set to the time elapsed since `started` (the Redis operation just before ran no later).
+struct Follow {
+    clock: ManualClock,
+    base: lease_core::Instant,
+    started: std::time::Instant,
+}
+
+impl Follow {
+    fn sync(&self) {
+        self.clock.set(self.base + self.started.elapsed());
+    }
+}
+
+/// Remaining TTLs of the two stores agree within `EXPIRY_TOLERANCE` (the memory clock is set
+/// after the Redis operation, so memory's is the same or shorter, by the time in between).
+fn close(what: &str, redis: Option<Duration>, mem: Option<Duration>) -> Result<(), String> {
+    match (redis, mem) {
+        (None, None) => Ok(()),
+        (Some(r), Some(m)) if r.abs_diff(m) <= EXPIRY_TOLERANCE => Ok(()),
+        other => Err(format!(
+            "{what}: remaining TTLs differ (redis, memory) = {other:?}"
+        )),
+    }
+}
+
+const EXPIRY_TTL: Duration = Duration::from_secs(2);
+const EXPIRY_TOLERANCE: Duration = Duration::from_millis(500);
+
+/// Time advances on both sides: every spec is acquired with a short TTL on Redis and on the
+/// memory backend, renewed half-way, then left to expire (the memory backend's `ManualClock`
+/// follows real time; the real Redis TTL runs out). Before and after the expiry, outcomes,
+/// remaining TTLs (within a tolerance) and the stored data agree: after it, the old holder's
+/// renew is not held, nobody holds, and the next holder gets the next token.
+#[test]
+fn expiry_matches_the_memory_backend() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), expiry_case())
+            .await
+            .expect("the expiry parity case did not finish in time")
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn expiry_case() -> Result<(), String> {
+    let (_server, backend, raw) = setup().await;
+    let clock = ManualClock::new();
+    let follow = Follow {
+        base: clock.now(),
+        clock: clock.clone(),
+        started: std::time::Instant::now(),
+    };
+    let mut case = Case {
+        redis: &backend,
+        raw: raw.clone(),
+        mem: MemoryBackend::new(clock),
+        specs: specs(),
+        last: vec![None; specs().len()],
+    };
+    let ttl = lease_core::Ttl::new(EXPIRY_TTL).unwrap();
+    let acquire = |spec: &Arc<LeaseSpec>, who: &str| lease_core::AcquireRequest {
+        spec: spec.clone(),
+        owner: owner(who),
+        ttl,
+        metadata: lease_core::Metadata::new("").unwrap(),
+    };
+    let renew = |spec: &Arc<LeaseSpec>, who: &str| lease_core::RenewRequest {
+        spec: spec.clone(),
+        owner: owner(who),
+        ttl,
+    };
+    let remaining =
+        |x: &Result<lease_core::LeaseInfo, BackendError>| x.as_ref().ok().and_then(|i| i.remaining);
+    let specs = case.specs.clone();
+
+    // 1. "a" acquires every spec (overlapping specs are refused alike on both).
+    let mut held = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        let r = backend.acquire(&acquire(s, "a")).await;
+        follow.sync();
+        let m = case.mem.acquire_now(&acquire(s, "a"));
+        if norm_acquire(&r) != norm_acquire(&m) {
+            return Err(format!("acquire spec {i}: redis {r:?}, memory {m:?}"));
+        }
+        if let Ok(AcquireOutcome::Acquired { token }) = m {
+            case.last[i] = token;
+            held.push(i);
+        }
+    }
+    if held.len() < 2 {
+        return Err(format!("too few specs acquired to compare: {held:?}"));
+    }
+    for &i in &held {
+        let r = backend.inspect(&specs[i]).await;
+        follow.sync();
+        let m = case.mem.inspect_now(&specs[i]);
+        close(
+            &format!("spec {i} after acquire"),
+            remaining(&r),
+            remaining(&m),
+        )?;
+    }
+
+    // 2. Half-way (real time, as Redis sees it), "a" renews: both extend to a full TTL again.
+    let key = lease_redis::slot::spec_keys(&specs[held[0]])[0].clone();
+    let mut conn = raw.clone();
+    while pttl(&mut conn, &key).await > EXPIRY_TTL.as_millis() as i64 / 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for &i in &held {
+        let r = backend.renew(&renew(&specs[i], "a")).await;
+        follow.sync();
+        let m = case.mem.renew_now(&renew(&specs[i], "a"));
+        if norm(&r) != norm(&m) || !matches!(m, Ok(lease_core::RenewOutcome::Renewed)) {
+            return Err(format!(
+                "renew spec {i} half-way: redis {r:?}, memory {m:?}"
+            ));
+        }
+        let r = backend.inspect(&specs[i]).await;
+        follow.sync();
+        let m = case.mem.inspect_now(&specs[i]);
+        close(
+            &format!("spec {i} after renew"),
+            remaining(&r),
+            remaining(&m),
+        )?;
+    }
+
+    // 3. Expiry: wait (bounded) until Redis has expired every held lease key; by then the
+    //    memory clock, following real time from before the renewals, is past them too.
+    //    (Counters and marks have no TTL: `PTTL` -1.)
+    let keys: Vec<String> = held
+        .iter()
+        .flat_map(|&i| lease_redis::slot::spec_keys(&specs[i]))
+        .collect();
+    for k in &keys {
+        while exists(&mut conn, k).await && pttl(&mut conn, k).await != -1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    for &i in &held {
+        let s = &specs[i];
+        let r = backend.inspect(s).await;
+        follow.sync();
+        let m = case.mem.inspect_now(s);
+        let strip = |x: &Result<lease_core::LeaseInfo, BackendError>| {
+            x.as_ref()
+                .map(|i| {
+                    format!(
+                        "{:?} {:?} {:?} {:?}",
+                        i.holder, i.remaining, i.counter, i.mark
+                    )
+                })
+                .map_err(|e| kind(e))
+        };
+        if strip(&r) != strip(&m) {
+            return Err(format!("spec {i} after expiry: redis {r:?}, memory {m:?}"));
+        }
+        if m.as_ref().is_ok_and(|x| x.holder.is_some()) {
+            return Err(format!("spec {i} still held after its TTL: {m:?}"));
+        }
+        let o = owner("a");
+        let r = backend.remaining(s, &o).await;
+        follow.sync();
+        let m = case.mem.remaining(s, &o).await;
+        if norm(&r) != norm(&m) {
+            return Err(format!(
+                "remaining of spec {i} after expiry: redis {r:?}, memory {m:?}"
+            ));
+        }
+        let r = backend.renew(&renew(s, "a")).await;
+        follow.sync();
+        let m = case.mem.renew_now(&renew(s, "a"));
+        if norm(&r) != norm(&m) || !matches!(m, Ok(lease_core::RenewOutcome::NotHeld)) {
+            return Err(format!(
+                "renew of spec {i} after expiry: redis {r:?}, memory {m:?}"
+            ));
+        }
+    }
+    // 4. The next holder: the next token on both, a fresh TTL, and "a" is told who holds.
+    for &i in &held {
+        let s = &specs[i];
+        // The next holder: the next token on both, and a fresh TTL.
+        let r = backend.acquire(&acquire(s, "b")).await;
+        follow.sync();
+        let m = case.mem.acquire_now(&acquire(s, "b"));
+        if norm_acquire(&r) != norm_acquire(&m) {
+            return Err(format!(
+                "acquire by b of spec {i}: redis {r:?}, memory {m:?}"
+            ));
+        }
+        let Ok(AcquireOutcome::Acquired { token }) = m else {
+            continue; // An overlapping spec b already holds: refused alike on both.
+        };
+        if s.fence_key().is_some() && token.is_none_or(|t| Some(t) <= case.last[i]) {
+            return Err(format!(
+                "spec {i}: b's token {m:?} does not follow {:?}",
+                case.last[i]
+            ));
+        }
+        let r = backend.acquire(&acquire(s, "a")).await;
+        follow.sync();
+        let m = case.mem.acquire_now(&acquire(s, "a"));
+        let held_for = |x: &Result<AcquireOutcome, BackendError>| match x {
+            Ok(AcquireOutcome::Held { remaining, .. }) => *remaining,
+            _ => None,
+        };
+        if norm_acquire(&r) != norm_acquire(&m) {
+            return Err(format!(
+                "acquire by a of spec {i} held by b: redis {r:?}, memory {m:?}"
+            ));
+        }
+        close(&format!("spec {i} held by b"), held_for(&r), held_for(&m))?;
+    }
+    case.compare_state().await.map_err(|e| e.to_string())
 }

@@ -1,8 +1,11 @@
 //! lease-tokio's Locker and Elector over a Redlock quorum of real Redis servers, unchanged.
+//!
+//! Losses and take-overs are bounded from above (TTL, plus the acquire interval for a
+//! take-over, plus [`SLACK`] for a loaded machine), not only "eventually".
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use lease_core::{ElectionConfig, Role};
@@ -19,6 +22,15 @@ async fn wait_state(
         .await
         .expect("elector alive")
         .clone()
+}
+
+/// Scheduling slack on top of the protocol's bounds (a loaded 2-core machine, debug builds).
+const SLACK: Duration = Duration::from_secs(2);
+
+/// Asserts that `since.elapsed()` is at most `bound`.
+fn within(since: Instant, bound: Duration, what: &str) {
+    let took = since.elapsed();
+    assert!(took <= bound, "{what} took {took:?}, more than {bound:?}");
 }
 
 #[tokio::test]
@@ -49,7 +61,14 @@ async fn auto_renew_survives_one_slow_node_and_signals_loss_when_a_majority_goes
 
     // A majority away: renewals fail until the local deadline, then the loss signal fires.
     servers[1].pause().await.unwrap();
+    let majority_gone = Instant::now();
     must_complete("the loss signal", lost.cancelled()).await;
+    // The last renewal that reached a quorum was sent before the pause.
+    within(
+        majority_gone,
+        Duration::from_millis(1500) + SLACK,
+        "the loss signal",
+    );
     assert!(!lock.held());
     servers[0].resume().await.unwrap();
     servers[1].resume().await.unwrap();
@@ -104,6 +123,7 @@ async fn the_election_fails_over_when_the_leaders_nodes_are_unreachable() {
     for p in &proxies_a {
         p.set_mode(Mode::Blackhole);
     }
+    let cut = Instant::now();
     let state = wait_state(&mut watch_b, "b elected", |s| {
         matches!(s.role, Role::Leader(_))
     })
@@ -112,10 +132,18 @@ async fn the_election_fails_over_when_the_leaders_nodes_are_unreachable() {
         unreachable!()
     };
     assert!(token_b > token_a, "{token_b} > {token_a}");
+    // a's lease lapses by one TTL after the cut; b polls every acquire interval.
+    let cfg = b.config();
+    within(
+        cut,
+        cfg.ttl().get() + cfg.acquire_interval() + SLACK,
+        "b's take-over",
+    );
     wait_state(&mut watch_a, "a stepped down", |s| {
         !matches!(s.role, Role::Leader(_))
     })
     .await;
+    within(cut, a.config().ttl().get() + SLACK, "a's step-down");
 
     // Heal: a's queued requests arrive late and change nothing; b still leads.
     for p in &proxies_a {

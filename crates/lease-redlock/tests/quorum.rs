@@ -1,5 +1,6 @@
 //! Quorum rounds against real Redis servers: node failures (kill, SIGSTOP, blackhole), cleanup,
-//! ownership, extension.
+//! ownership, extension. Every call with a faulty node is bounded from above by three rounds of
+//! its operation timeout plus slack (`within_rounds`): a faulty node must not hold it up.
 
 mod common;
 
@@ -22,7 +23,11 @@ async fn acquires_with_one_node_killed() {
     servers[1].kill().await.unwrap();
     let spec = fenced_lock(KEY);
 
-    let t = token_of(&b.acquire(&acq(&spec, "a", 2000)).await.unwrap());
+    let t = token_of(
+        &within_rounds("acquire", 2000, b.acquire(&acq(&spec, "a", 2000)))
+            .await
+            .unwrap(),
+    );
     assert_eq!(t.get(), 1);
     assert_eq!(get(&mut raw[0], KEY).await.as_deref(), Some("a"));
     assert_eq!(get(&mut raw[2], KEY).await.as_deref(), Some("a"));
@@ -41,7 +46,9 @@ async fn acquires_with_one_node_killed() {
 
     // Two killed: no quorum; the survivor is cleaned up.
     servers[2].kill().await.unwrap();
-    let e = b.acquire(&acq(&spec, "a", 2000)).await.unwrap_err();
+    let e = within_rounds("acquire", 2000, b.acquire(&acq(&spec, "a", 2000)))
+        .await
+        .unwrap_err();
     let q = quorum_error(&e);
     assert!(q.is_not_acquired());
     assert_eq!((q.successes, q.quorum), (1, 2));
@@ -67,8 +74,9 @@ async fn a_paused_node_does_not_hold_up_the_acquire() {
     b.release(&release(&spec, "warm")).await.unwrap();
 
     servers[2].pause().await.unwrap();
-    let got = must_complete(
+    let got = within_rounds(
         "acquire with a paused node",
+        2000,
         b.acquire(&acq(&spec, "a", 2000)),
     )
     .await;
@@ -80,7 +88,7 @@ async fn a_paused_node_does_not_hold_up_the_acquire() {
     assert_eq!(get(&mut raw[1], KEY).await.as_deref(), Some("a"));
     // Release while still paused: a quorum released.
     assert_eq!(
-        must_complete("release", b.release(&release(&spec, "a")))
+        within_rounds("release", 60_000, b.release(&release(&spec, "a")))
             .await
             .unwrap(),
         ReleaseOutcome::Released
@@ -103,7 +111,7 @@ async fn a_node_slowed_past_the_operation_timeout_does_not_hold_up_the_acquire()
     let spec = fenced_lock(KEY);
     // TTL 2 s: operation timeout 400 ms; node 0 sees the request a minute later.
     proxies[0].set_mode(Mode::Latency(std::time::Duration::from_secs(60)));
-    let (got, slow_still_pending) = must_complete("acquire with a slow node", async {
+    let (got, slow_still_pending) = within_rounds("acquire with a slow node", 2000, async {
         let got = b.acquire(&acq(&spec, "a", 2000)).await;
         // The slow node's reply cannot have arrived: its latency is longer than a TTL.
         let pending = get(&mut conn(&servers[0].url()).await, KEY).await;
@@ -125,7 +133,7 @@ async fn a_minority_partition_still_acquires() {
     let spec = fenced_lock(KEY);
     proxies[0].set_mode(Mode::Blackhole);
     proxies[3].set_mode(Mode::Blackhole);
-    let got = must_complete("acquire", b.acquire(&acq(&spec, "a", 2000))).await;
+    let got = within_rounds("acquire", 2000, b.acquire(&acq(&spec, "a", 2000))).await;
     assert_eq!(token_of(&got.unwrap()).get(), 1);
     let mut raw = raws(&servers).await;
     assert_eq!(
@@ -158,7 +166,7 @@ async fn a_majority_partition_does_not_acquire_and_leaves_nothing_behind() {
         proxies[i].set_mode(Mode::Blackhole);
     }
     // A TTL far longer than the test: a key gone means the cleanup deleted it, not expiry.
-    let e = must_complete("acquire", b.acquire(&acq(&spec, "a", 60_000)))
+    let e = within_rounds("acquire", 60_000, b.acquire(&acq(&spec, "a", 60_000)))
         .await
         .unwrap_err();
     let q = quorum_error(&e);
@@ -215,7 +223,7 @@ async fn a_partial_acquisition_is_cleaned_up_and_others_values_are_kept() {
     // Another owner holds node 0, node 2 is paused: only node 1 can be won.
     set_px(&mut raw[0], KEY, "other", 60_000).await;
     servers[2].pause().await.unwrap();
-    let e = must_complete("acquire", b.acquire(&acq(&spec, "a", 60_000)))
+    let e = within_rounds("acquire", 60_000, b.acquire(&acq(&spec, "a", 60_000)))
         .await
         .unwrap_err();
     let q = quorum_error(&e);
@@ -277,7 +285,7 @@ async fn extension_requires_a_quorum() {
     // Two nodes paused: inconclusive; an error that matches as "lost", nothing deleted.
     servers[0].pause().await.unwrap();
     servers[1].pause().await.unwrap();
-    let e = must_complete("renew", b.renew(&renew(&spec, "a", 5000)))
+    let e = within_rounds("renew", 5000, b.renew(&renew(&spec, "a", 5000)))
         .await
         .unwrap_err();
     assert!(e.is_transient());

@@ -1,10 +1,17 @@
 //! Leader election under real faults: a paused Redis, a blackholed network, restarts with and
 //! without persistence, and a stalled leader process.
+//!
+//! Every step-down and take-over is also bounded from above (with [`SLACK`] for a loaded
+//! machine): a step-down comes by one TTL after the fault (the local deadline of the last
+//! renewal sent before it), a take-over by TTL + acquire interval (the old lease lapses, the
+//! next poll wins), or by 2·TTL + acquire interval where an acquire may have been applied
+//! unanswered during the fault (an orphan lease of up to one TTL) or errors backed off (up to
+//! one TTL).
 
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use lease_testkit::proxy::{FaultProxy, Mode};
@@ -45,6 +52,26 @@ async fn next(
         .expect("channel open")
 }
 
+/// Scheduling slack on top of the protocol's bounds (a loaded 2-core machine, debug builds).
+const SLACK: Duration = Duration::from_secs(2);
+
+/// Asserts that `since.elapsed()` is at most `bound`.
+fn within(since: Instant, bound: Duration, what: &str) {
+    let took = since.elapsed();
+    assert!(took <= bound, "{what} took {took:?}, more than {bound:?}");
+}
+
+/// TTL + acquire interval + slack: a take-over once the old lease can no longer be renewed.
+fn takeover_bound(c: &redlease::ElectionConfig) -> Duration {
+    c.ttl().get() + c.acquire_interval() + SLACK
+}
+
+/// 2·TTL + acquire interval + slack: a take-over after a fault during which an acquire may
+/// have been applied unanswered (an orphan lease) or acquire errors backed off.
+fn recovery_bound(c: &redlease::ElectionConfig) -> Duration {
+    c.ttl().get() * 2 + c.acquire_interval() + SLACK
+}
+
 #[tokio::test]
 async fn paused_redis_leader_steps_down_by_its_deadline_while_still_paused() {
     let server = redis().await;
@@ -54,17 +81,25 @@ async fn paused_redis_leader_steps_down_by_its_deadline_while_still_paused() {
     let (t1, what) = next(&mut rx).await;
     assert_eq!(what, "elected");
     server.pause().await.unwrap();
+    let paused = Instant::now();
     // No renewal can succeed now; the term must end on the local deadline alone.
     let (t, what) = next(&mut rx).await;
     assert_eq!((t, what), (t1, "cancelled"));
+    within(
+        paused,
+        elector.config().ttl().get() + SLACK,
+        "the step-down",
+    );
     // token() checks the deadline itself: no leadership is claimed after it.
     assert_eq!(elector.token(), None);
     assert_eq!(elector.valid_until(), None);
     assert!(!matches!(elector.state().role, Role::Leader(_)));
     server.resume().await.unwrap();
+    let resumed = Instant::now();
     let (t2, what) = next(&mut rx).await;
     assert_eq!(what, "elected");
     assert!(t2 > t1);
+    within(resumed, recovery_bound(elector.config()), "the re-election");
     shutdown.cancel();
     run.await.unwrap().unwrap();
 }
@@ -91,12 +126,15 @@ async fn blackholed_renewals_are_bounded_and_the_successor_takes_over() {
     };
     wait_role(&b, EVENTUALLY, "b follows", |r| *r == Role::Follower).await;
     proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
     // Renewals hang in the blackhole; the library's bound ends the term anyway.
     let (t, what) = next(&mut rx).await;
     assert_eq!((t, what), (ta, "cancelled"));
+    within(cut, a.config().ttl().get() + SLACK, "a's step-down");
     assert_eq!(a.token(), None);
     let tb = wait_leader(&b, EVENTUALLY).await;
     assert!(tb > ta);
+    within(cut, takeover_bound(b.config()), "b's take-over");
     // a is still cut off and must not claim leadership.
     assert_eq!(a.token(), None);
     proxy.set_mode(Mode::Pass);
@@ -151,14 +189,28 @@ async fn restart_without_persistence_loses_the_counter_and_reports_the_regressio
     let _ = next(&mut rx).await; // cancelled
     let (t2, _) = next(&mut rx).await;
     assert!(t2 > t1);
+    let killed = Instant::now();
     server.kill().await.unwrap();
     server.restart().await.unwrap();
+    let restarted = Instant::now();
     // The data is gone: the renewal finds the lease not ours, the term ends, and the next
     // election mints token 1 again, which the elector reports as a regression.
     let (t, what) = next(&mut rx).await;
     assert_eq!((t, what), (t2, "cancelled"));
+    // No renewal can succeed after the kill: the local deadline ends the term at the latest,
+    // and the restart time is part of that bound.
+    within(
+        killed,
+        elector.config().ttl().get() + SLACK,
+        "the step-down",
+    );
     let (t3, what) = next(&mut rx).await;
     assert_eq!(what, "elected");
+    within(
+        restarted,
+        recovery_bound(elector.config()),
+        "the re-election",
+    );
     assert_eq!(
         t3.get(),
         1,
@@ -222,6 +274,8 @@ async fn a_stalled_leader_process_is_fenced_out() {
     let ta = tokio::task::spawn_blocking(move || elected_rx.recv().unwrap())
         .await
         .unwrap();
+    // a stalled right after its election (and first renewal): its lease lapses by one TTL.
+    let stalled_since = Instant::now();
     let b = Elector::new(backend(&server).await, config("{svc}", "b", 600));
     let shutdown = CancellationToken::new();
     let run_b = {
@@ -230,6 +284,7 @@ async fn a_stalled_leader_process_is_fenced_out() {
     };
     let tb = wait_leader(&b, EVENTUALLY).await;
     assert!(tb > ta);
+    within(stalled_since, takeover_bound(b.config()), "b's take-over");
     resume_tx.send(()).unwrap();
     let outcome = result_rx.await.unwrap();
     match outcome {

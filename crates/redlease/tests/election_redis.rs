@@ -118,10 +118,12 @@ async fn resign_releases_and_recontends() {
 async fn follower_takes_over_with_greater_token_and_events_fire_once() {
     let server = redis().await;
     let (rec_a, rec_b) = (Recorder::default(), Recorder::default());
-    let a = Elector::builder(backend(&server).await, config("svc", "a", 600))
+    // A TTL of 2 s: on a loaded machine a 600 ms lease could lapse between renewals, which
+    // would change the event lists (a deadline step-down and a new term).
+    let a = Elector::builder(backend(&server).await, config("svc", "a", 2000))
         .observer(rec_a.clone())
         .build();
-    let b = Elector::builder(backend(&server).await, config("svc", "b", 600))
+    let b = Elector::builder(backend(&server).await, config("svc", "b", 2000))
         .observer(rec_b.clone())
         .build();
     let (sa, sb) = (CancellationToken::new(), CancellationToken::new());
@@ -151,14 +153,21 @@ async fn follower_takes_over_with_greater_token_and_events_fire_once() {
     assert!(tb > ta, "successor's token {tb} must exceed {ta}");
     sb.cancel();
     rb.await.unwrap().unwrap();
+    // A renewal or poll that times out under load is an `Error` event the design tolerates
+    // (the term goes on): only the role events are compared exactly.
+    let roles = |ev: Vec<String>| -> Vec<String> {
+        ev.into_iter()
+            .filter(|e| !e.starts_with("error "))
+            .collect()
+    };
     assert_eq!(
-        rec_a.events(),
+        roles(rec_a.events()),
         vec![
             format!("elected {ta}"),
             format!("stepped_down {ta} Shutdown")
         ]
     );
-    let eb = rec_b.events();
+    let eb = roles(rec_b.events());
     assert_eq!(
         eb.iter().filter(|e| e.starts_with("follower")).count(),
         1,

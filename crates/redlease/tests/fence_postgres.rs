@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::*;
 use lease_fence::postgres::{MarkTable, PgFenceError, TxOutcome};
@@ -104,6 +105,8 @@ async fn a_paused_leader_is_fenced_out_of_postgres_by_its_successors_election() 
     let ta = tokio::task::spawn_blocking(move || elected_rx.recv().unwrap())
         .await
         .unwrap();
+    // a stalls right after this: its lease lapses by one TTL.
+    let stalled_since = std::time::Instant::now();
 
     // The successor raises the mark at election, before (and without) writing anything.
     let b = Elector::new(backend(&redis_server).await, config(NAME, "b", 600));
@@ -133,9 +136,21 @@ async fn a_paused_leader_is_fenced_out_of_postgres_by_its_successors_election() 
         .unwrap()
         .unwrap();
     assert!(tb > ta);
+    // An upper bound, not only "eventually": a's lease lapses, b's next poll wins (TTL +
+    // acquire interval), plus 2 s of slack for a loaded machine.
+    let bound = b.config().ttl().get() + b.config().acquire_interval() + Duration::from_secs(2);
+    let took = stalled_since.elapsed();
+    assert!(
+        took <= bound,
+        "b's take-over took {took:?}, more than {bound:?}"
+    );
 
     resume_tx.send(()).unwrap();
-    match late_rx.await.unwrap() {
+    match tokio::time::timeout(EVENTUALLY, late_rx)
+        .await
+        .expect("the resumed leader's write in time")
+        .unwrap()
+    {
         TxOutcome::Stale { mark } => assert_eq!(mark.token(), Some(tb)),
         TxOutcome::Applied(()) => panic!("the paused leader's write reached Postgres"),
     }

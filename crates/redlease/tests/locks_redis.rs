@@ -43,6 +43,17 @@ fn linear(n: u64) -> RetryStrategy {
     RetryStrategy::linear(ms(n)).unwrap()
 }
 
+/// Scheduling slack on top of the protocol's bounds in the fault tests (a loaded 2-core
+/// machine, debug builds): faults must end (loss, give-up, recovery) within a bound derived
+/// from the TTL, intervals and timeouts plus this, not merely "eventually".
+const SLACK: Duration = Duration::from_secs(2);
+
+/// Asserts that `since.elapsed()` is at most `bound`.
+fn within(since: std::time::Instant, bound: Duration, what: &str) {
+    let took = since.elapsed();
+    assert!(took <= bound, "{what} took {took:?}, more than {bound:?}");
+}
+
 /// Calls the lock driver made to the backend, as the backend saw them.
 #[derive(Clone, Debug, Default)]
 struct Counts {
@@ -757,7 +768,19 @@ async fn refresh_retries_transient_errors_until_the_network_heals() {
         .await;
     assert!(!refresh.is_finished(), "still retrying");
     proxy.set_mode(Mode::Pass);
-    refresh.await.unwrap().unwrap();
+    let healed = std::time::Instant::now();
+    tokio::time::timeout(EVENTUALLY, refresh)
+        .await
+        .expect("refresh in time")
+        .unwrap()
+        .unwrap();
+    // The attempt in flight at the heal gets through or times out (100 ms); the next one,
+    // 20 ms later, gets through.
+    within(
+        healed,
+        ms(2 * (100 + 20)) + SLACK,
+        "the refresh after healing",
+    );
     assert!(lock.held());
     assert!(!lock.lost().is_cancelled());
     let mut conn = raw(&server).await;
@@ -787,7 +810,13 @@ async fn refresh_gives_up_after_the_strategys_retries_when_blackholed() {
         .await
         .unwrap();
     proxy.set_mode(Mode::Blackhole);
-    let err = lock.refresh(ms(10_000)).await.unwrap_err();
+    let cut = std::time::Instant::now();
+    let err = tokio::time::timeout(EVENTUALLY, lock.refresh(ms(10_000)))
+        .await
+        .expect("refresh gives up in time")
+        .unwrap_err();
+    // 4 attempts of at most 100 ms each, 3 waits of at most 20 ms.
+    within(cut, ms(4 * 100 + 3 * 20) + SLACK, "giving up");
     assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
     assert!(err.is_outcome_unknown());
     assert_eq!(counted.counts().renews, 4);
@@ -1217,9 +1246,12 @@ async fn auto_renew_tolerates_failed_renewals_before_the_deadline() {
     assert!(lock.held(), "failures are tolerated until the deadline");
     assert!(!lock.lost().is_cancelled());
     proxy.set_mode(Mode::Pass);
+    let healed = std::time::Instant::now();
     counted
         .wait_for("a renewal after healing", |c| c.renews_ok > base.renews_ok)
         .await;
+    // The renewal in flight is cut at one interval; the next one gets through.
+    within(healed, ms(2 * 200) + SLACK, "a renewal after healing");
     assert!(lock.held());
     assert!(!lock.lost().is_cancelled());
     lock.release().await.unwrap();
@@ -1248,8 +1280,12 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
     counted.wait_for("a renewal", |c| c.renews_ok >= 1).await;
     let lost = lock.lost();
     server.pause().await.unwrap();
+    let paused = std::time::Instant::now();
     let fired = tokio::time::timeout(EVENTUALLY, lost.cancelled()).await;
     let fired_at = tokio::time::Instant::now();
+    // The last renewal that got through was sent before the pause: its deadline is within
+    // one TTL of it.
+    within(paused, ms(600) + SLACK, "the loss signal");
     let renews_at_loss = counted.counts().renews;
     // Checked before resuming: the signal did not need Redis to answer.
     assert_eq!(
@@ -1264,6 +1300,7 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
     );
     assert!(!lock.held());
     server.resume().await.unwrap();
+    let resumed = std::time::Instant::now();
     // Renewals queued while paused may still extend the key by one TTL: retry past it.
     let next = locker
         .obtain(
@@ -1273,6 +1310,8 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
         )
         .await
         .unwrap();
+    // The key lapses by one TTL after the last queued renewal is applied at the resume.
+    within(resumed, ms(600 + 20) + SLACK, "the take-over");
     assert_eq!(
         counted.counts().renews,
         renews_at_loss,

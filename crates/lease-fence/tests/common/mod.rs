@@ -81,14 +81,50 @@ pub fn shuffle<T>(items: &mut [T], seed: u64) {
     }
 }
 
+/// The checker of the concurrency tests: the first place where `tokens` (applied tokens in
+/// commit order) decreases, as (earlier, later), or `None` if it never does.
+pub fn first_regression(tokens: &[i64]) -> Option<(i64, i64)> {
+    tokens
+        .windows(2)
+        .find(|w| w[0] > w[1])
+        .map(|w| (w[0], w[1]))
+}
+
 /// Asserts that `tokens` never decreases, with context.
 pub fn assert_non_decreasing(what: &str, tokens: &[i64]) {
-    for w in tokens.windows(2) {
-        assert!(
-            w[0] <= w[1],
-            "{what}: applied tokens regressed from {} to {}: {tokens:?}",
-            w[0],
-            w[1]
-        );
+    if let Some((a, b)) = first_regression(tokens) {
+        panic!("{what}: applied tokens regressed from {a} to {b}: {tokens:?}");
     }
+}
+
+/// The most spans open at one instant (a sweep; at equal instants ends count first, so
+/// touching spans do not overlap).
+pub fn max_overlap(spans: &[(std::time::Instant, std::time::Instant)]) -> usize {
+    let mut edges: Vec<(std::time::Instant, i32)> = Vec::new();
+    for &(start, end) in spans {
+        edges.push((start, 1));
+        edges.push((end, -1));
+    }
+    edges.sort();
+    let (mut open, mut max) = (0i32, 0i32);
+    for (_, d) in edges {
+        open += d;
+        max = max.max(open);
+    }
+    max as usize
+}
+
+/// How many spans overlap at least one other span (not only at the start, when a barrier
+/// releases every task at once: a run that went serial after the first wave scores low).
+pub fn overlapping_spans(spans: &[(std::time::Instant, std::time::Instant)]) -> usize {
+    spans
+        .iter()
+        .enumerate()
+        .filter(|&(i, &(s, e))| {
+            spans
+                .iter()
+                .enumerate()
+                .any(|(j, &(s2, e2))| i != j && s < e2 && s2 < e)
+        })
+        .count()
 }

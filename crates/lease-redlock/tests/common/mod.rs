@@ -28,6 +28,22 @@ pub async fn must_complete<F: Future>(what: &str, f: F) -> F::Output {
         .unwrap_or_else(|_| panic!("{what} did not complete"))
 }
 
+/// Scheduling slack on top of the protocol's bounds (a loaded 2-core machine, debug builds).
+pub const SLACK: Duration = Duration::from_secs(2);
+
+/// Completes `f` (a quorum call with a faulty node) within three rounds of the default
+/// operation timeout for `ttl_ms` (acquire, raise, clean-up) plus [`SLACK`]: a faulty node
+/// must not hold the call up for longer than the quorum's own bound.
+pub async fn within_rounds<F: Future>(what: &str, ttl_ms: u64, f: F) -> F::Output {
+    let round = RedlockConfig::new().operation_timeout_for(Duration::from_millis(ttl_ms));
+    let bound = round * 3 + SLACK;
+    let start = std::time::Instant::now();
+    let out = must_complete(what, f).await;
+    let took = start.elapsed();
+    assert!(took <= bound, "{what} took {took:?}, more than {bound:?}");
+    out
+}
+
 /// A multiplexed connection without redis-rs timeouts (the quorum bounds every call).
 pub async fn conn(url: &str) -> Conn {
     let config = redis::AsyncConnectionConfig::new()
