@@ -64,13 +64,25 @@ fn main() {
             Err(e) => eprintln!("cannot write {}: {e}", path.display()),
         }
     } else {
-        // Smoke: the paired and idle measurements work (a few iterations, a short period).
+        // Smoke: the failover ran (each sample is a proven election: the successor led
+        // with a higher token), and the paired and idle measurements work (a few
+        // iterations, a short period; the idle leader must have been elected).
+        assert!(
+            !failovers.samples.is_empty(),
+            "the failover benchmark measured no failover (no successor was elected)"
+        );
         let paired = rt.block_on(ops::paired(&env, 4));
         assert!(!paired.is_empty());
         let idle = rt
             .block_on(idle::measure(Duration::from_millis(800)))
-            .expect("idle measurement");
+            .expect("idle measurement (leader elected, follower following)");
         assert!(idle.leader_commands_per_sec > 0.0, "{idle:?}");
+        println!(
+            "smoke: {} failover(s), each successor elected with a higher token; idle leader \
+             elected with token {}",
+            failovers.samples.len(),
+            idle.leader_token
+        );
     }
     drop(env);
     rt.shutdown_timeout(Duration::from_secs(2));
