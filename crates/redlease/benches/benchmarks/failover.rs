@@ -35,7 +35,7 @@ async fn wait_role<B: LeaseBackend>(
         .await
         .unwrap_or_else(|_| panic!("no {what} within 20 s"))
         .expect("elector state");
-    state.role.clone()
+    state.role
 }
 
 /// One failover: a leader and a follower on their own connections; the leader is killed at a

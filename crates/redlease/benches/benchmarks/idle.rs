@@ -73,7 +73,7 @@ async fn wait_role<B: LeaseBackend>(
 ) -> Result<Role, String> {
     let mut rx = e.subscribe();
     match tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| pred(&s.role))).await {
-        Ok(Ok(state)) => Ok(state.role.clone()),
+        Ok(Ok(state)) => Ok(state.role),
         Ok(Err(_)) => Err(format!("the elector stopped before it became {what}")),
         Err(_) => Err(format!("no {what} within 20 s")),
     }
