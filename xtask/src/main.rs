@@ -377,7 +377,7 @@ impl Ctx {
         self.note(
             "server modes",
             &format!(
-                "workspace: {}; kit again: {}",
+                "workspace {}; kit again: {}",
                 plan.workspace,
                 if reruns.is_empty() {
                     "-".to_owned()

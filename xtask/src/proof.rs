@@ -114,7 +114,7 @@ impl fmt::Display for Proof {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} suites announced it, {} started no Redis server",
+            "{} announced, {} no Redis",
             self.proven.len(),
             self.silent.len()
         )
