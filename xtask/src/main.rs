@@ -1,28 +1,46 @@
 //! Project automation for redlease (`cargo xtask <command>`), std only.
 //!
-//! * `test`  — make sure the test servers are installed, build the local Redis
-//!   image when Docker answers (and `REDLEASE_REDIS_IMAGE` is unset), run
-//!   `cargo test --workspace` (all targets, then doctests) in the default server
-//!   mode, then the test kit's own tests again with `REDLEASE_TEST_SERVERS=process`,
-//!   and check that no server process, container or temporary directory leaked.
+//! * `test`  — run xtask's own unit tests, make sure the test servers are installed,
+//!   build the local Redis image when Docker answers (and `REDLEASE_REDIS_IMAGE` is
+//!   unset; a failed build fails the run), run `cargo test --workspace` (all targets,
+//!   then doctests) in the default server mode, then the test kit's own tests again
+//!   with `REDLEASE_TEST_SERVERS=process` and, when Docker answers, `=container`.
+//!   The kit announces its mode once per test binary; xtask reads those lines and
+//!   fails if a binary ran in another mode than the run requires ([`plan`],
+//!   [`proof`]). Finally it checks that no server process, container or temporary
+//!   directory leaked ([`leaks`]).
 //! * `ci`    — `test`, then `cargo fmt --all --check`, `cargo clippy --workspace
 //!   --all-targets -- -D warnings` and `cargo doc --workspace --no-deps` with
 //!   `RUSTDOCFLAGS=-Dwarnings`; prints a timing table.
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
 
+mod leaks;
+mod plan;
+mod proof;
+
 use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::leaks::Leak;
+use crate::plan::{Image, Mode, Plan};
+
+/// How long the stderr of an exited step is still read (see [`collect_lines`]).
+const STDERR_DRAIN: Duration = Duration::from_secs(10);
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  test [cargo test args]   install-check servers, build the Redis image if Docker answers,
-                           cargo test --workspace (all targets + doctests), then the
-                           lease-testkit tests again with REDLEASE_TEST_SERVERS=process
+  test [cargo test args]   xtask's unit tests, install-check servers, build the Redis image
+                           if Docker answers (a failed build fails), cargo test --workspace
+                           (all targets + doctests), then the lease-testkit tests again with
+                           REDLEASE_TEST_SERVERS=process and (Docker) =container; each
+                           test binary's announced mode is checked; then a leak check
   ci                       test + fmt --check + clippy -D warnings + doc -D warnings
   bench [cargo bench args] prepare servers/image, then cargo bench --workspace
   help                     this text
@@ -119,14 +137,38 @@ impl Ctx {
     }
 
     /// Runs a command as a timed step; `Err` if it fails.
-    fn step(&mut self, name: &str, mut cmd: Command) -> Result<(), String> {
+    fn step(&mut self, name: &str, cmd: Command) -> Result<(), String> {
+        self.run_step(name, cmd, false).0
+    }
+
+    /// Runs a command as a timed step. With `capture`, its stderr is echoed line by
+    /// line as it comes and also returned (for the mode proof).
+    fn run_step(
+        &mut self,
+        name: &str,
+        mut cmd: Command,
+        capture: bool,
+    ) -> (Result<(), String>, String) {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
         let shown = show(&cmd);
         println!("\n=== {name}: {shown}");
         let start = Instant::now();
-        let status = cmd.status();
+        let mut captured = String::new();
+        let status = if capture {
+            cmd.stderr(Stdio::piped());
+            cmd.spawn().and_then(|mut child| {
+                let lines = child.stderr.take().map(tee_lines);
+                let status = child.wait();
+                if let Some(lines) = lines {
+                    captured = collect_lines(&lines, name);
+                }
+                status
+            })
+        } else {
+            cmd.status()
+        };
         let took = start.elapsed();
         let (status_text, result) = match status {
             Ok(s) if s.success() => ("ok".to_owned(), Ok(())),
@@ -142,7 +184,50 @@ impl Ctx {
             status: status_text,
             took,
         });
-        result
+        (result, captured)
+    }
+
+    /// Checks the modes announced in a run's stderr against `required`; prints each
+    /// test binary's mode and records the verdict as a step.
+    fn prove_modes(
+        &mut self,
+        name: &str,
+        stderr: &str,
+        required: Mode,
+        require_some: bool,
+    ) -> Result<(), String> {
+        let suites = proof::parse_suites(stderr);
+        println!("\n=== {name}: the mode each test binary announced (required: {required})");
+        for suite in &suites {
+            let modes: Vec<String> = suite
+                .announced
+                .iter()
+                .map(|a| match a {
+                    proof::Announced::Mode(m) => m.to_string(),
+                    proof::Announced::Undecided(line) => line.clone(),
+                })
+                .collect();
+            let modes = if modes.is_empty() {
+                "(no Redis server started)".to_owned()
+            } else {
+                modes.join(", ")
+            };
+            println!("    {:<58} {modes}", suite.name);
+        }
+        match proof::check(&suites, required, require_some) {
+            Ok(proof) => {
+                self.note(name, &format!("ok ({required}: {proof})"), Duration::ZERO);
+                Ok(())
+            }
+            Err(e) => {
+                self.note(
+                    name,
+                    &format!("FAILED (not all {required})"),
+                    Duration::ZERO,
+                );
+                Err(format!("{name}: {e}"))
+            }
+        }
     }
 
     fn note(&mut self, name: &str, status: &str, took: Duration) {
@@ -210,26 +295,20 @@ impl Ctx {
         )
     }
 
-    /// Builds the local Redis image when Docker answers and no image was chosen.
-    fn prepare_image(&mut self) {
+    /// Makes sure an image is present when Docker answers: the one named by
+    /// `REDLEASE_REDIS_IMAGE`, else the local one built by `scripts/redis-image.sh`.
+    /// A failed build is an error, never a silent fall-back to processes.
+    fn prepare_image(&mut self, forced: Option<Mode>) -> Result<Image, String> {
         let start = Instant::now();
-        if let Some(image) = self.env_value("REDLEASE_REDIS_IMAGE") {
-            self.note(
-                "redis image",
-                &format!("using REDLEASE_REDIS_IMAGE={image}"),
-                start.elapsed(),
-            );
-            return;
-        }
-        if self.env_value("REDLEASE_TEST_SERVERS").as_deref() == Some("process") {
+        if forced == Some(Mode::Process) {
             self.note(
                 "redis image",
                 "skipped (process mode forced)",
                 start.elapsed(),
             );
-            return;
+            return Ok(Image::NotNeeded);
         }
-        let docker = std::env::var("DOCKER").unwrap_or_else(|_| "docker".to_owned());
+        let docker = docker_program();
         let answers = Command::new(&docker)
             .args(["version", "--format", "{{.Server.Version}}"])
             .stdout(Stdio::null())
@@ -242,36 +321,72 @@ impl Ctx {
                 "skipped (no Docker engine answers: process mode)",
                 start.elapsed(),
             );
-            return;
+            return Ok(Image::NoDocker);
+        }
+        if let Some(image) = self.env_value("REDLEASE_REDIS_IMAGE") {
+            let present = Command::new(&docker)
+                .args(["image", "inspect", "--format", "{{.Id}}", &image])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            let status = if present { "present" } else { "NOT present" };
+            self.note(
+                "redis image",
+                &format!("REDLEASE_REDIS_IMAGE={image} ({status})"),
+                start.elapsed(),
+            );
+            return Ok(if present {
+                Image::Ready(image)
+            } else {
+                Image::Absent(image)
+            });
         }
         println!("\n=== redis image: scripts/redis-image.sh");
         let output = Command::new(self.root.join("scripts/redis-image.sh"))
             .stderr(Stdio::inherit())
             .output();
         let took = start.elapsed();
-        match output {
+        let failure = match output {
             Ok(out) if out.status.success() => {
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 let tag = stdout.lines().last().unwrap_or("").trim().to_owned();
-                self.set_env("REDLEASE_REDIS_IMAGE", &tag);
-                self.note("redis image", &format!("ok ({tag})"), took);
+                if !tag.is_empty() {
+                    self.set_env("REDLEASE_REDIS_IMAGE", &tag);
+                    self.note("redis image", &format!("ok ({tag})"), took);
+                    return Ok(Image::Ready(tag));
+                }
+                "it printed no tag".to_owned()
             }
-            Ok(out) => self.note(
-                "redis image",
-                &format!("FAILED ({}); tests fall back to processes", out.status),
-                took,
-            ),
-            Err(e) => self.note(
-                "redis image",
-                &format!("FAILED ({e}); tests fall back to processes"),
-                took,
-            ),
-        }
+            Ok(out) => out.status.to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.note("redis image", &format!("FAILED ({failure})"), took);
+        Err(format!(
+            "Docker answers but scripts/redis-image.sh failed ({failure}): container mode \
+             cannot run (set REDLEASE_TEST_SERVERS=process to test without containers)"
+        ))
     }
 
-    fn prepare(&mut self) -> Result<(), String> {
+    fn prepare(&mut self) -> Result<Plan, String> {
+        let forced = plan::forced_mode(self.env_value("REDLEASE_TEST_SERVERS").as_deref())?;
         self.ensure_servers()?;
-        self.prepare_image();
+        let image = self.prepare_image(forced)?;
+        let plan = plan::plan(forced, &image)?;
+        let reruns: Vec<String> = plan.kit_reruns.iter().map(Mode::to_string).collect();
+        self.note(
+            "server modes",
+            &format!(
+                "workspace {}; kit again: {}",
+                plan.workspace,
+                if reruns.is_empty() {
+                    "-".to_owned()
+                } else {
+                    reruns.join(", ")
+                }
+            ),
+            Duration::ZERO,
+        );
         if self.env_value("REDLEASE_TESTKIT_RUN_ID").is_none() {
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -280,32 +395,62 @@ impl Ctx {
             let run = format!("x{}-{:x}", std::process::id(), nanos % 0xffff_ffff);
             self.set_env("REDLEASE_TESTKIT_RUN_ID", &run);
         }
-        Ok(())
+        Ok(plan)
     }
 
     fn test(&mut self, extra: &[OsString]) -> Result<(), String> {
-        self.prepare()?;
+        // xtask's own logic (mode plan, mode proof, leak detection) first: it is what
+        // decides whether the rest proves anything. Built alone: it has no dependencies.
+        self.step(
+            "cargo test -p xtask",
+            self.cargo(&["test", "-p", "xtask", "--quiet"]),
+        )?;
+        let plan = self.prepare()?;
+        let mut failures = Vec::new();
         let mut all_targets =
             self.cargo(&["test", "--workspace", "--all-targets", "--no-fail-fast"]);
         all_targets.args(extra);
-        let mut result = self.step("cargo test --workspace --all-targets", all_targets);
+        let (result, stderr) =
+            self.run_step("cargo test --workspace --all-targets", all_targets, true);
+        failures.extend(result.err());
+        failures.extend(
+            self.prove_modes(
+                "mode proof (workspace)",
+                &stderr,
+                plan.workspace,
+                extra.is_empty(),
+            )
+            .err(),
+        );
         let mut doc = self.cargo(&["test", "--workspace", "--doc", "--no-fail-fast"]);
         doc.args(extra);
-        result = result.and(self.step("cargo test --workspace --doc", doc));
-        // The kit's integration tests are named `testkit_*`. Selecting them with
-        // `--workspace` (not `-p lease-testkit`) keeps the workspace's feature
-        // unification, so nothing is rebuilt.
-        let mut kit = self.cargo(&[
-            "test",
-            "--workspace",
-            "--no-fail-fast",
-            "--test",
-            "testkit_*",
-        ]);
-        kit.env("REDLEASE_TEST_SERVERS", "process");
-        result = result.and(self.step("lease-testkit tests (process mode)", kit));
-        let leaks = self.check_leaks();
-        result.and(leaks)
+        failures.extend(self.step("cargo test --workspace --doc", doc).err());
+        for mode in &plan.kit_reruns {
+            // The kit's integration tests are named `testkit_*`. Selecting them with
+            // `--workspace` (not `-p lease-testkit`) keeps the workspace's feature
+            // unification, so nothing is rebuilt.
+            let mut kit = self.cargo(&[
+                "test",
+                "--workspace",
+                "--no-fail-fast",
+                "--test",
+                "testkit_*",
+            ]);
+            kit.env("REDLEASE_TEST_SERVERS", mode.env_value());
+            let (result, stderr) =
+                self.run_step(&format!("lease-testkit tests ({mode} mode)"), kit, true);
+            failures.extend(result.err());
+            failures.extend(
+                self.prove_modes(&format!("mode proof (kit, {mode})"), &stderr, *mode, true)
+                    .err(),
+            );
+        }
+        failures.extend(self.check_leaks().err());
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
     }
 
     fn ci(&mut self) -> Result<(), String> {
@@ -360,76 +505,128 @@ impl Ctx {
         let Some(run) = self.env_value("REDLEASE_TESTKIT_RUN_ID") else {
             return Ok(());
         };
-        let mut leaks = Vec::new();
-
-        let docker = std::env::var("DOCKER").unwrap_or_else(|_| "docker".to_owned());
-        let label = format!("label=redlease.testkit.run={run}");
-        if let Ok(out) = Command::new(&docker)
-            .args(["ps", "-aq", "--filter", &label])
+        let docker = docker_program();
+        let docker_ps = Command::new(&docker)
+            .args(["ps", "-aq", "--filter", &leaks::container_filter(&run)])
             .stderr(Stdio::null())
             .output()
-        {
-            for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                leaks.push(format!("container {id}"));
-                let _ = Command::new(&docker)
-                    .args(["rm", "-f", "-v", id])
-                    .stdout(Stdio::null())
-                    .status();
-            }
-        }
-
-        let prefix = format!("redlease-testkit-{run}-");
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default();
         let tmp = std::env::var_os("REDLEASE_TMPDIR")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
-        // Processes whose working directory is one of this run's directories.
-        if let Ok(procs) = std::fs::read_dir("/proc") {
-            for entry in procs.flatten() {
-                let Some(pid) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|s| s.parse::<u32>().ok())
-                else {
-                    continue;
-                };
-                let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else {
-                    continue;
-                };
-                let in_run_dir = cwd
-                    .strip_prefix(&tmp)
-                    .ok()
-                    .and_then(|p| p.components().next())
-                    .and_then(|c| c.as_os_str().to_str())
-                    .is_some_and(|name| name.starts_with(&prefix));
-                if in_run_dir {
-                    leaks.push(format!("process {pid} (cwd {})", cwd.display()));
+        let processes: Vec<(u32, PathBuf)> = std::fs::read_dir("/proc")
+            .map(|procs| {
+                procs
+                    .flatten()
+                    .filter_map(|entry| {
+                        let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+                        let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+                        Some((pid, cwd))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let entries: Vec<OsString> = std::fs::read_dir(&tmp)
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        let entries: Vec<&std::ffi::OsStr> = entries.iter().map(OsString::as_os_str).collect();
+        let found = leaks::find(&run, &tmp, &docker_ps, &processes, &entries);
+        // Containers and processes first: a directory goes once nothing runs in it.
+        for leak in &found {
+            match leak {
+                Leak::Container(id) => {
+                    let _ = Command::new(&docker)
+                        .args(["rm", "-f", "-v", id])
+                        .stdout(Stdio::null())
+                        .status();
+                }
+                Leak::Process { pid, .. } => {
                     let _ = Command::new("/bin/sh")
                         .args(["-c", "kill -s KILL \"$1\"", "sh", &pid.to_string()])
                         .status();
                 }
+                Leak::Directory(_) => {}
             }
         }
-        if let Ok(entries) = std::fs::read_dir(&tmp) {
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                    leaks.push(format!("directory {}", entry.path().display()));
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
+        for leak in &found {
+            if let Leak::Directory(path) = leak {
+                let _ = std::fs::remove_dir_all(path);
             }
         }
         let took = start.elapsed();
-        if leaks.is_empty() {
+        if found.is_empty() {
             self.note("leak check", "ok (no processes, containers, dirs)", took);
             Ok(())
         } else {
             self.note(
                 "leak check",
-                &format!("FAILED ({} leaks)", leaks.len()),
+                &format!("FAILED ({} leaks)", found.len()),
                 took,
             );
-            Err(format!("leaked (and now removed): {}", leaks.join(", ")))
+            let listed: Vec<String> = found.iter().map(Leak::to_string).collect();
+            Err(format!("leaked (and now removed): {}", listed.join(", ")))
         }
     }
+}
+
+/// Echoes `stream` line by line on stderr as it comes (on a thread of its own), and
+/// sends each line on the returned channel.
+fn tee_lines(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let mut err = std::io::stderr().lock();
+                    let _ = err.write_all(&line);
+                    let _ = err.flush();
+                    if tx
+                        .send(String::from_utf8_lossy(&line).into_owned())
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Collects the lines of a child that has exited. A process it left behind may hold
+/// the pipe open: after [`STDERR_DRAIN`] the rest is given up (and said so).
+fn collect_lines(lines: &mpsc::Receiver<String>, name: &str) -> String {
+    let deadline = Instant::now() + STDERR_DRAIN;
+    let mut captured = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => captured.push_str(&line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return captured,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                eprintln!(
+                    "xtask: {name}: stderr still open {STDERR_DRAIN:?} after the command \
+                     exited (a leftover process holds it); not reading further"
+                );
+                return captured;
+            }
+        }
+    }
+}
+
+/// The docker CLI (`DOCKER`, default `docker`).
+fn docker_program() -> String {
+    std::env::var("DOCKER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "docker".to_owned())
 }
 
 fn show(cmd: &Command) -> String {

@@ -71,29 +71,39 @@ pub struct Selection {
     pub reason: String,
 }
 
+/// Start of the announcement of a binary whose Redis servers run as containers.
+///
+/// `cargo xtask test` reads these announcements from each test binary's stderr to
+/// prove which mode every suite used: keep the three prefixes in step with `xtask`.
+pub const ANNOUNCE_CONTAINER: &str = "lease-testkit: Redis servers run as containers";
+/// Start of the announcement of a binary whose Redis servers run as processes.
+pub const ANNOUNCE_PROCESS: &str = "lease-testkit: Redis servers run as redis-server processes";
+/// Start of the announcement of a binary whose mode could not be decided.
+pub const ANNOUNCE_UNDECIDED: &str = "lease-testkit: Redis server mode not decided";
+
 static SELECTION: OnceLock<std::result::Result<Selection, String>> = OnceLock::new();
+
+/// The one line printed on stderr, once per test binary, for this decision.
+fn announcement(selection: &Result<Selection>) -> String {
+    match selection {
+        Ok(s) => match s.mode {
+            ServerMode::Container => {
+                format!("{ANNOUNCE_CONTAINER} (image {}; {})", s.image, s.reason)
+            }
+            ServerMode::Process => format!("{ANNOUNCE_PROCESS} ({})", s.reason),
+        },
+        Err(e) => format!("{ANNOUNCE_UNDECIDED}: {e}"),
+    }
+}
 
 /// The mode decision for this test binary (computed once, printed once on stderr).
 pub fn selection() -> Result<&'static Selection> {
     SELECTION
         .get_or_init(|| {
             let selection = decide();
-            let line = match &selection {
-                Ok(s) => match s.mode {
-                    ServerMode::Container => format!(
-                        "lease-testkit: Redis servers run as containers (image {}; {})",
-                        s.image, s.reason
-                    ),
-                    ServerMode::Process => format!(
-                        "lease-testkit: Redis servers run as redis-server processes ({})",
-                        s.reason
-                    ),
-                },
-                Err(e) => format!("lease-testkit: {e}"),
-            };
             // Written to the real stderr, not through `eprintln!`, so that the test
             // harness does not capture it: it shows once per test binary.
-            let _ = writeln!(std::io::stderr(), "{line}");
+            let _ = writeln!(std::io::stderr(), "{}", announcement(&selection));
             selection.map_err(|e| e.to_string())
         })
         .as_ref()
@@ -200,4 +210,36 @@ pub fn image_present(image: &str) -> bool {
     let mut cmd = Command::new(docker_program());
     cmd.args(["image", "inspect", "--format", "{{.Id}}", image]);
     run_with_timeout(cmd, Duration::from_secs(10)).is_ok_and(|out| out.status.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selection(mode: ServerMode) -> Selection {
+        Selection {
+            mode,
+            image: "redlease-test/redis:local".to_owned(),
+            reason: "a reason".to_owned(),
+        }
+    }
+
+    /// The exact text `cargo xtask test` matches (its own tests parse the same lines).
+    #[test]
+    fn announcements_keep_the_prefixes_xtask_parses() {
+        assert_eq!(
+            announcement(&Ok(selection(ServerMode::Container))),
+            "lease-testkit: Redis servers run as containers \
+             (image redlease-test/redis:local; a reason)"
+        );
+        assert_eq!(
+            announcement(&Ok(selection(ServerMode::Process))),
+            "lease-testkit: Redis servers run as redis-server processes (a reason)"
+        );
+        let undecided = announcement(&Err(Error::Config("bad".to_owned())));
+        assert!(
+            undecided.starts_with("lease-testkit: Redis server mode not decided: "),
+            "{undecided}"
+        );
+    }
 }

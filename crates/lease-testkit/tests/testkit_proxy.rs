@@ -128,6 +128,90 @@ async fn latency_mode_still_answers() {
     assert_eq!(value, "slow");
 }
 
+/// Latency mode delays the request by `d` on its way to the server and the reply by `d`
+/// on its way back: the server's clock (`TIME`) is read at least `d` after the request was
+/// sent, the reply arrives at least `d` after that, and the round trip, though at least
+/// 2·d, stays well below 4·d (a delay per direction, not per hop or per chunk twice).
+#[tokio::test]
+async fn latency_mode_delays_each_direction_once() {
+    const D: Duration = Duration::from_millis(250);
+    // Generous for a loopback round trip on a busy machine, yet below 4·d.
+    const SLACK: Duration = Duration::from_millis(450);
+    // TIME has microsecond resolution; the clocks are the same kernel clock.
+    const CLOCK_RESOLUTION: Duration = Duration::from_millis(1);
+
+    let server = RedisServer::start().await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let mut raw = TcpStream::connect(proxy.addr()).await.unwrap();
+
+    // Baseline in pass mode (this also connects the proxy upstream).
+    let (pass_rtt, _) = timed_time(&mut raw).await;
+    assert!(pass_rtt < D, "a pass-mode round trip took {pass_rtt:?}");
+
+    proxy.set_mode(Mode::Latency(D));
+    let (rtt, to_server, to_client) = {
+        let sent = std::time::SystemTime::now();
+        let (rtt, server_time) = timed_time(&mut raw).await;
+        let received = std::time::SystemTime::now();
+        (
+            rtt,
+            server_time.duration_since(sent).unwrap_or_default(),
+            received.duration_since(server_time).unwrap_or_default(),
+        )
+    };
+    eprintln!("latency {D:?}: round trip {rtt:?} (to Redis {to_server:?}, back {to_client:?})");
+    assert!(
+        to_server + CLOCK_RESOLUTION >= D,
+        "the request reached Redis {to_server:?} after it was sent (latency {D:?})"
+    );
+    assert!(
+        to_client + CLOCK_RESOLUTION >= D,
+        "the reply arrived {to_client:?} after Redis read its clock (latency {D:?})"
+    );
+    assert!(
+        rtt >= 2 * D,
+        "a round trip took {rtt:?}, less than twice the latency {D:?}"
+    );
+    assert!(
+        rtt < 2 * D + SLACK,
+        "a round trip took {rtt:?}, more than 2 x {D:?} + {SLACK:?}"
+    );
+
+    // Back to pass: no delay any more on the same connection.
+    proxy.set_mode(Mode::Pass);
+    let (rtt, _) = timed_time(&mut raw).await;
+    assert!(rtt < D, "after Latency -> Pass a round trip took {rtt:?}");
+}
+
+/// Sends `TIME` on a raw connection and reads the whole reply (bounded): the round trip
+/// and Redis' clock when it executed the command.
+async fn timed_time(raw: &mut TcpStream) -> (Duration, std::time::SystemTime) {
+    let start = std::time::Instant::now();
+    raw.write_all(b"TIME\r\n").await.unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 128];
+    // *2 $len secs $len micros: five CRLF-terminated lines.
+    while reply.windows(2).filter(|w| w == b"\r\n").count() < 5 {
+        let n = tokio::time::timeout(ANSWER_WITHIN, raw.read(&mut buf))
+            .await
+            .expect("TIME answered")
+            .expect("read");
+        assert!(n > 0, "the proxy closed the connection");
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let rtt = start.elapsed();
+    let text = String::from_utf8(reply).expect("RESP text");
+    let fields: Vec<u64> = text
+        .split("\r\n")
+        .filter(|l| !l.is_empty() && !l.starts_with(['*', '$']))
+        .map(|l| l.parse().expect("a number"))
+        .collect();
+    assert_eq!(fields.len(), 2, "TIME reply: {text:?}");
+    let at =
+        std::time::UNIX_EPOCH + Duration::from_secs(fields[0]) + Duration::from_micros(fields[1]);
+    (rtt, at)
+}
+
 #[tokio::test]
 async fn a_proxy_in_front_of_a_password_protected_server() {
     let server = RedisServer::builder()

@@ -200,18 +200,23 @@ fn is_our_job(pid: u32) -> bool {
 
 /// Waits (bounded) until `path` exists and is non-empty; returns its trimmed content.
 pub async fn wait_file(path: &Path) -> String {
-    let deadline = Instant::now() + EVENTUALLY;
+    wait_file_within(path, EVENTUALLY)
+        .await
+        .unwrap_or_else(|| panic!("{} did not appear within {EVENTUALLY:?}", path.display()))
+}
+
+/// Waits until `path` holds complete lines: its trimmed content, or `None` after `within`.
+pub async fn wait_file_within(path: &Path, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
     loop {
         if let Ok(s) = std::fs::read_to_string(path)
             && s.ends_with('\n')
         {
-            return s.trim().to_owned();
+            return Some(s.trim().to_owned());
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} did not appear within {EVENTUALLY:?}",
-            path.display()
-        );
+        if Instant::now() >= deadline {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -261,4 +266,51 @@ pub fn assert_one_line(out: &Output) -> String {
     );
     assert!(!err.contains("panicked"), "no panic: {err}");
     lines[0].to_owned()
+}
+
+/// Writes an executable script that does not stop on SIGTERM: it records `$$` (its process
+/// group) in `<tag>.pid`, notes every SIGTERM in `<tag>.term` and carries on, until SIGKILL.
+/// Its name contains `job.sh`, so [`Proc`] kills its group on drop.
+pub fn stubborn_job_script(dir: &Path) -> PathBuf {
+    let path = dir.join("stubborn-job.sh");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\n\
+         tag=\"$1\"\n\
+         trap 'echo term >> \"$tag.term\"' TERM\n\
+         echo $$ > \"$tag.pid\"\n\
+         while :; do sleep 0.05; done\n",
+    )
+    .expect("write stubborn-job.sh");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// Whether `pid` is alive (not a zombie) and still runs a `job.sh` script (pids are reused).
+pub fn job_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("?");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    state != "Z" && String::from_utf8_lossy(&cmdline).contains("job.sh")
+}
+
+/// Polls until `pid` is gone: when it was first seen gone, or `None` once `within` has
+/// passed. Nothing signals the death of a process that is not our child, hence the poll.
+pub async fn wait_gone(pid: u32, within: Duration) -> Option<Instant> {
+    let deadline = Instant::now() + within;
+    loop {
+        if !job_alive(pid) {
+            return Some(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

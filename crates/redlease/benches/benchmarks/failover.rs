@@ -17,22 +17,30 @@ pub(crate) const TTL: Duration = Duration::from_millis(500);
 
 static RUN: AtomicU64 = AtomicU64::new(0);
 
-/// Every failover measured (criterion's samples and its warm-up).
+/// Every failover measured (criterion's samples and its warm-up); each one is a proven
+/// election of the successor (see [`once`]).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Failovers {
     pub(crate) samples: Vec<Duration>,
 }
 
-async fn wait_role<B: LeaseBackend>(e: &Elector<B>, what: &str, pred: impl Fn(&Role) -> bool) {
+/// Waits (bounded) until the elector's role matches; returns that role.
+async fn wait_role<B: LeaseBackend>(
+    e: &Elector<B>,
+    what: &str,
+    pred: impl Fn(&Role) -> bool,
+) -> Role {
     let mut rx = e.subscribe();
-    tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| pred(&s.role)))
+    let state = tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| pred(&s.role)))
         .await
         .unwrap_or_else(|_| panic!("no {what} within 20 s"))
         .expect("elector state");
+    state.role
 }
 
 /// One failover: a leader and a follower on their own connections; the leader is killed at a
-/// pseudo-random point of its renew cycle; returns the time until the follower leads.
+/// pseudo-random point of its renew cycle; returns the time until the follower leads. Panics
+/// unless both elections happened (each within 20 s) and the successor's token is higher.
 pub(crate) async fn once(env: &Env) -> Duration {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
     let name = format!("bench:failover:{run}");
@@ -54,7 +62,10 @@ pub(crate) async fn once(env: &Env) -> Duration {
         let a = a.clone();
         async move { a.hold(CancellationToken::new()).await }
     });
-    wait_role(&a, "leader", |r| matches!(r, Role::Leader(_))).await;
+    let Role::Leader(first) = wait_role(&a, "leader", |r| matches!(r, Role::Leader(_))).await
+    else {
+        unreachable!("waited for a leader")
+    };
     // Pseudo-random phases (from the run number): when the follower starts polling, relative
     // to the leader's renewals, and when the leader is killed. Without them the follower polls
     // in step with the leader's lease and every run measures the same case.
@@ -72,8 +83,16 @@ pub(crate) async fn once(env: &Env) -> Duration {
     a_task.abort();
     let _ = a_task.await;
     let killed = Instant::now();
-    wait_role(&b, "successor", |r| matches!(r, Role::Leader(_))).await;
+    let successor = wait_role(&b, "successor", |r| matches!(r, Role::Leader(_))).await;
     let took = killed.elapsed();
+    // A failover is an election: the successor leads a new term, with a higher token.
+    match successor {
+        Role::Leader(token) => assert!(
+            token > first,
+            "the successor's token {token} is not above the killed leader's {first}"
+        ),
+        other => panic!("the successor is not leader: {other:?}"),
+    }
     shutdown_b.cancel();
     let _ = b_task.await;
     took

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lease_testkit::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
 use redlease::redis::RedisBackend;
-use redlease::{CancellationToken, ElectionConfig, Elector, LeaseBackend, Role};
+use redlease::{CancellationToken, ElectionConfig, Elector, LeaseBackend, Role, Token};
 
 use crate::setup::{connect, info_field};
 
@@ -17,6 +17,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub(crate) struct Idle {
     pub(crate) period: Duration,
+    /// The token the idle leader was elected with (the measurement fails without an
+    /// election).
+    pub(crate) leader_token: Token,
     pub(crate) leader_commands_per_sec: f64,
     pub(crate) follower_commands_per_sec: f64,
     pub(crate) leader_evalsha_per_sec: f64,
@@ -62,9 +65,18 @@ fn per_sec(before: &Sample, after: &Sample, period: Duration) -> (f64, f64) {
     (commands / secs, evalsha / secs)
 }
 
-async fn wait_role<B: LeaseBackend>(e: &Elector<B>, pred: impl Fn(&Role) -> bool) {
+/// Waits (bounded) until the elector's role matches; an error names what did not happen.
+async fn wait_role<B: LeaseBackend>(
+    e: &Elector<B>,
+    what: &str,
+    pred: impl Fn(&Role) -> bool,
+) -> Result<Role, String> {
     let mut rx = e.subscribe();
-    let _ = tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| pred(&s.role))).await;
+    match tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| pred(&s.role))).await {
+        Ok(Ok(state)) => Ok(state.role),
+        Ok(Err(_)) => Err(format!("the elector stopped before it became {what}")),
+        Err(_) => Err(format!("no {what} within 20 s")),
+    }
 }
 
 /// Leader alone for `period`, then leader and follower for `period`.
@@ -83,7 +95,11 @@ pub(crate) async fn measure(period: Duration) -> Result<Idle, Box<dyn std::error
         let (e, s) = (leader.clone(), stop.clone());
         async move { e.hold(s).await }
     });
-    wait_role(&leader, |r| matches!(r, Role::Leader(_))).await;
+    let Role::Leader(leader_token) =
+        wait_role(&leader, "leader", |r| matches!(r, Role::Leader(_))).await?
+    else {
+        return Err("the leader's role is not Leader".into());
+    };
     tokio::time::sleep(TTL).await; // settle: first renewals, script cache
     let l0 = sample(&mut info).await?;
     tokio::time::sleep(period).await;
@@ -97,7 +113,7 @@ pub(crate) async fn measure(period: Duration) -> Result<Idle, Box<dyn std::error
         let (e, s) = (follower.clone(), stop.clone());
         async move { e.hold(s).await }
     });
-    wait_role(&follower, |r| *r == Role::Follower).await;
+    wait_role(&follower, "follower", |r| *r == Role::Follower).await?;
     tokio::time::sleep(TTL).await;
     let f0 = sample(&mut info).await?;
     tokio::time::sleep(period).await;
@@ -110,6 +126,7 @@ pub(crate) async fn measure(period: Duration) -> Result<Idle, Box<dyn std::error
     let (both_cps, both_eps) = per_sec(&f0, &f1, period);
     Ok(Idle {
         period,
+        leader_token,
         leader_commands_per_sec: leader_cps,
         follower_commands_per_sec: both_cps - leader_cps,
         leader_evalsha_per_sec: leader_eps,

@@ -64,13 +64,27 @@ fn main() {
             Err(e) => eprintln!("cannot write {}: {e}", path.display()),
         }
     } else {
-        // Smoke: the paired and idle measurements work (a few iterations, a short period).
+        // Smoke: at least one failover, each a proven election (the successor led with a
+        // higher token; `failover::once` panics otherwise): when a filter skipped the
+        // criterion routine, one runs here. Then the paired and idle measurements work (a
+        // few iterations, a short period; the idle leader must have been elected).
+        let failovers = if failovers.samples.is_empty() {
+            vec![rt.block_on(failover::once(&env))]
+        } else {
+            failovers.samples
+        };
         let paired = rt.block_on(ops::paired(&env, 4));
         assert!(!paired.is_empty());
         let idle = rt
             .block_on(idle::measure(Duration::from_millis(800)))
-            .expect("idle measurement");
+            .expect("idle measurement (leader elected, follower following)");
         assert!(idle.leader_commands_per_sec > 0.0, "{idle:?}");
+        println!(
+            "smoke: {} failover(s), each successor elected with a higher token; idle leader \
+             elected with token {}",
+            failovers.len(),
+            idle.leader_token
+        );
     }
     drop(env);
     rt.shutdown_timeout(Duration::from_secs(2));

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use redis::aio::MultiplexedConnection;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseSpec, Metadata, Owner, ReleaseRequest, RenewRequest,
+    AcquireOutcome, AcquireRequest, LeaseSpec, Metadata, Owner, ReleaseRequest, RenewOutcome,
+    RenewRequest,
 };
 use redlease::redis::RedisBackend;
 use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
@@ -64,6 +65,12 @@ pub(crate) async fn acquire(backend: &Backend, req: &AcquireRequest) -> Token {
     }
 }
 
+/// Renew, which must extend the lease (a broken renewal must not pass as a fast one).
+pub(crate) async fn renewed(backend: &Backend, req: &RenewRequest) {
+    let outcome = backend.renew(req).await.expect("renew");
+    assert_eq!(outcome, RenewOutcome::Renewed, "the lease was not renewed");
+}
+
 /// Acquire (untimed), then a timed term-scoped release.
 pub(crate) async fn timed_release(backend: &Backend, acq: &AcquireRequest) -> Duration {
     let token = acquire(backend, acq).await;
@@ -93,7 +100,7 @@ pub(crate) fn scripts_vs_raw(c: &mut Criterion, rt: &Runtime, env: &Env) {
     });
     g.bench_function("renew", |b| {
         b.to_async(rt).iter(|| async {
-            backend.renew(&renew).await.expect("renew");
+            renewed(&backend, &renew).await;
         })
     });
     g.bench_function("release", |b| {
@@ -385,7 +392,7 @@ pub(crate) async fn paired(env: &Env, n: usize) -> Vec<Paired> {
             n,
             || {
                 time(async {
-                    backend.renew(&renew).await.expect("renew");
+                    renewed(&backend, &renew).await;
                 })
             },
             raw,
