@@ -2,6 +2,7 @@
 
 use redlease::redis::{RedisFencer, RedisLeaseError};
 use redlease::{ElectionConfig, FenceOutcome, Token};
+use std::time::Duration;
 
 use crate::cli::{FenceCommand, FenceTarget};
 use crate::exit::{self, Failure};
@@ -18,7 +19,10 @@ pub(crate) async fn fence(ctx: &Ctx, command: FenceCommand) -> Result<u8, Failur
     };
     let token = validate(target)?;
     let connection = conn::connect(&ctx.redis_url).await?;
-    let fencer = RedisFencer::for_election(connection, &target.name, token);
+    // The fencer bounds the write itself (its error then says "outcome unknown"); the outer
+    // timeout below only guards against a hang elsewhere.
+    let fencer =
+        RedisFencer::for_election(connection, &target.name, token).with_timeout(conn::OP_TIMEOUT);
     let write = async {
         match &command {
             FenceCommand::Set { key, value, .. } => fencer.set(key.clone(), value.as_str()).await,
@@ -32,16 +36,21 @@ pub(crate) async fn fence(ctx: &Ctx, command: FenceCommand) -> Result<u8, Failur
             FenceCommand::Del { keys, .. } => fencer.del(keys.iter().cloned()).await,
         }
     };
-    let outcome = match tokio::time::timeout(conn::OP_TIMEOUT, write).await {
+    let outcome = match tokio::time::timeout(conn::OP_TIMEOUT + Duration::from_secs(1), write).await
+    {
         Ok(Ok(o)) => o,
         Ok(Err(RedisLeaseError::Backend(e))) => {
             return Err(Failure::backend(&format!("fenced {what}"), &e));
         }
         Ok(Err(e)) => return Err(Failure::invalid("fenced write", e)),
         Err(_) => {
+            // Sent, unanswered: it may have been applied.
             return Err(Failure::new(
-                exit::UNAVAILABLE,
-                format!("fenced {what}: no reply within {:?}", conn::OP_TIMEOUT),
+                exit::OUTCOME_UNKNOWN,
+                format!(
+                    "fenced {what}: no reply within {:?}; the outcome is unknown (it may have been applied)",
+                    conn::OP_TIMEOUT
+                ),
             ));
         }
     };

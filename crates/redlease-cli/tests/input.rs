@@ -232,6 +232,52 @@ async fn failed_fenced_write_is_an_error_and_keeps_the_mark() {
     assert_eq!(code(&older), 3, "{}", stderr(&older));
 }
 
+/// A fenced write that reached Redis but got no reply in time exits 75 ("outcome unknown"),
+/// never 69 ("unreachable", which would claim it was not applied): here Redis holds the write
+/// (`CLIENT PAUSE WRITE`) past the CLI's bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unanswered_fenced_write_exits_outcome_unknown() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-fence-unknown");
+    let d = dir.path();
+    let fence = |value: &str| {
+        let mut c = redlease(&url, d);
+        c.args([
+            "fence", "set", "--name", "fu", "--token", "2", "fu:v", value,
+        ]);
+        c
+    };
+    // Loads the script, so the held request runs as sent once the pause ends.
+    let first = output(fence("first")).await;
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let mut conn = server.connection().await.unwrap();
+    let _: () = redlease::redis::client::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let held = output(fence("second")).await;
+    let line = assert_one_line(&held);
+    assert_eq!(code(&held), 75, "{line}");
+    assert!(line.contains("unknown"), "{line}");
+    let _: () = redlease::redis::client::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The CLI exited, so Redis dropped its held request: this time it was not applied. Either
+    // way is possible, which is why the answer was "unknown" and not "not applied".
+    let v: Option<String> = redlease::redis::client::cmd("GET")
+        .arg("fu:v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(v.as_deref(), Some("first" | "second")), "{v:?}");
+}
+
 /// The demo tells its story on the in-memory store, without Redis, and checks it.
 #[tokio::test(flavor = "multi_thread")]
 async fn demo_runs_in_memory() {
