@@ -449,3 +449,65 @@ async fn readonly_is_retried_until_the_replica_is_promoted() {
         .expect("obtained");
     lock.release().await.unwrap();
 }
+
+/// A renewal refused with a permanent error ends the term at once (not at the deadline) with
+/// `StepDownReason::Refused`, and the run stops with `ElectorError::Refused`.
+#[tokio::test]
+async fn an_election_whose_renewal_is_refused_steps_down_at_once_and_stops() {
+    let server = common::redis().await;
+    let mut conn = raw(&server).await;
+    let _: () = cmd(
+        &mut conn,
+        &["ACL", "SETUSER", "leader", "on", ">pw", "~*", "&*", "+@all"],
+    )
+    .await;
+    let recorder = common::Recorder::default();
+    // TTL 6 s, renew every 2 s: the deadline is far from the first refused renewal.
+    let config = redlease::ElectionConfig::builder("{rr}", "a")
+        .ttl(ms(6_000))
+        .build()
+        .unwrap();
+    let elector = redlease::Elector::builder(
+        backend_at(&server.url_for_user("leader", "pw")).await,
+        config,
+    )
+    .observer(recorder.clone())
+    .build();
+    let run = {
+        let elector = elector.clone();
+        tokio::spawn(async move { elector.hold(CancellationToken::new()).await })
+    };
+    common::wait_leader(&elector, EVENTUALLY).await;
+    let _: () = cmd(
+        &mut conn,
+        &["ACL", "SETUSER", "leader", "-evalsha", "-eval"],
+    )
+    .await;
+    let revoked = Instant::now();
+    let result = tokio::time::timeout(EVENTUALLY, run)
+        .await
+        .expect("the run stops by itself")
+        .unwrap();
+    // The next renewal is due within one renew interval (2 s); the deadline is 6 s away.
+    assert!(
+        revoked.elapsed() < ms(2_000) + ms(2_000),
+        "{:?}",
+        revoked.elapsed()
+    );
+    match result {
+        Err(ElectorError::Refused { op, error }) => {
+            assert_eq!(op, redlease::Op::Renew);
+            assert!(error.to_string().contains("NOPERM"), "{error}");
+        }
+        other => panic!("expected ElectorError::Refused, got {other:?}"),
+    }
+    assert!(
+        recorder
+            .events()
+            .iter()
+            .any(|e| e.starts_with("stepped_down") && e.ends_with("Refused")),
+        "{:?}",
+        recorder.events()
+    );
+    assert!(!elector.is_leader());
+}
