@@ -336,7 +336,8 @@ impl<B: LeaseBackend> Elector<B> {
 
     /// Keeps this instance contending and, while elected, renewing — without a callback (the
     /// token-driven style: other tasks act via [`Elector::token`] / [`Elector::fencer`]).
-    /// Returns after `shutdown` is cancelled and the lease is released.
+    /// Returns after `shutdown` is cancelled and the lease is released, or with
+    /// [`ElectorError::Refused`] after a permanent refusal (see [`Elector::run`]).
     pub async fn hold(&self, shutdown: CancellationToken) -> Result<(), ElectorError> {
         self.run_inner(shutdown, None::<fn(Term<B>) -> std::future::Ready<()>>)
             .await

@@ -265,7 +265,7 @@ impl<B: LeaseBackend> Locker<B> {
             ttl,
             metadata: metadata.clone(),
         };
-        // The last attempt whose outcome is unknown, until an answer settles it: the lock may
+        // Whether an attempt's outcome is unknown and no later answer settled it: the lock may
         // be held under our token, and only a later attempt (which takes it over) or a
         // cleanup can tell.
         let mut unknown = false;
@@ -305,9 +305,12 @@ impl<B: LeaseBackend> Locker<B> {
                     unknown = false;
                     LockError::NotObtained { holder }
                 }
-                Ok(Ok(_)) => LockError::from_backend(BackendError::Protocol(
-                    "unknown acquire outcome".into(),
-                )),
+                Ok(Ok(_)) => {
+                    unknown = true;
+                    LockError::from_backend(BackendError::Protocol(
+                        "unknown acquire outcome".into(),
+                    ))
+                }
                 Ok(Err(e)) => {
                     unknown |= e.is_outcome_unknown();
                     if !e.is_transient() {
