@@ -348,7 +348,7 @@ pub enum Effect {
 /// | [`Unavailable`](Self::Unavailable) | not applied | yes |
 /// | [`OutcomeUnknown`](Self::OutcomeUnknown), [`Timeout`](Self::Timeout) | **unknown** | yes |
 /// | [`Refused`](Self::Refused), [`Invalid`](Self::Invalid), [`TokenExhausted`](Self::TokenExhausted) | not applied | no |
-/// | [`Protocol`](Self::Protocol) | **unknown** | no |
+/// | [`Protocol`](Self::Protocol) | **unknown** | yes |
 /// | [`TokenRegression`](Self::TokenRegression) | applied (a report, not a failure) | no |
 /// | [`Other`](Self::Other) | **unknown** | yes |
 #[derive(Debug, thiserror::Error)]
@@ -403,13 +403,15 @@ pub enum BackendError {
 
 impl BackendError {
     /// Whether retrying the same request can help: false for permanent refusals (invalid
-    /// input, a permanent server error, an exhausted counter, an unexpected reply).
+    /// input, a permanent server error, an exhausted counter). An unexpected reply counts as
+    /// transient: one garbled reply must not stop an election.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
             BackendError::Unavailable(_)
                 | BackendError::OutcomeUnknown(_)
                 | BackendError::Timeout(_)
+                | BackendError::Protocol(_)
                 | BackendError::Other(_)
         )
     }

@@ -241,6 +241,9 @@ pub struct Election {
     contention_paused: bool,
     margin: Duration,
     highest_token: Option<Token>,
+    /// An acquire got no answer (timed out, or an error of unknown effect) and no later answer
+    /// settled it: the lease may be ours at the store.
+    maybe_won: bool,
     events: VecDeque<Event>,
 }
 
@@ -270,6 +273,7 @@ impl Election {
             contention_paused: false,
             margin: Duration::ZERO,
             highest_token: None,
+            maybe_won: false,
             events: VecDeque::new(),
         }
     }
@@ -480,6 +484,13 @@ impl Election {
         sent_at: Instant,
         result: Option<Result<AcquireOutcome, BackendError>>,
     ) {
+        // Any answer settles what an earlier unanswered acquire may have won (a win with our
+        // owner would have been taken over by this acquire).
+        self.maybe_won = match &result {
+            Some(Ok(_)) => false,
+            Some(Err(e)) => self.maybe_won || e.is_outcome_unknown(),
+            None => true,
+        };
         match result {
             Some(Ok(AcquireOutcome::Acquired { token: Some(token) })) => {
                 self.consecutive_errors = 0;
@@ -610,10 +621,15 @@ impl Election {
         }
     }
 
-    /// Stops after a permanent refusal: no more acquires; pending releases still go out.
+    /// Stops after a permanent refusal: no more acquires; pending releases still go out, and
+    /// a release of what an unanswered acquire may have won.
     fn fail(&mut self, now: Instant) {
         self.shutting_down = true;
         self.end_term(now, StepDownReason::Refused);
+        if self.maybe_won && self.term.is_none() {
+            self.maybe_won = false;
+            self.release_queue.push_back(None);
+        }
         self.maybe_stop();
     }
 

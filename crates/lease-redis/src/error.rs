@@ -21,6 +21,7 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "MOVED",
     "ASK",
     "NOREPLICAS",
+    "MISCONF",
 ];
 
 /// Maps a redis-rs error to a [`BackendError`], telling apart what provably did not reach
@@ -28,24 +29,33 @@ pub const TRANSIENT_CODES: &[&str] = &[
 ///
 /// | redis-rs error | [`BackendError`] | effect |
 /// |---|---|---|
-/// | connection refused, no connection to a cluster node, client-side errors (nothing was sent) | [`Unavailable`](BackendError::Unavailable) | not applied |
-/// | any other I/O error: response timeout, reset, broken pipe, EOF mid-reply (the request may have been sent) | [`OutcomeUnknown`](BackendError::OutcomeUnknown) | unknown |
-/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`) | [`Unavailable`](BackendError::Unavailable) | not applied |
+/// | connection refused, client-side errors (nothing was sent) | [`Unavailable`](BackendError::Unavailable) | not applied |
+/// | any other I/O error: response timeout, reset, broken pipe, EOF mid-reply (the request may have been sent); no connection to a cluster node (after the cluster client's own retries) | [`OutcomeUnknown`](BackendError::OutcomeUnknown) | unknown |
+/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`, `MISCONF`), `ERR max number of clients reached` | [`Unavailable`](BackendError::Unavailable) | not applied |
 /// | `TOKEN_EXHAUSTED` (our acquire script) | [`TokenExhausted`](BackendError::TokenExhausted) | not applied |
 /// | any other error reply (`ERR`, `WRONGTYPE`, `NOPERM`, `NOAUTH`, `WRONGPASS`, `OOM`, script errors) and failed authentication | [`Refused`](BackendError::Refused) (permanent) | not applied |
 /// | unparsable or unexpected reply | [`Protocol`](BackendError::Protocol) | unknown |
+///
+/// Limits: a `ConnectionManager` reports a failed reconnect (for example a connect timeout)
+/// as the request's error, so such a request, never sent, is reported as unknown (the safe
+/// side). The cluster client re-sends a request after some I/O errors by itself; build it with
+/// `ClusterClientBuilder::retries(0)` if a fenced Lua body must not run twice.
 pub fn backend_error(e: RedisError) -> BackendError {
     let code = e.code();
     if code == Some(TOKEN_EXHAUSTED) {
         return BackendError::TokenExhausted(e.detail().unwrap_or("").to_owned());
     }
-    if code.is_some_and(|c| TRANSIENT_CODES.contains(&c)) {
+    if code.is_some_and(|c| TRANSIENT_CODES.contains(&c))
+        || (code == Some("ERR")
+            && e.detail()
+                .is_some_and(|d| d.contains("max number of clients")))
+    {
         return BackendError::Unavailable(Box::new(e));
     }
     match e.kind() {
-        ErrorKind::ClusterConnectionNotFound | ErrorKind::Client => {
-            BackendError::Unavailable(Box::new(e))
-        }
+        ErrorKind::Client => BackendError::Unavailable(Box::new(e)),
+        // The cluster client retries internally: an earlier try may have been sent.
+        ErrorKind::ClusterConnectionNotFound => BackendError::OutcomeUnknown(Box::new(e)),
         _ if e.is_connection_refusal() => BackendError::Unavailable(Box::new(e)),
         ErrorKind::Io => BackendError::OutcomeUnknown(Box::new(e)),
         ErrorKind::Server(

@@ -261,10 +261,13 @@ impl<N: QuorumNode> RedlockBackend<N> {
         if permanent(|b| matches!(b, BackendError::TokenExhausted(_))) {
             return BackendError::TokenExhausted(e.to_string());
         }
-        if permanent(|b| matches!(b, BackendError::Invalid(_))) {
+        // Permanent only when nothing may have been applied anywhere (a minority that
+        // renewed, deleted or did not answer makes the round's outcome unknown).
+        let settled = e.effect() == lease_core::Effect::NotApplied;
+        if settled && permanent(|b| matches!(b, BackendError::Invalid(_))) {
             return BackendError::Invalid(e.to_string());
         }
-        if permanent(|b| !b.is_transient()) {
+        if settled && permanent(|b| !b.is_transient()) {
             return BackendError::Refused(e.to_string());
         }
         BackendError::from(e)

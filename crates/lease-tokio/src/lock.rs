@@ -38,8 +38,10 @@ pub enum LockError {
     /// A request may have reached the store and no reply was seen (a timeout, a connection
     /// lost after sending): it may or may not have taken effect.
     ///
-    /// - from [`Locker::obtain`]: the lock may be held under this attempt's token. A cleanup
-    ///   (a compare-and-delete with that token) was started in the background.
+    /// - from [`Locker::obtain`]: the lock may be held under this attempt's token. With a
+    ///   generated token a cleanup (a compare-and-delete with that token) was started in the
+    ///   background; with a caller-chosen token ([`LockOptions::token`]) it is not (another
+    ///   handle of yours may hold that token): obtain again with it, or let the TTL expire.
     /// - from [`Lock::refresh`]: the TTL may or may not have been changed. The local deadline
     ///   was not extended; for a shorter TTL it was shortened, as if the refresh had applied.
     /// - from [`Lock::release`]: the lock may still be held until its TTL runs out.
@@ -231,6 +233,11 @@ impl<B: LeaseBackend> Locker<B> {
 
     /// Obtains a lock on every key of `keys` at once, or on none: every key is checked before
     /// any is changed.
+    ///
+    /// Cancellation-safe: dropping the returned future while an attempt is in flight (or after
+    /// one whose outcome is unknown) starts the same background cleanup as
+    /// [`LockError::OutcomeUnknown`] does, so a cancelled obtain does not leave a lock behind
+    /// until its TTL.
     pub async fn obtain_multi<I, S>(
         &self,
         keys: I,
@@ -269,6 +276,14 @@ impl<B: LeaseBackend> Locker<B> {
         // be held under our token, and only a later attempt (which takes it over) or a
         // cleanup can tell.
         let mut unknown = false;
+        let private_token = options.token.is_none();
+        let mut guard = ObtainGuard {
+            backend: Arc::clone(&self.backend),
+            spec: Arc::clone(&spec),
+            owner: owner.clone(),
+            bound: ttl.get(),
+            armed: false,
+        };
         loop {
             let sent = clock.now();
             // The wait decides when the last attempt may *start*; each attempt is bounded by
@@ -279,9 +294,12 @@ impl<B: LeaseBackend> Locker<B> {
                 .operation_timeout
                 .unwrap_or(ttl.get())
                 .min(ttl.get());
+            // Dropped from here on (the caller gave up on the obtain), the attempt may win.
+            guard.armed = private_token;
             let attempt = tokio::time::timeout(bound, self.backend.acquire(&req)).await;
             let last = match attempt {
                 Ok(Ok(AcquireOutcome::Acquired { token })) => {
+                    guard.armed = false;
                     let lock = Lock::new(
                         Arc::clone(&self.backend),
                         spec,
@@ -294,7 +312,7 @@ impl<B: LeaseBackend> Locker<B> {
                         options.auto_renew,
                         options.operation_timeout,
                         options.retry.clone(),
-                        options.token.is_none(),
+                        private_token,
                     );
                     tracing::debug!(keys = ?lock.keys(), fence_token = ?token, "lock obtained");
                     return Ok(lock);
@@ -315,13 +333,8 @@ impl<B: LeaseBackend> Locker<B> {
                     unknown |= e.is_outcome_unknown();
                     if !e.is_transient() {
                         // Permanent: refused at once, never retried.
-                        return Err(self.give_up(
-                            &spec,
-                            &owner,
-                            bound,
-                            unknown,
-                            LockError::from_backend(e),
-                        ));
+                        guard.armed = private_token && unknown;
+                        return Err(Self::give_up(unknown, LockError::from_backend(e)));
                     }
                     LockError::from_backend(e)
                 }
@@ -332,49 +345,32 @@ impl<B: LeaseBackend> Locker<B> {
                     LockError::OutcomeUnknown(BackendError::Timeout(bound))
                 }
             };
+            guard.armed = private_token && unknown;
             match schedule.after_failure(clock.now()) {
                 NextAttempt::At(t) => tokio::time::sleep_until(clock.to_tokio(t)).await,
                 NextAttempt::DeadlineExceeded => {
-                    let last = self.give_up(&spec, &owner, bound, unknown, last);
+                    let last = Self::give_up(unknown, last);
                     return Err(LockError::DeadlineExceeded {
                         last: Box::new(last),
                     });
                 }
-                _ => return Err(self.give_up(&spec, &owner, bound, unknown, last)),
+                _ => return Err(Self::give_up(unknown, last)),
             }
         }
     }
 
     /// The error an obtain ends with. After an attempt with an unknown outcome that no later
     /// answer settled, it is [`LockError::OutcomeUnknown`] (never "unavailable" or "not
-    /// obtained": the lock may be ours), and a cleanup with our token is started.
-    fn give_up(
-        &self,
-        spec: &Arc<LeaseSpec>,
-        owner: &Owner,
-        bound: Duration,
-        unknown: bool,
-        last: LockError,
-    ) -> LockError {
-        if !unknown {
+    /// obtained": the lock may be ours); the obtain's guard then cleans up with our token —
+    /// only when the token was generated for this obtain: a caller-chosen token may also be
+    /// held by another handle of the caller's (reentrancy), whose lock a cleanup would delete.
+    fn give_up(unknown: bool, last: LockError) -> LockError {
+        if !unknown || last.is_outcome_unknown() {
             return last;
         }
-        spawn_release(
-            Arc::clone(&self.backend),
-            ReleaseRequest {
-                spec: Arc::clone(spec),
-                owner: owner.clone(),
-                term: None,
-            },
-            bound,
-        );
-        if last.is_outcome_unknown() {
-            last
-        } else {
-            LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
-                format!("an earlier attempt got no answer, and no later answer settled it ({last}); cleanup started").into(),
-            ))
-        }
+        LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
+            format!("an earlier attempt got no answer, and no later answer settled it ({last}); cleanup started").into(),
+        ))
     }
 }
 
@@ -391,6 +387,33 @@ fn spawn_release<B: LeaseBackend>(backend: Arc<B>, req: ReleaseRequest, bound: D
         });
     } else {
         tracing::warn!(keys = ?req.spec.keys(), "no tokio runtime to release the lock; it expires with its TTL");
+    }
+}
+
+/// Cleans up after an obtain that is dropped (cancelled) while an attempt is in flight or after
+/// an attempt whose outcome is unknown: the lock may be held under the obtain's own token, and
+/// nobody else will ever release it before its TTL. Armed only for a generated token.
+struct ObtainGuard<B: LeaseBackend> {
+    backend: Arc<B>,
+    spec: Arc<LeaseSpec>,
+    owner: Owner,
+    bound: Duration,
+    armed: bool,
+}
+
+impl<B: LeaseBackend> Drop for ObtainGuard<B> {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_release(
+                Arc::clone(&self.backend),
+                ReleaseRequest {
+                    spec: Arc::clone(&self.spec),
+                    owner: self.owner.clone(),
+                    term: None,
+                },
+                self.bound,
+            );
+        }
     }
 }
 
@@ -627,6 +650,11 @@ impl<B: LeaseBackend> Lock<B> {
             }
             let sent = self.clock.now();
             let told = self.clock.to_tokio(sent + ttl.get().saturating_sub(margin));
+            // From the moment it is sent, the store may apply it: never believe longer than
+            // `told`, even if this call is cancelled or gets no answer.
+            if told < self.valid_until() {
+                self.shared.set_deadline(self.clock, told);
+            }
             let remaining = self
                 .valid_until()
                 .saturating_duration_since(tokio::time::Instant::now());
@@ -655,22 +683,24 @@ impl<B: LeaseBackend> Lock<B> {
                     return Err(LockError::NotHeld);
                 }
                 Err(e) => {
-                    if e.is_outcome_unknown() {
-                        unknown = true;
-                        // The store may now expire the keys at `told`: never believe longer.
-                        if told < self.valid_until() {
-                            self.shared.set_deadline(self.clock, told);
-                        }
+                    unknown |= e.is_outcome_unknown();
+                    if !e.is_transient() && !unknown {
+                        return Err(LockError::from_backend(e));
                     }
                     if !e.is_transient() {
-                        return Err(LockError::from_backend(e));
+                        // Permanent, but an earlier attempt may have applied.
+                        return Err(LockError::OutcomeUnknown(e));
                     }
                     e
                 }
             };
             drop(turn);
             match seq.next_delay() {
-                Some(d) if tokio::time::Instant::now() + d < self.valid_until() => {
+                Some(d)
+                    if tokio::time::Instant::now()
+                        .checked_add(d)
+                        .is_some_and(|at| at < self.valid_until()) =>
+                {
                     tokio::time::sleep(d).await;
                 }
                 _ if unknown => {
@@ -781,12 +811,14 @@ async fn auto_renew_task<B: LeaseBackend>(
         tokio::pin!(moved);
         // Registered before the machine is read: a refresh in between still wakes us.
         moved.as_mut().enable();
+        // The turn first: a refresh may have moved the deadline while we waited for it, and
+        // the order (its deadline, whether it is due at all) must see that.
+        let turn = shared.turn.lock().await;
         let order = {
             let mut lease = locked(&shared.renewal);
             lease.as_mut().and_then(|l| l.poll_renew(clock.now()))
         };
         if let Some(order) = order {
-            let turn = shared.turn.lock().await;
             // No std lock is held across the round trip; the turn keeps refreshes out.
             let reply =
                 match tokio::time::timeout_at(clock.to_tokio(order.deadline), backend.renew(&req))
@@ -796,19 +828,22 @@ async fn auto_renew_task<B: LeaseBackend>(
                     Err(_) => Err(BackendError::Timeout(order.deadline - order.sent_at)),
                 };
             let renewed = matches!(reply, Ok(RenewOutcome::Renewed));
+            let unknown = matches!(&reply, Err(e) if e.is_outcome_unknown());
             let now = clock.now();
+            let told = timing.valid_until(order.sent_at);
             if let Some(lease) = locked(&shared.renewal).as_mut() {
                 lease.handle_renew(now, reply);
-                if renewed && lease.lost().is_none() {
-                    // Exactly what the store was told now (an earlier refresh may have set a
-                    // later deadline that this renewal replaced), published before the turn
-                    // passes to a refresh.
-                    lease.set_valid_until(now, timing.valid_until(order.sent_at));
+                if lease.lost().is_none() && (renewed || (unknown && told < lease.valid_until())) {
+                    // Renewed: exactly what the store was told now (an earlier refresh may
+                    // have set a later deadline that this renewal replaced). Unknown: the store
+                    // may have been told `told`, earlier than a refresh's longer deadline.
+                    // Published before the turn passes to a refresh.
+                    lease.set_valid_until(now, told);
                     *locked(&shared.valid_until) = clock.to_tokio(lease.valid_until());
                 }
             }
-            drop(turn);
         }
+        drop(turn);
         let now = clock.now();
         let (events, next) = {
             let mut guard = locked(&shared.renewal);

@@ -207,6 +207,7 @@ mod tests {
             SOFTWARE,
             NOT_OBTAINED,
             LOST,
+            OUTCOME_UNKNOWN,
             CANNOT_EXECUTE,
             NOT_FOUND,
         ];

@@ -421,3 +421,47 @@ async fn a_refresh_racing_auto_renewal_never_leaves_the_local_deadline_past_the_
     let left = pttl(&mut conn, "{race}:lock").await;
     assert!(left <= 3_000, "the refresh applied last: PTTL {left}");
 }
+
+/// A cancelled obtain (its future dropped while the attempt is in flight, as the CLI does on
+/// SIGINT) whose attempt the server applied cleans up after itself: the key is deleted long
+/// before its TTL.
+#[tokio::test]
+async fn a_cancelled_obtain_cleans_up_what_it_may_hold() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = proxied(&server, &proxy, None).await;
+    warm_up(&backend).await;
+    let locker = Locker::new(backend);
+    let mut conn = raw(&server).await;
+    proxy.set_mode(Mode::DropReplies);
+    let obtain = tokio::spawn(async move {
+        locker
+            .obtain(
+                "{x}:lock",
+                ms(60_000),
+                LockOptions::new()
+                    .fence_key("{x}:fence")
+                    .operation_timeout(ms(30_000)),
+            )
+            .await
+    });
+    // Applied at the server, the reply held: now the caller gives up.
+    let applied = tokio::time::timeout(EVENTUALLY, async {
+        while get(&mut conn, "{x}:fence").await.is_none() {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    assert!(applied.is_ok(), "the attempt reached the server");
+    assert!(get(&mut conn, "{x}:lock").await.is_some());
+    obtain.abort();
+    assert!(
+        tokio::time::timeout(EVENTUALLY, obtain)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    // The cleanup's request also reaches the server (only replies are held).
+    wait_value(&mut conn, "{x}:lock", None).await;
+    proxy.set_mode(Mode::Pass);
+}

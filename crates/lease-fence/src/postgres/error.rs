@@ -58,13 +58,27 @@ impl PgFenceError {
     /// Whether the fenced write may have been applied:
     ///
     /// - [`Effect::NotApplied`] for input refused before a round trip, a connection source
-    ///   that handed out no connection, and any error Postgres answered with (a failed
+    ///   that handed out no connection, and an error Postgres answered with (a failed
     ///   statement aborts the transaction; a failed `COMMIT` rolls it back);
-    /// - [`Effect::Unknown`] for a connection that failed without an answer: if that was the
+    /// - [`Effect::Unknown`] for a connection that failed without an answer, and for a session
+    ///   Postgres terminated (FATAL/PANIC, SQLSTATE classes 57 and 08): if that was the
     ///   `COMMIT`, the transaction may have committed. Read back before repeating it.
     pub fn effect(&self) -> Effect {
         match self {
-            PgFenceError::Postgres(e) if e.as_db_error().is_none() => Effect::Unknown,
+            PgFenceError::Postgres(e) => match e.as_db_error() {
+                None => Effect::Unknown,
+                // The session was terminated (e.g. 57P01 at COMMIT while waiting for
+                // synchronous replication, "already committed locally"), or the connection
+                // failed: the transaction may have committed.
+                Some(db)
+                    if matches!(db.severity(), "FATAL" | "PANIC")
+                        || db.code().code().starts_with("57")
+                        || db.code().code().starts_with("08") =>
+                {
+                    Effect::Unknown
+                }
+                Some(_) => Effect::NotApplied,
+            },
             _ => Effect::NotApplied,
         }
     }
