@@ -465,3 +465,41 @@ async fn a_cancelled_obtain_cleans_up_what_it_may_hold() {
     wait_value(&mut conn, "{x}:lock", None).await;
     proxy.set_mode(Mode::Pass);
 }
+
+/// After a refresh to a long TTL, an auto-renewal (shorter TTL) whose reply is lost may have
+/// told the server the shorter expiry: the local deadline comes down to it, and the loss
+/// signal fires by then — not at the refresh's far deadline.
+#[tokio::test]
+async fn an_unanswered_renewal_after_a_longer_refresh_brings_the_deadline_down() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let backend = proxied(&server, &proxy, None).await;
+    warm_up(&backend).await;
+    let locker = Locker::new(backend);
+    let lock = locker
+        .obtain(
+            "{d}:lock",
+            ms(2_000),
+            LockOptions::new()
+                .auto_renew(ms(500))
+                .operation_timeout(ms(300)),
+        )
+        .await
+        .unwrap();
+    lock.refresh(ms(60_000)).await.unwrap();
+    assert!(lock.valid_until() > tokio::time::Instant::now() + ms(50_000));
+    let lost = lock.lost();
+    proxy.set_mode(Mode::DropReplies);
+    let cut = tokio::time::Instant::now();
+    // The next renewal (within 500 ms) tells the server 2 s and gets no answer.
+    tokio::time::timeout(ms(10_000), lost.cancelled())
+        .await
+        .expect("lost by the renewal's 2 s expiry, not the refresh's 60 s");
+    assert!(
+        cut.elapsed() < ms(500) + ms(2_000) + ms(2_000),
+        "{:?}",
+        cut.elapsed()
+    );
+    assert!(!lock.held());
+    proxy.set_mode(Mode::Pass);
+}
