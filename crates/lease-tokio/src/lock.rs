@@ -868,9 +868,10 @@ async fn auto_renew_task<B: LeaseBackend>(
                 LeaseEvent::Lost(reason) => {
                     tracing::warn!(keys = ?req.spec.keys(), ?reason, "lock lost");
                     shared.lost.cancel();
-                    if reason != LossReason::NotOurs && shared.private_token {
+                    if reason == LossReason::DeadlineExpired && shared.private_token {
                         // A renewal sent before the deadline may still land and extend the key
-                        // nobody holds any more: delete our own value, best effort.
+                        // nobody holds any more: delete our own value, best effort. (Not after
+                        // a permanent refusal: the release would be refused the same way.)
                         spawn_release(
                             Arc::clone(&backend),
                             ReleaseRequest {
