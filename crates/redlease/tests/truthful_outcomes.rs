@@ -239,18 +239,21 @@ async fn a_refresh_whose_reply_is_lost_is_unknown_and_shortens_the_local_deadlin
         .unwrap();
     let mut conn = raw(&server).await;
     proxy.set_mode(Mode::DropReplies);
-    let before = tokio::time::Instant::now();
     let err = lock.refresh(ms(5_000)).await.unwrap_err();
     assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
+    let local = lock.valid_until();
     let server_ttl = pttl(&mut conn, "{f}:lock").await;
     assert!(
         (0..=5_000).contains(&server_ttl),
         "applied: PTTL {server_ttl}"
     );
+    // The server's expiry, estimated after the PTTL reply (never earlier than the real one
+    // by more than PTTL's 1 ms truncation): the local deadline is not after it.
+    let server_expiry = tokio::time::Instant::now() + ms(server_ttl as u64);
     assert!(
-        lock.valid_until() <= before + ms(5_000) + ms(50),
+        local <= server_expiry + ms(2),
         "local deadline {:?} after the server's",
-        lock.valid_until() - before
+        local.saturating_duration_since(server_expiry)
     );
     assert!(lock.held(), "still held until the shorter deadline");
     proxy.set_mode(Mode::Pass);
@@ -412,7 +415,10 @@ async fn a_refresh_racing_auto_renewal_never_leaves_the_local_deadline_past_the_
         checks += 1;
         tokio::time::sleep(ms(5)).await;
     }
-    assert!(checks > 10);
+    assert!(
+        checks >= 3,
+        "the invariant was checked while the race played out"
+    );
     tokio::time::timeout(EVENTUALLY, refresh)
         .await
         .expect("refresh returns")
