@@ -61,7 +61,10 @@ async fn leader_work_returning_ends_the_term_and_releases() {
             .await
         })
     };
-    let first = rx.recv().await.unwrap();
+    let first = tokio::time::timeout(EVENTUALLY, rx.recv())
+        .await
+        .expect("the first term starts")
+        .unwrap();
     assert_eq!(first.get(), 1);
     let mut conn = server.connection().await.unwrap();
     let released = tokio::time::timeout(EVENTUALLY, async {
@@ -79,10 +82,17 @@ async fn leader_work_returning_ends_the_term_and_releases() {
         "the returned term's lease was not released"
     );
     // It re-contends and leads a new term with a greater token.
-    let second = rx.recv().await.unwrap();
+    let second = tokio::time::timeout(EVENTUALLY, rx.recv())
+        .await
+        .expect("a second term starts")
+        .unwrap();
     assert!(second > first);
     shutdown.cancel();
-    run.await.unwrap().unwrap();
+    tokio::time::timeout(EVENTUALLY, run)
+        .await
+        .expect("run returns")
+        .unwrap()
+        .unwrap();
     let ev = rec.events();
     assert_eq!(ev[0], "elected 1");
     assert_eq!(ev[1], "stepped_down 1 WorkReturned");
