@@ -403,13 +403,20 @@ async fn a_refresh_racing_auto_renewal_never_leaves_the_local_deadline_past_the_
     let until = tokio::time::Instant::now() + ms(600);
     let mut checks = 0;
     while tokio::time::Instant::now() < until {
+        // The server's expiry read on both sides of the local one: a refresh may lower it and
+        // a renewal raise it between two reads, so the local deadline must not pass the later
+        // of the two (the server's expiry is estimated after each PTTL reply, never earlier
+        // than the real one by more than PTTL's 1 ms truncation).
+        let before = pttl(&mut conn, "{race}:lock").await;
+        let expiry_before = tokio::time::Instant::now() + ms(before.max(0) as u64);
         let local = lock.valid_until();
-        let left = pttl(&mut conn, "{race}:lock").await;
-        assert!(left > 0, "held at the server");
-        let server_expiry = tokio::time::Instant::now() + ms(left as u64);
+        let after = pttl(&mut conn, "{race}:lock").await;
+        let expiry_after = tokio::time::Instant::now() + ms(after.max(0) as u64);
+        assert!(before > 0 && after > 0, "held at the server");
+        let server_expiry = expiry_before.max(expiry_after);
         assert!(
             local <= server_expiry + ms(20),
-            "local deadline {:?} past the server's expiry (PTTL {left} ms)",
+            "local deadline {:?} past the server's expiry (PTTL {before} then {after} ms)",
             local.saturating_duration_since(server_expiry)
         );
         checks += 1;
