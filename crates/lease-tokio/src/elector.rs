@@ -124,6 +124,7 @@ enum Notice {
     SteppedDown(Token, StepDownReason),
     Follower(Option<String>),
     Error(Op, BackendError),
+    Refused(Op, Arc<BackendError>),
     Panicked(Token, String),
 }
 
@@ -405,7 +406,7 @@ impl<B: LeaseBackend> Elector<B> {
         let mut term_cancel: Option<CancellationToken> = None;
         let mut shutting_down = false;
         let mut follower_of: Option<String> = None;
-        let mut refused: Option<(Op, BackendError)> = None;
+        let mut refused: Option<(Op, Arc<BackendError>)> = None;
 
         loop {
             let now = clock.now();
@@ -460,6 +461,8 @@ impl<B: LeaseBackend> Elector<B> {
                     }
                     Event::Failed { op, error } => {
                         tracing::error!(name = self.inner.config.name(), ?op, %error, "election refused with a permanent error; stopping");
+                        let error = Arc::new(error);
+                        let _ = notice_tx.send(Notice::Refused(op, Arc::clone(&error)));
                         refused = Some((op, error));
                     }
                     Event::Released { token, outcome } => {
@@ -483,8 +486,13 @@ impl<B: LeaseBackend> Elector<B> {
             self.publish(&machine, clock.now(), &follower_of);
 
             if stopped || machine.is_stopped() {
-                if let Some((_, handle)) = work.take() {
-                    let _ = handle.await;
+                if let Some((token, handle)) = work.take()
+                    && let Err(e) = handle.await
+                    && e.is_panic()
+                {
+                    let message = panic_message(e.into_panic());
+                    tracing::error!(name = self.inner.config.name(), %token, panic = %message, "leader work panicked while the election stopped");
+                    let _ = notice_tx.send(Notice::Panicked(token, message));
                 }
                 break;
             }
@@ -543,7 +551,12 @@ impl<B: LeaseBackend> Elector<B> {
         drop(notice_tx);
         let _ = observer_task.await;
         match refused {
-            Some((op, error)) => Err(ElectorError::Refused { op, error }),
+            // The observer task has ended: this is the last reference.
+            Some((op, error)) => Err(ElectorError::Refused {
+                op,
+                error: Arc::try_unwrap(error)
+                    .unwrap_or_else(|shared| BackendError::Refused(shared.to_string())),
+            }),
             None => Ok(()),
         }
     }
@@ -624,6 +637,7 @@ async fn observe(observer: Arc<dyn Observer>, mut rx: mpsc::UnboundedReceiver<No
             Notice::SteppedDown(t, r) => observer.on_stepped_down(t, r),
             Notice::Follower(h) => observer.on_follower(h.as_deref()),
             Notice::Error(op, e) => observer.on_error(op, &e),
+            Notice::Refused(op, e) => observer.on_refused(op, &e),
             Notice::Panicked(t, m) => observer.on_leader_panic(t, &m),
         }
     }

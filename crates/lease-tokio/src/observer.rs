@@ -39,6 +39,11 @@ pub trait Observer: Send + Sync + 'static {
     fn on_error(&self, op: Op, error: &BackendError) {
         let _ = (op, error);
     }
+    /// The store refused `op` with a permanent error: the election stops (its run returns
+    /// [`crate::ElectorError::Refused`] with the same error).
+    fn on_refused(&self, op: Op, error: &BackendError) {
+        let _ = (op, error);
+    }
     /// The leader work of term `token` panicked with `message`. The term ended (its lease is
     /// released) and the elector re-contends; see [`crate::Elector::run`].
     fn on_leader_panic(&self, token: Token, message: &str) {

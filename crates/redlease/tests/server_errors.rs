@@ -526,5 +526,16 @@ async fn an_election_whose_renewal_is_refused_steps_down_at_once_and_stops() {
         "{:?}",
         recorder.events()
     );
+    // The observer heard the refusal itself too, once.
+    assert_eq!(
+        recorder
+            .events()
+            .iter()
+            .filter(|e| *e == "refused Renew false")
+            .count(),
+        1,
+        "{:?}",
+        recorder.events()
+    );
     assert!(!elector.is_leader());
 }

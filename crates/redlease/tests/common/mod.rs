@@ -70,6 +70,12 @@ impl Observer for Recorder {
             v.push(format!("regression {previous} -> {minted}"));
         }
     }
+    fn on_refused(&self, op: Op, error: &BackendError) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("refused {op:?} {}", error.is_transient()));
+    }
 }
 
 /// Waits (bounded) for a role matching `pred`; panics with `what` if it never comes.
