@@ -382,6 +382,19 @@ async fn busy_is_retried_until_it_clears() {
             .await;
         r
     });
+    // Wait (bounded) until the script runs past the threshold: other clients get BUSY now.
+    let mut probe = raw(&server).await;
+    let busy_now = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            let r: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut probe).await;
+            match r {
+                Err(e) if e.code() == Some("BUSY") => return,
+                _ => tokio::time::sleep(ms(5)).await,
+            }
+        }
+    })
+    .await;
+    assert!(busy_now.is_ok(), "the server never answered BUSY");
     let obtain = {
         let locker = locker.clone();
         tokio::spawn(async move {
