@@ -374,6 +374,15 @@ impl<B: LeaseBackend> Locker<B> {
     }
 }
 
+/// A compare-and-delete of `owner`'s value on every key of `spec` (not term-scoped).
+fn release_request(spec: &Arc<LeaseSpec>, owner: &Owner) -> ReleaseRequest {
+    ReleaseRequest {
+        spec: Arc::clone(spec),
+        owner: owner.clone(),
+        term: None,
+    }
+}
+
 /// Releases in the background, best effort, each attempt bounded by `bound` (the lock's
 /// operation bound: a release answered later than one TTL is moot, the key has expired).
 fn spawn_release<B: LeaseBackend>(backend: Arc<B>, req: ReleaseRequest, bound: Duration) {
@@ -406,11 +415,7 @@ impl<B: LeaseBackend> Drop for ObtainGuard<B> {
         if self.armed {
             spawn_release(
                 Arc::clone(&self.backend),
-                ReleaseRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: self.owner.clone(),
-                    term: None,
-                },
+                release_request(&self.spec, &self.owner),
                 self.bound,
             );
         }
@@ -726,11 +731,7 @@ impl<B: LeaseBackend> Lock<B> {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
-        let req = ReleaseRequest {
-            spec: Arc::clone(&self.spec),
-            owner: self.owner.clone(),
-            term: None,
-        };
+        let req = release_request(&self.spec, &self.owner);
         let bound = self.bound();
         let result = match tokio::time::timeout(bound, self.backend.release(&req)).await {
             Ok(r) => r,
@@ -766,11 +767,7 @@ impl<B: LeaseBackend> Drop for Lock<B> {
         {
             spawn_release(
                 Arc::clone(&self.backend),
-                ReleaseRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: self.owner.clone(),
-                    term: None,
-                },
+                release_request(&self.spec, &self.owner),
                 self.bound(),
             );
         }
@@ -874,11 +871,7 @@ async fn auto_renew_task<B: LeaseBackend>(
                         // a permanent refusal: the release would be refused the same way.)
                         spawn_release(
                             Arc::clone(&backend),
-                            ReleaseRequest {
-                                spec: Arc::clone(&req.spec),
-                                owner: req.owner.clone(),
-                                term: None,
-                            },
+                            release_request(&req.spec, &req.owner),
                             timing.ttl.get(),
                         );
                     }

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Backend, EVENTUALLY, backend};
+use common::{Backend, EVENTUALLY, backend, get, pttl, raw};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
@@ -208,18 +208,6 @@ async fn counted_locker(server: &RedisServer) -> (Locker<Counted<Backend>>, Coun
 /// A plain locker over a fresh connection to `server`.
 async fn locker(server: &RedisServer) -> Locker<Backend> {
     Locker::new(backend(server).await)
-}
-
-async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    server.connection().await.expect("connect")
-}
-
-async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
-}
-
-async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
 }
 
 async fn exists(conn: &mut MultiplexedConnection, key: &str) -> bool {

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::EVENTUALLY;
+use common::{EVENTUALLY, raw};
 use lease_testkit::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
 use redlease::core::{
@@ -83,10 +83,6 @@ impl LeaseBackend for Watched {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    server.connection().await.expect("connect")
 }
 
 async fn cmd<T: redis::FromRedisValue>(conn: &mut MultiplexedConnection, args: &[&str]) -> T {

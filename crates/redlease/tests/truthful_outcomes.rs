@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Backend, EVENTUALLY};
+use common::{Backend, EVENTUALLY, get, pttl, raw};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
@@ -40,18 +40,6 @@ async fn proxied(
             .await
             .unwrap(),
     )
-}
-
-async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    server.connection().await.expect("connect")
-}
-
-async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
-}
-
-async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
 }
 
 /// Loads every script through `backend` while the network is healthy: a request whose reply

@@ -101,3 +101,18 @@ pub async fn wait_leader<B: redlease::LeaseBackend>(e: &Elector<B>, within: Dura
 
 /// A generous bound for "eventually" in tests: never a timing assertion, only a hang guard.
 pub const EVENTUALLY: Duration = Duration::from_secs(20);
+
+/// A raw connection to `server`, for checking what the server holds.
+pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    server.connection().await.expect("connect")
+}
+
+/// `GET key`.
+pub async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+}
+
+/// `PTTL key` (ms; -2 when absent).
+pub async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
