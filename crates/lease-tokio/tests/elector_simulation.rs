@@ -39,11 +39,18 @@
 //! Seeds: 200 by default; `REDLEASE_SIM_SEEDS=<n>` runs more, `REDLEASE_SIM_SEED=<s>` replays
 //! one and prints its trace. A failure prints the seed and the replay command.
 //!
-//! Negative control: `unfenced_writes_are_caught` runs the same worlds with a fencer that
-//! skips the mark check; the checker must report the fence rule broken.
+//! Negative controls: the same worlds and the same checker, with one rule broken on purpose
+//! ([`Mode`]); each must be caught in at least 10 of seeds 0..40:
+//!
+//! - `unfenced_writes_are_caught`: a fencer that skips the mark check (the fence rule);
+//! - `trusting_the_term_past_its_deadline_is_caught`: an application that believes it leads
+//!   until its `Term` is cancelled, ignoring the local deadline (overlapping leaders, when the
+//!   paused loop cancels late);
+//! - `fast_store_clock_is_caught`: the store's clock runs 5/4 as fast as the electors'
+//!   (overlapping leaders by the real `Elector::token()`).
 
 use std::future::{Future, poll_fn};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -75,6 +82,13 @@ enum Mode {
     Correct,
     /// The fencer applies every write without checking (or advancing) the mark.
     UnfencedWrites,
+    /// The application trusts its `Term` until the term's cancellation fires, ignoring the
+    /// local deadline: the belief windows checked are `[work starts, cancellation seen)`.
+    TrustTermUntilCancelled,
+    /// The store's clock runs 5/4 as fast as the electors' (drift the memory store's zero
+    /// validity margin does not allow for): the store expires leases before the holder's
+    /// local deadline.
+    FastStoreClock,
 }
 
 /// A gate that stops a future from being polled (a paused process).
@@ -165,6 +179,10 @@ struct Record {
     /// Writes in the order the store applied them: (id, token, instant).
     applied: Vec<(u64, Token, Duration)>,
     trace: Vec<String>,
+    /// [`Mode::TrustTermUntilCancelled`]: the windows from the work's start to the
+    /// cancellation, open ones first.
+    term_open: Vec<Window>,
+    term_windows: Vec<Window>,
 }
 
 /// Everything the tasks of one seed share.
@@ -176,7 +194,8 @@ struct World {
     next_id: AtomicU64,
     rec: Mutex<Record>,
     gates: Vec<Gate>,
-    returns: Vec<AtomicBool>,
+    /// The token whose work must return (0: none).
+    returns: Vec<AtomicU64>,
     rngs: Vec<Mutex<SplitMix64>>,
 }
 
@@ -188,7 +207,19 @@ impl World {
 
     /// Sets the store's clock to tokio's.
     fn sync(&self) {
-        self.clock.set(Instant::from_origin(self.at()));
+        let at = match self.mode {
+            Mode::FastStoreClock => self.at() * 5 / 4,
+            _ => self.at(),
+        };
+        self.clock.set(Instant::from_origin(at));
+    }
+
+    /// The tokio instant at which the store's clock reads `at`.
+    fn store_to_tokio(&self, at: Instant) -> TokioInstant {
+        match self.mode {
+            Mode::FastStoreClock => self.origin + at.since_origin() * 4 / 5,
+            _ => self.origin + at.since_origin(),
+        }
     }
 
     fn log(&self, line: impl std::fmt::Display) {
@@ -281,7 +312,7 @@ impl SimBackend {
 
     async fn pump(&self) {
         match self.mem.clock().next_wake() {
-            Some(at) => tokio::time::sleep_until(self.world.origin + at.since_origin()).await,
+            Some(at) => tokio::time::sleep_until(self.world.store_to_tokio(at)).await,
             None => std::future::pending().await,
         }
     }
@@ -370,11 +401,34 @@ impl FencedResource for SimFencer {
 async fn lead(world: Arc<World>, i: usize, term: Term<SimBackend>) {
     let fencer = term.fencer();
     let token = term.token();
+    if world.mode == Mode::TrustTermUntilCancelled {
+        let start = world.at();
+        lock(&world.rec).term_open.push(Window {
+            elector: i,
+            token,
+            start,
+            deadline: Duration::MAX,
+            end: Duration::MAX,
+        });
+        let (w, t) = (Arc::clone(&world), term.clone());
+        tokio::spawn(async move {
+            t.cancelled().await;
+            let end = w.at();
+            let mut rec = lock(&w.rec);
+            if let Some(k) = rec.term_open.iter().position(|o| o.token == token) {
+                let open = rec.term_open.remove(k);
+                rec.term_windows.push(Window { end, ..open });
+            }
+        });
+    }
     loop {
         if term.is_cancelled() {
             return;
         }
-        if world.returns[i].swap(false, Ordering::AcqRel) {
+        if world.returns[i]
+            .compare_exchange(token.get(), 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
             world.log(format!("e{i} work returns ({token})"));
             return;
         }
@@ -487,6 +541,25 @@ struct Stats {
     stale: usize,
     unknown: usize,
     failed: usize,
+    /// The shortest time between one term's belief window and the next one's.
+    min_gap: Option<Duration>,
+    /// The longest wait for a leader after the faults (and delayed requests) stopped.
+    max_leader_wait: Duration,
+}
+
+impl Stats {
+    fn add(&mut self, s: &Stats) {
+        self.terms += s.terms;
+        self.applied += s.applied;
+        self.stale += s.stale;
+        self.unknown += s.unknown;
+        self.failed += s.failed;
+        self.min_gap = match (self.min_gap, s.min_gap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.max_leader_wait = self.max_leader_wait.max(s.max_leader_wait);
+    }
 }
 
 async fn store_faults(world: Arc<World>, mem: MemoryBackend, p: Params, seed: u64) {
@@ -596,8 +669,10 @@ async fn elector_faults(
                 electors[i].resign();
             }
             _ => {
-                world.log(format!("e{i} work told to return"));
-                world.returns[i].store(true, Ordering::Release);
+                if let Some(t) = electors[i].token() {
+                    world.log(format!("e{i} work told to return ({t})"));
+                    world.returns[i].store(t.get(), Ordering::Release);
+                }
             }
         }
     }
@@ -617,7 +692,7 @@ async fn simulate(seed: u64, mode: Mode) -> Run {
             ..Record::default()
         }),
         gates: (0..p.n).map(|_| Gate::default()).collect(),
-        returns: (0..p.n).map(|_| AtomicBool::new(false)).collect(),
+        returns: (0..p.n).map(|_| AtomicU64::new(0)).collect(),
         rngs: (0..p.n as u64)
             .map(|i| Mutex::new(SplitMix64::new(seed ^ (0xA11CE + i))))
             .collect(),
@@ -696,6 +771,12 @@ async fn simulate(seed: u64, mode: Mode) -> Run {
             ..w
         });
     }
+    if mode == Mode::TrustTermUntilCancelled {
+        let open = std::mem::take(&mut rec.term_open);
+        rec.windows = std::mem::take(&mut rec.term_windows);
+        rec.windows
+            .extend(open.into_iter().map(|w| Window { end, ..w }));
+    }
     Run {
         seed,
         params: p,
@@ -722,8 +803,13 @@ fn check(run: &Run) -> Result<Stats, String> {
         .collect();
     windows.sort_by_key(|w| (w.start, w.token));
     let mut latest: Option<Window> = None;
+    let mut min_gap: Option<Duration> = None;
     for w in &windows {
         if let Some(prev) = latest {
+            if w.start >= prev.end {
+                let gap = w.start - prev.end;
+                min_gap = Some(min_gap.map_or(gap, |g| g.min(gap)));
+            }
             if w.start < prev.end && w.elector != prev.elector {
                 return Err(format!(
                     "overlapping leaders: e{} believes {} over [{:?}, {:?}) and e{} believes {} over [{:?}, {:?})",
@@ -769,12 +855,12 @@ fn check(run: &Run) -> Result<Stats, String> {
     // The fence rule, on the order the store applied writes.
     let mut highest: Option<(u64, Token, Duration)> = None;
     for &(id, token, at) in &run.applied {
-        if let Some((hid, htoken, hat)) = highest {
-            if token < htoken {
-                return Err(format!(
-                    "fence rule broken: write #{id} with {token} applied at {at:?} after write #{hid} with {htoken} at {hat:?}"
-                ));
-            }
+        if let Some((hid, htoken, hat)) = highest
+            && token < htoken
+        {
+            return Err(format!(
+                "fence rule broken: write #{id} with {token} applied at {at:?} after write #{hid} with {htoken} at {hat:?}"
+            ));
         }
         if highest.is_none_or(|(_, h, _)| token > h) {
             highest = Some((id, token, at));
@@ -783,6 +869,7 @@ fn check(run: &Run) -> Result<Stats, String> {
     // Outcomes tell the truth.
     let mut stats = Stats {
         terms: terms.len(),
+        min_gap,
         ..Stats::default()
     };
     for w in &run.writes {
@@ -821,6 +908,13 @@ fn check(run: &Run) -> Result<Stats, String> {
             run.params.fault_end
         ));
     }
+    let quiet = run.params.fault_end + run.params.max_request_delay();
+    stats.max_leader_wait = windows
+        .iter()
+        .filter(|w| w.end > quiet)
+        .map(|w| w.start.saturating_sub(quiet))
+        .min()
+        .unwrap_or(Duration::MAX);
     Ok(stats)
 }
 
@@ -845,13 +939,12 @@ fn report(run: &Run, violation: &str) -> String {
     )
 }
 
+/// A run and its check.
+type Checked = (Run, Result<Stats, String>);
+
 /// Runs `seeds` in `mode` on a separate thread, bounded in wall time; returns each seed's
 /// check result and the wall time taken.
-fn run_seeds(
-    seeds: Vec<u64>,
-    mode: Mode,
-    limit: Duration,
-) -> (Vec<(Run, Result<Stats, String>)>, Duration) {
+fn run_seeds(seeds: Vec<u64>, mode: Mode, limit: Duration) -> (Vec<Checked>, Duration) {
     let current = Arc::new(AtomicU64::new(u64::MAX));
     let (tx, rx) = std::sync::mpsc::channel();
     let started = std::time::Instant::now();
@@ -870,9 +963,13 @@ fn run_seeds(
     }
     match rx.recv_timeout(limit) {
         Ok(out) => (out, started.elapsed()),
-        Err(_) => panic!(
-            "the simulation did not finish within {limit:?} (wall time); stuck at seed {} (replay: REDLEASE_SIM_SEED=<seed>)",
-            current.load(Ordering::Acquire)
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
+            "the simulation did not finish within {limit:?} (wall time); stuck at seed {s} (replay: REDLEASE_SIM_SEED={s})",
+            s = current.load(Ordering::Acquire)
+        ),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!(
+            "the simulation panicked at seed {s} (replay: REDLEASE_SIM_SEED={s})",
+            s = current.load(Ordering::Acquire)
         ),
     }
 }
@@ -891,6 +988,12 @@ fn seeds_from_env(default: u64) -> Vec<u64> {
     (0..n).collect()
 }
 
+fn print_first_violation(runs: &[Checked]) {
+    if let Some((run, Err(v))) = runs.iter().find(|(_, c)| c.is_err()) {
+        println!("first violation, seed {}: {v}", run.seed);
+    }
+}
+
 #[test]
 fn elector_loop_simulation_holds_every_property() {
     let seeds = seeds_from_env(200);
@@ -901,11 +1004,7 @@ fn elector_loop_simulation_holds_every_property() {
     for (run, checked) in &runs {
         match checked {
             Ok(s) => {
-                total.terms += s.terms;
-                total.applied += s.applied;
-                total.stale += s.stale;
-                total.unknown += s.unknown;
-                total.failed += s.failed;
+                total.add(s);
                 if replay {
                     println!("{}", run.trace.join("\n"));
                 }
@@ -948,6 +1047,7 @@ fn unfenced_writes_are_caught() {
         })
         .map(|(r, _)| r.seed)
         .collect();
+    print_first_violation(&runs);
     println!(
         "fence rule violations caught in {} of 40 seeds: {caught:?}",
         caught.len()
@@ -955,5 +1055,55 @@ fn unfenced_writes_are_caught() {
     assert!(
         caught.len() >= 10,
         "a fencer without the mark check must be caught in at least 10 of 40 seeds; caught in {caught:?}"
+    );
+}
+
+#[test]
+fn trusting_the_term_past_its_deadline_is_caught() {
+    let seeds: Vec<u64> = (0..40).collect();
+    let (runs, _) = run_seeds(
+        seeds,
+        Mode::TrustTermUntilCancelled,
+        Duration::from_secs(120),
+    );
+    let caught: Vec<u64> = runs
+        .iter()
+        .filter(|(_, c)| {
+            c.as_ref()
+                .is_err_and(|v| v.starts_with("overlapping leaders"))
+        })
+        .map(|(r, _)| r.seed)
+        .collect();
+    print_first_violation(&runs);
+    println!(
+        "overlapping leaders caught in {} of 40 seeds: {caught:?}",
+        caught.len()
+    );
+    assert!(
+        caught.len() >= 10,
+        "trusting a term until its cancellation must be caught in at least 10 of 40 seeds; caught in {caught:?}"
+    );
+}
+
+#[test]
+fn fast_store_clock_is_caught() {
+    let seeds: Vec<u64> = (0..40).collect();
+    let (runs, _) = run_seeds(seeds, Mode::FastStoreClock, Duration::from_secs(120));
+    let caught: Vec<u64> = runs
+        .iter()
+        .filter(|(_, c)| {
+            c.as_ref()
+                .is_err_and(|v| v.starts_with("overlapping leaders"))
+        })
+        .map(|(r, _)| r.seed)
+        .collect();
+    print_first_violation(&runs);
+    println!(
+        "overlapping leaders (fast store clock) caught in {} of 40 seeds: {caught:?}",
+        caught.len()
+    );
+    assert!(
+        caught.len() >= 10,
+        "a store clock running 5/4 as fast must be caught in at least 10 of 40 seeds; caught in {caught:?}"
     );
 }
