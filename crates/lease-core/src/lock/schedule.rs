@@ -1,4 +1,4 @@
-//! Lock acquisition rules: retries until a wait deadline.
+//! The retry schedule of one obtain call.
 //!
 //! An obtain attempt that finds the lock held asks its own [`RetrySequence`] for a delay. It
 //! gives up with "not obtained" when the sequence stops, and with "deadline exceeded" when the

@@ -1,0 +1,511 @@
+//! [`HeldLock`]: the machine of one held lock (held → refreshing → released or lost), and
+//! [`Refresh`]: the retries of one explicit refresh.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{
+    BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome,
+};
+use crate::config::Ttl;
+use crate::lease::{HeldLease, LeaseEvent, LeaseTiming, LossReason, RenewOrder};
+use crate::lock::error::LockError;
+use crate::lock::obtain::Obtained;
+use crate::lock::options::ObtainPlan;
+use crate::retry::RetrySequence;
+use crate::time::Instant;
+use crate::token::Token;
+
+/// What a held lock reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LockEvent {
+    /// An auto-renewal succeeded; the lock is valid until `valid_until`.
+    Renewed {
+        /// The new local deadline.
+        valid_until: Instant,
+    },
+    /// An auto-renewal failed. Transient failures are tolerated until the deadline; a
+    /// permanent one is followed by [`LockEvent::Lost`] with [`LossReason::Refused`].
+    RenewFailed(BackendError),
+    /// The lock is lost.
+    Lost {
+        /// Why.
+        reason: LossReason,
+        /// Whether to send one best-effort release with the lock's (generated) token: a
+        /// renewal sent before the deadline may still land and extend a key nobody holds.
+        release: bool,
+    },
+}
+
+/// The TTL-changing request in flight: one at a time.
+#[derive(Clone, Copy, Debug)]
+enum Turn {
+    Renew { sent_at: Instant },
+    Refresh { told: Instant },
+}
+
+/// An explicit refresh attempt to send now: a renewal with the refresh's TTL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RefreshOrder {
+    /// When it is sent.
+    pub sent_at: Instant,
+    /// When to stop waiting for its reply (then feed [`BackendError::Timeout`]).
+    pub deadline: Instant,
+    /// The local deadline the store is told if it applies: `sent_at + ttl − margin`.
+    pub told: Instant,
+}
+
+/// The answer of [`HeldLock::begin_refresh`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefreshTurn {
+    /// Send this attempt now; the turn is the refresh's until its reply is handled.
+    Send(RefreshOrder),
+    /// A renewal is in flight: wait until its reply was handled, then ask again.
+    Busy,
+    /// The lock is not held (lost, released, or past its deadline): no round trip.
+    NotHeld,
+}
+
+/// What a refresh attempt's reply meant.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RefreshReply {
+    /// Applied: the local deadline is what this refresh told the store.
+    Refreshed,
+    /// The lock is not held (not ours any more, or the reply came after the deadline).
+    NotHeld,
+    /// The attempt failed: ask [`Refresh::after_failure`] what next.
+    Failed(BackendError),
+}
+
+/// One held lock.
+///
+/// The local deadline (`sent + ttl − margin` of the last obtain, renewal or refresh the store
+/// answered) never exceeds what the store was last told; past it the lock is lost. See the
+/// [module documentation](crate::lock) for the driver's contract.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{Instant, RenewOutcome, Ttl};
+/// use lease_core::lease::LeaseTiming;
+/// use lease_core::lock::{HeldLock, RefreshReply, RefreshTurn};
+/// let s = Duration::from_secs;
+/// let timing = LeaseTiming { ttl: Ttl::new(s(10))?, renew_interval: s(10), operation_timeout: None, margin: Duration::ZERO };
+/// let mut lock = HeldLock::new(timing, false, None, true, Instant::ZERO, Instant::ZERO);
+/// assert_eq!(lock.valid_until(), Instant::ZERO + s(10));
+/// // A refresh to a shorter TTL shortens the deadline before it is sent.
+/// let RefreshTurn::Send(order) = lock.begin_refresh(Instant::ZERO + s(1), Ttl::new(s(2))?, Duration::ZERO) else { panic!() };
+/// assert_eq!(lock.valid_until(), Instant::ZERO + s(3));
+/// assert_eq!(lock.begin_refresh(Instant::ZERO + s(1), Ttl::new(s(2))?, Duration::ZERO), RefreshTurn::Busy);
+/// assert!(matches!(lock.handle_refresh(Instant::ZERO + s(1), Ok(RenewOutcome::Renewed)), RefreshReply::Refreshed));
+/// assert!(!lock.is_held(Instant::ZERO + s(3)), "never held at the deadline");
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct HeldLock {
+    timing: LeaseTiming,
+    token: Option<Token>,
+    valid_until: Instant,
+    /// The auto-renewal machine, when auto-renewing.
+    renewal: Option<HeldLease>,
+    turn: Option<Turn>,
+    lost: Option<LossReason>,
+    released: bool,
+    private_token: bool,
+    events: VecDeque<LockEvent>,
+}
+
+impl HeldLock {
+    /// A lock won by a request sent at `sent_at`, held from `now`. With `auto_renew`, renewals
+    /// are due at once and then every `timing.renew_interval`. `private_token`: the ownership
+    /// token was generated for this lock alone (see [`crate::lock::ObtainPlan::private_token`]).
+    pub fn new(
+        timing: LeaseTiming,
+        auto_renew: bool,
+        token: Option<Token>,
+        private_token: bool,
+        sent_at: Instant,
+        now: Instant,
+    ) -> Self {
+        HeldLock {
+            timing,
+            token,
+            valid_until: timing.valid_until(sent_at),
+            renewal: auto_renew.then(|| HeldLease::new(timing, token, sent_at, now)),
+            turn: None,
+            lost: None,
+            released: false,
+            private_token,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The lock `plan`'s obtain won (`obtained`), held from `now`; `margin` is the backend's
+    /// drift allowance for the plan's TTL.
+    pub fn for_plan(plan: &ObtainPlan, obtained: Obtained, margin: Duration, now: Instant) -> Self {
+        let ttl = plan.request.ttl;
+        let timing = LeaseTiming {
+            ttl,
+            renew_interval: plan.auto_renew.map_or(ttl.get(), |ar| ar.interval),
+            operation_timeout: plan.operation_timeout,
+            margin,
+        };
+        HeldLock::new(
+            timing,
+            plan.auto_renew.is_some(),
+            obtained.token,
+            plan.private_token,
+            obtained.sent_at,
+            now,
+        )
+    }
+
+    /// The fencing token minted at obtain, if fenced.
+    pub fn token(&self) -> Option<Token> {
+        self.token
+    }
+
+    /// The TTL set at obtain (and by auto-renewal).
+    pub fn ttl(&self) -> Ttl {
+        self.timing.ttl
+    }
+
+    /// The local deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Whether the lock is held at `now`: not released, not lost, before the deadline.
+    pub fn is_held(&self, now: Instant) -> bool {
+        self.lost.is_none() && !self.released && now < self.valid_until
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn lost(&self) -> Option<LossReason> {
+        self.lost
+    }
+
+    /// Whether the lock was released (or dropped).
+    pub fn is_released(&self) -> bool {
+        self.released
+    }
+
+    /// Whether the ownership token was generated for this lock alone.
+    pub fn private_token(&self) -> bool {
+        self.private_token
+    }
+
+    /// The bound of a round trip that does not change the TTL (release, reading the TTL): the
+    /// operation timeout, else one TTL.
+    pub fn bound(&self) -> Duration {
+        self.timing
+            .operation_timeout
+            .unwrap_or(self.timing.ttl.get())
+    }
+
+    /// The next auto-renewal to send, if one is due at `now` (never while a refresh or another
+    /// renewal is in flight).
+    pub fn poll_renew(&mut self, now: Instant) -> Option<RenewOrder> {
+        self.handle_timeout(now);
+        if self.turn.is_some() || !self.is_held(now) {
+            return None;
+        }
+        let mut order = self.renewal.as_mut()?.poll_renew(now)?;
+        self.turn = Some(Turn::Renew {
+            sent_at: order.sent_at,
+        });
+        // Like a refresh: from the moment it is sent the store may apply it, so after a refresh
+        // to a longer TTL the deadline drops to what this renewal tells.
+        let told = self.timing.valid_until(order.sent_at);
+        if told < self.valid_until {
+            self.set_deadline(now, told);
+            order.deadline = order.deadline.min(told);
+        }
+        Some(order)
+    }
+
+    /// Feeds the reply of the renewal in flight (a timeout as [`BackendError::Timeout`]).
+    ///
+    /// Renewed: the deadline becomes exactly what the store was told now (an earlier refresh
+    /// may have set a later one that this renewal replaced). Unknown: the store may have been
+    /// told that, so a later deadline shrinks to it.
+    pub fn handle_renew(&mut self, now: Instant, reply: Result<RenewOutcome, BackendError>) {
+        let Some(Turn::Renew { sent_at }) = self.turn else {
+            return;
+        };
+        self.turn = None;
+        let Some(lease) = self.renewal.as_mut() else {
+            return;
+        };
+        let renewed = matches!(reply, Ok(RenewOutcome::Renewed));
+        let unknown = matches!(&reply, Err(e) if e.is_outcome_unknown());
+        let told = self.timing.valid_until(sent_at);
+        lease.handle_renew(now, reply);
+        if lease.lost().is_none() && (renewed || (unknown && told < lease.valid_until())) {
+            lease.set_valid_until(now, told);
+            self.valid_until = lease.valid_until();
+        }
+        self.collect();
+    }
+
+    /// Takes the turn for an explicit refresh attempt to `ttl` at `now`; `margin` is the
+    /// backend's drift allowance for `ttl`.
+    ///
+    /// From the moment it is sent the store may apply it, so the deadline never stays later
+    /// than what it tells (`now + ttl − margin`), even if the attempt is abandoned or gets no
+    /// answer. Each attempt is bounded by the remaining validity (at least 1 ms), capped by
+    /// the operation timeout.
+    pub fn begin_refresh(&mut self, now: Instant, ttl: Ttl, margin: Duration) -> RefreshTurn {
+        if self.turn.is_some() {
+            return RefreshTurn::Busy;
+        }
+        // Past the deadline the lock has lapsed, even if nobody noticed yet (a stalled
+        // thread): it is never extended, only obtained again.
+        self.handle_timeout(now);
+        if !self.is_held(now) {
+            return RefreshTurn::NotHeld;
+        }
+        let told = now + ttl.get().saturating_sub(margin);
+        if told < self.valid_until {
+            self.set_deadline(now, told);
+        }
+        let mut bound = (self.valid_until - now).max(crate::config::MIN_INTERVAL);
+        if let Some(cap) = self.timing.operation_timeout {
+            bound = bound.min(cap);
+        }
+        self.turn = Some(Turn::Refresh { told });
+        RefreshTurn::Send(RefreshOrder {
+            sent_at: now,
+            deadline: now + bound,
+            told,
+        })
+    }
+
+    /// Feeds the reply of the refresh attempt in flight (a timeout as
+    /// [`BackendError::Timeout`]). A reply at or after the deadline is too late: no reply
+    /// revives a lapsed lock.
+    pub fn handle_refresh(
+        &mut self,
+        now: Instant,
+        reply: Result<RenewOutcome, BackendError>,
+    ) -> RefreshReply {
+        let Some(Turn::Refresh { told }) = self.turn else {
+            return RefreshReply::NotHeld;
+        };
+        self.turn = None;
+        match reply {
+            Ok(RenewOutcome::Renewed) => {
+                self.handle_timeout(now);
+                if !self.is_held(now) {
+                    return RefreshReply::NotHeld;
+                }
+                // An explicit refresh sets the deadline (it may shorten the TTL).
+                self.set_deadline(now, told);
+                RefreshReply::Refreshed
+            }
+            Ok(_) => {
+                self.lose(LossReason::NotOurs);
+                RefreshReply::NotHeld
+            }
+            Err(e) => RefreshReply::Failed(e),
+        }
+    }
+
+    /// The refresh attempt in flight was abandoned (the caller gave up waiting): the turn is
+    /// free again. Its outcome is unknown; the deadline already allows for it.
+    pub fn abandon_refresh(&mut self) {
+        if matches!(self.turn, Some(Turn::Refresh { .. })) {
+            self.turn = None;
+        }
+    }
+
+    /// When the machine next needs [`HeldLock::handle_timeout`]; `None` once lost or
+    /// released. While a refresh holds the turn, only the deadline: the renewal that is due
+    /// waits for the refresh's reply.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.lost.is_some() || self.released {
+            return None;
+        }
+        match (&self.renewal, self.turn) {
+            (Some(lease), None) => lease.poll_timeout(),
+            _ => Some(self.valid_until),
+        }
+    }
+
+    /// Advances time: at or after the deadline the lock is lost.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(lease) = self.renewal.as_mut() {
+            lease.handle_timeout(now);
+            self.collect();
+        } else if self.lost.is_none() && !self.released && now >= self.valid_until {
+            self.lose(LossReason::DeadlineExpired);
+        }
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<LockEvent> {
+        self.events.pop_front()
+    }
+
+    /// Ends the lock for an explicit release: no more renewals; the driver sends the release
+    /// (bounded by [`HeldLock::bound`]) and maps its reply with [`release_result`].
+    pub fn release(&mut self) {
+        self.released = true;
+        self.turn = None;
+        if let Some(lease) = self.renewal.as_mut() {
+            lease.end();
+        }
+    }
+
+    /// Ends the lock because its handle was dropped; whether to release in the background.
+    /// Compare-and-delete is safe whether or not the lock is still ours (it deletes only our
+    /// own value), so with a generated token even a lost lock is released: a late renewal
+    /// queued before the loss may have extended its key.
+    pub fn release_on_drop(&mut self, now: Instant) -> bool {
+        if self.released {
+            return false;
+        }
+        let send = self.private_token || self.is_held(now);
+        self.release();
+        send
+    }
+
+    /// Moves the local deadline to exactly `until` (the store was told so, or may have been).
+    fn set_deadline(&mut self, now: Instant, until: Instant) {
+        self.valid_until = until;
+        if let Some(lease) = self.renewal.as_mut() {
+            lease.set_valid_until(now, until);
+            self.collect();
+        } else {
+            self.handle_timeout(now);
+        }
+    }
+
+    /// Takes the renewal machine's events.
+    fn collect(&mut self) {
+        let Some(lease) = self.renewal.as_mut() else {
+            return;
+        };
+        let mut lost = None;
+        while let Some(event) = lease.poll_event() {
+            match event {
+                LeaseEvent::Renewed { valid_until } => {
+                    self.events.push_back(LockEvent::Renewed { valid_until });
+                }
+                LeaseEvent::RenewFailed(e) => self.events.push_back(LockEvent::RenewFailed(e)),
+                LeaseEvent::Lost(reason) => lost = Some(reason),
+            }
+        }
+        if let Some(reason) = lost {
+            self.lose(reason);
+        }
+    }
+
+    fn lose(&mut self, reason: LossReason) {
+        if self.lost.is_some() || self.released {
+            return;
+        }
+        self.lost = Some(reason);
+        if let Some(lease) = self.renewal.as_mut() {
+            lease.end();
+        }
+        // After a permanent refusal the release would be refused the same way; after "not
+        // ours" there is nothing of ours to delete.
+        let release =
+            self.renewal.is_some() && reason == LossReason::DeadlineExpired && self.private_token;
+        self.events.push_back(LockEvent::Lost { reason, release });
+    }
+}
+
+/// A compare-and-delete of `owner`'s value on every key of `spec` (not term-scoped): what a
+/// lock's release, and every cleanup, sends.
+pub fn release_request(spec: &Arc<LeaseSpec>, owner: &Owner) -> ReleaseRequest {
+    ReleaseRequest {
+        spec: Arc::clone(spec),
+        owner: owner.clone(),
+        term: None,
+    }
+}
+
+/// The result of an explicit release: released, not ours any more, or the failure (a
+/// timeout as [`BackendError::Timeout`]: the lock may still be held until its TTL).
+pub fn release_result(reply: Result<ReleaseOutcome, BackendError>) -> Result<(), LockError> {
+    match reply.map_err(LockError::from_backend)? {
+        ReleaseOutcome::Released => Ok(()),
+        _ => Err(LockError::NotHeld),
+    }
+}
+
+/// One explicit refresh call: its retries and its truthful verdict. Owned by the caller; each
+/// attempt goes through [`HeldLock::begin_refresh`] and [`HeldLock::handle_refresh`].
+#[derive(Debug)]
+pub struct Refresh {
+    ttl: Ttl,
+    sequence: RetrySequence,
+    unknown: bool,
+}
+
+impl Refresh {
+    /// A refresh to `ttl`, retrying transient failures with `sequence`.
+    pub fn new(ttl: Ttl, sequence: RetrySequence) -> Self {
+        Refresh {
+            ttl,
+            sequence,
+            unknown: false,
+        }
+    }
+
+    /// The TTL to set.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// After attempt failed with `error` at `now`: when to try again (strictly before the
+    /// lock's deadline `valid_until`), or the final error. Permanent errors end it at once; if
+    /// any attempt may have applied, the final error is [`LockError::OutcomeUnknown`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{BackendError, Instant, RetryStrategy, Ttl};
+    /// use lease_core::lock::{LockError, Refresh};
+    /// let ms = Duration::from_millis;
+    /// let mut r = Refresh::new(Ttl::new(ms(500))?, RetryStrategy::linear(ms(10))?.sequence());
+    /// let deadline = Instant::ZERO + ms(100);
+    /// let again = r.after_failure(Instant::ZERO, deadline, BackendError::Timeout(ms(5)));
+    /// assert_eq!(again.ok(), Some(Instant::ZERO + ms(10)));
+    /// let end = r.after_failure(Instant::ZERO + ms(95), deadline, BackendError::Unavailable("down".into()));
+    /// assert!(end.unwrap_err().is_outcome_unknown(), "the first attempt may have applied");
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn after_failure(
+        &mut self,
+        now: Instant,
+        valid_until: Instant,
+        error: BackendError,
+    ) -> Result<Instant, LockError> {
+        self.unknown |= error.is_outcome_unknown();
+        if !error.is_transient() {
+            return Err(if self.unknown {
+                // Permanent, but an earlier attempt may have applied.
+                LockError::OutcomeUnknown(error)
+            } else {
+                LockError::from_backend(error)
+            });
+        }
+        match self.sequence.next_delay() {
+            Some(d) if now.checked_add(d).is_some_and(|at| at < valid_until) => Ok(now + d),
+            _ if self.unknown => Err(if error.is_outcome_unknown() {
+                LockError::OutcomeUnknown(error)
+            } else {
+                LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
+                    format!("an earlier attempt got no answer ({error})").into(),
+                ))
+            }),
+            _ => Err(LockError::from_backend(error)),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! [`Obtain`]: the machine of one obtain call.
+
+use std::time::Duration;
+
+use crate::backend::{AcquireOutcome, BackendError};
+use crate::lock::error::LockError;
+use crate::lock::options::ObtainPlan;
+use crate::lock::schedule::{NextAttempt, ObtainSchedule};
+use crate::time::Instant;
+use crate::token::Token;
+
+/// An attempt the machine asks the driver to send now: the plan's acquire request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// When it is sent (the `now` it was polled at): the lock is dated from it.
+    pub sent_at: Instant,
+    /// When to stop waiting and call [`Obtain::handle_timed_out`].
+    pub deadline: Instant,
+}
+
+/// A won obtain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Obtained {
+    /// The fencing token minted with the lock, when the plan has a fence key.
+    pub token: Option<Token>,
+    /// When the winning attempt was sent.
+    pub sent_at: Instant,
+}
+
+#[derive(Debug)]
+enum State {
+    /// The next attempt is due at this instant.
+    Due(Instant),
+    /// An attempt is in flight.
+    InFlight { sent_at: Instant },
+    /// Finished; the outcome not yet taken.
+    Done(Option<Result<Obtained, LockError>>),
+}
+
+/// One obtain call: attempts, retries within the wait, and the truthful final outcome.
+///
+/// See the [module documentation](crate::lock) for the driver's contract.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{AcquireOutcome, Instant};
+/// use lease_core::lock::{LockOptions, Obtain};
+/// let plan = LockOptions::new().plan(["k"], Duration::from_secs(1), || "t".into())?;
+/// let mut obtain = Obtain::new(&plan, 7, Instant::ZERO);
+/// let attempt = obtain.poll_attempt(Instant::ZERO).expect("the first attempt is due at once");
+/// assert_eq!(attempt.deadline, Instant::ZERO + Duration::from_secs(1));
+/// // No reply: the lock may be ours, and nothing later settles it.
+/// obtain.handle_timed_out(attempt.deadline);
+/// let err = obtain.poll_outcome().expect("no retry left").unwrap_err();
+/// assert!(err.is_outcome_unknown());
+/// assert!(obtain.needs_cleanup(), "a generated token is cleaned up");
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct Obtain {
+    schedule: ObtainSchedule,
+    bound: Duration,
+    private_token: bool,
+    /// An attempt's outcome is unknown and no later answer settled it.
+    unknown: bool,
+    /// Whether abandoning the obtain now must clean up.
+    armed: bool,
+    state: State,
+}
+
+impl Obtain {
+    /// The obtain of `plan`, started at `now`; `seed` jitters its retries (waiters that saw the
+    /// same release spread out). The first attempt is due at once.
+    pub fn new(plan: &ObtainPlan, seed: u64, now: Instant) -> Self {
+        Obtain {
+            schedule: ObtainSchedule::new(plan.retry.jittered_sequence(seed), now + plan.wait),
+            bound: plan.attempt_bound(),
+            private_token: plan.private_token,
+            unknown: false,
+            armed: false,
+            state: State::Due(now),
+        }
+    }
+
+    /// The next attempt to send, if one is due at `now` (none while one is in flight).
+    ///
+    /// The wait decides when the last attempt may *start*; each attempt is bounded by
+    /// [`ObtainPlan::attempt_bound`]. So a zero wait still means "try once", and an attempt
+    /// started just before the wait deadline is not cut short into an unknown outcome.
+    pub fn poll_attempt(&mut self, now: Instant) -> Option<Attempt> {
+        match self.state {
+            State::Due(at) if now >= at => {
+                self.state = State::InFlight { sent_at: now };
+                // Abandoned from here on, the attempt may win.
+                self.armed = self.private_token;
+                Some(Attempt {
+                    sent_at: now,
+                    deadline: now + self.bound,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Feeds the reply of the attempt in flight (ignored when none is).
+    pub fn handle_reply(&mut self, now: Instant, reply: Result<AcquireOutcome, BackendError>) {
+        let State::InFlight { sent_at } = self.state else {
+            return;
+        };
+        let last = match reply {
+            Ok(AcquireOutcome::Acquired { token }) => {
+                self.armed = false;
+                self.unknown = false;
+                self.state = State::Done(Some(Ok(Obtained { token, sent_at })));
+                return;
+            }
+            Ok(AcquireOutcome::Held { holder, .. }) => {
+                // An answer: whatever an earlier unanswered attempt did has been settled (had
+                // it won, this attempt, with the same token, would have taken over).
+                self.unknown = false;
+                LockError::NotObtained { holder }
+            }
+            Err(e) => {
+                self.unknown |= e.is_outcome_unknown();
+                if !e.is_transient() {
+                    // Permanent: refused at once, never retried.
+                    let err = self.give_up(LockError::from_backend(e));
+                    self.finish(Err(err));
+                    return;
+                }
+                LockError::from_backend(e)
+            }
+        };
+        self.after_failure(now, last);
+    }
+
+    /// The attempt in flight got no reply by its deadline: it may have won at the store. The
+    /// next attempt (same token) takes it over; if there is none, the obtain cleans up.
+    pub fn handle_timed_out(&mut self, now: Instant) {
+        if !matches!(self.state, State::InFlight { .. }) {
+            return;
+        }
+        self.unknown = true;
+        self.after_failure(
+            now,
+            LockError::OutcomeUnknown(BackendError::Timeout(self.bound)),
+        );
+    }
+
+    /// When the next attempt is due, while waiting for it.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::Due(at) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// The outcome, once the obtain has ended (yielded once).
+    pub fn poll_outcome(&mut self) -> Option<Result<Obtained, LockError>> {
+        match &mut self.state {
+            State::Done(outcome) => outcome.take(),
+            _ => None,
+        }
+    }
+
+    /// Whether the lock may be held under the obtain's generated token with nobody to release
+    /// it, if the obtain ends (or is abandoned) now: send one best-effort release.
+    pub fn needs_cleanup(&self) -> bool {
+        self.armed
+    }
+
+    /// The bound of each attempt.
+    pub fn attempt_bound(&self) -> Duration {
+        self.bound
+    }
+
+    fn after_failure(&mut self, now: Instant, last: LockError) {
+        self.armed = self.private_token && self.unknown;
+        match self.schedule.after_failure(now) {
+            NextAttempt::At(t) => self.state = State::Due(t),
+            NextAttempt::DeadlineExceeded => {
+                let last = self.give_up(last);
+                self.finish(Err(LockError::DeadlineExceeded {
+                    last: Box::new(last),
+                }));
+            }
+            _ => {
+                let err = self.give_up(last);
+                self.finish(Err(err));
+            }
+        }
+    }
+
+    fn finish(&mut self, outcome: Result<Obtained, LockError>) {
+        self.armed = self.private_token && self.unknown;
+        self.state = State::Done(Some(outcome));
+    }
+
+    /// The error an obtain ends with. After an attempt with an unknown outcome that no later
+    /// answer settled, it is [`LockError::OutcomeUnknown`] (never "unavailable" or "not
+    /// obtained": the lock may be ours); the driver then cleans up with the obtain's token —
+    /// only when the token was generated for this obtain ([`Obtain::needs_cleanup`]).
+    fn give_up(&self, last: LockError) -> LockError {
+        if !self.unknown || last.is_outcome_unknown() {
+            return last;
+        }
+        LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
+            format!("an earlier attempt got no answer, and no later answer settled it ({last}); cleanup started").into(),
+        ))
+    }
+}

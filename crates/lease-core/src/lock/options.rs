@@ -1,0 +1,171 @@
+//! [`LockOptions`] and their validation into an [`ObtainPlan`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{AcquireRequest, LeaseSpec, Metadata, Owner};
+use crate::config::{ConfigError, Ttl, check_operation_timeout, check_renew_interval};
+use crate::retry::RetryStrategy;
+
+/// Auto-renewal settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoRenew {
+    /// How often to renew (must be at most TTL/2).
+    pub interval: Duration,
+}
+
+/// Options of one obtain call.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::RetryStrategy;
+/// use lease_core::lock::LockOptions;
+/// let opts = LockOptions::new()
+///     .retry(RetryStrategy::linear(Duration::from_millis(50))?)
+///     .metadata("job 42")
+///     .fence_key("{jobs}:fence")
+///     .wait(Duration::from_secs(5));
+/// # let _ = opts;
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct LockOptions {
+    retry: RetryStrategy,
+    metadata: Option<String>,
+    token: Option<String>,
+    fence_key: Option<String>,
+    wait: Option<Duration>,
+    auto_renew: Option<AutoRenew>,
+    operation_timeout: Option<Duration>,
+}
+
+impl LockOptions {
+    /// Defaults: no retry, no metadata, a random token, no fencing, wait one TTL, no
+    /// auto-renewal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The retry strategy when the lock is held (shared strategies are fine: each obtain gets
+    /// its own sequence).
+    pub fn retry(mut self, retry: RetryStrategy) -> Self {
+        self.retry = retry;
+        self
+    }
+    /// Metadata stored with the lock.
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+    /// A caller-chosen ownership token. Obtaining again with the same token is reentrant
+    /// (without counting: one release frees it).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+    /// Mint a fencing token from this counter key atomically with the obtain (on Redis
+    /// Cluster it must share the lock keys' hash slot).
+    pub fn fence_key(mut self, key: impl Into<String>) -> Self {
+        self.fence_key = Some(key.into());
+        self
+    }
+    /// How long to keep retrying (default: one TTL): no attempt starts after this; an attempt
+    /// in flight is bounded by the operation timeout (default one TTL).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+    /// Renew in the background every `interval` until released or lost.
+    pub fn auto_renew(mut self, interval: Duration) -> Self {
+        self.auto_renew = Some(AutoRenew { interval });
+        self
+    }
+    /// A cap on each round trip (default: the remaining wait, or the remaining validity).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// Validates an obtain of `keys` for `ttl` with these options: every bad input is a
+    /// [`ConfigError`] before any round trip. `fresh_token` makes the ownership token when
+    /// none was chosen ([`LockOptions::token`]); it is called at most once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::lock::LockOptions;
+    /// let plan = LockOptions::new().plan(["a"], Duration::from_secs(1), || "t1".into())?;
+    /// assert!(plan.private_token);
+    /// assert_eq!(plan.request.owner.as_str(), "t1");
+    /// let err = LockOptions::new()
+    ///     .auto_renew(Duration::from_millis(900))
+    ///     .plan(["a"], Duration::from_secs(1), || "t1".into());
+    /// assert!(err.is_err(), "an auto-renew interval above TTL/2 is refused");
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn plan<I, S>(
+        &self,
+        keys: I,
+        ttl: Duration,
+        fresh_token: impl FnOnce() -> String,
+    ) -> Result<ObtainPlan, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let ttl = Ttl::new(ttl)?;
+        let spec = Arc::new(LeaseSpec::lock(keys, self.fence_key.clone())?);
+        let owner = match &self.token {
+            Some(t) => Owner::new(t)?,
+            None => Owner::new(fresh_token())?,
+        };
+        let metadata = Metadata::new(self.metadata.as_deref().unwrap_or(""))?;
+        if let Some(ar) = self.auto_renew {
+            check_renew_interval(ar.interval, ttl.get())?;
+        }
+        if let Some(t) = self.operation_timeout {
+            check_operation_timeout(t)?;
+        }
+        Ok(ObtainPlan {
+            request: AcquireRequest {
+                spec,
+                owner,
+                ttl,
+                metadata,
+            },
+            wait: self.wait.unwrap_or(ttl.get()),
+            operation_timeout: self.operation_timeout,
+            auto_renew: self.auto_renew,
+            retry: self.retry.clone(),
+            private_token: self.token.is_none(),
+        })
+    }
+}
+
+/// A validated obtain: what to send and the bounds of the call. Made by [`LockOptions::plan`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ObtainPlan {
+    /// The acquire request every attempt sends.
+    pub request: AcquireRequest,
+    /// How long after the first attempt a new attempt may still start.
+    pub wait: Duration,
+    /// The caller's cap on each round trip.
+    pub operation_timeout: Option<Duration>,
+    /// Auto-renewal, when asked for.
+    pub auto_renew: Option<AutoRenew>,
+    /// The retry strategy while the lock is held by someone else or the store is unavailable.
+    pub retry: RetryStrategy,
+    /// Whether the ownership token was generated for this obtain alone: only then may a
+    /// compare-and-delete with it clean up after an unknown outcome or a loss (a caller-chosen
+    /// token may also be held by another of the caller's handles).
+    pub private_token: bool,
+}
+
+impl ObtainPlan {
+    /// The bound of each obtain attempt: the operation timeout, else one TTL, and never more
+    /// than one TTL (a grant heard later than that is worthless).
+    pub fn attempt_bound(&self) -> Duration {
+        self.operation_timeout
+            .unwrap_or(self.request.ttl.get())
+            .min(self.request.ttl.get())
+    }
+}

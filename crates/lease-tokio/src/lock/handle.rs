@@ -1,0 +1,338 @@
+//! [`Lock`]: the handle of a held lock, over a [`HeldLock`] machine behind one mutex.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::lock::{
+    HeldLock, LockError, LockEvent, ObtainPlan, Obtained, Refresh, RefreshReply, RefreshTurn,
+    release_request, release_result,
+};
+use lease_core::{
+    BackendError, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, RenewRequest, RetryStrategy,
+    Token, Ttl,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::ids::random_u64;
+use crate::lock::task::{spawn_release, watch};
+
+/// What a lock's handle and its background task share.
+#[derive(Debug)]
+pub(crate) struct Shared<B> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) spec: Arc<LeaseSpec>,
+    pub(crate) owner: Owner,
+    /// The renewal auto-renewal sends (the lock's TTL).
+    pub(crate) renew: RenewRequest,
+    pub(crate) clock: Clock,
+    /// The rules. Never held across a round trip.
+    machine: Mutex<HeldLock>,
+    /// Wakes whoever waits on the machine: the deadline moved, or the turn was freed.
+    pub(crate) moved: tokio::sync::Notify,
+    /// Fires when the lock is no longer held, for any reason.
+    pub(crate) lost: CancellationToken,
+    /// Whether a background task runs (auto-renewal, or a deadline watch for `lost()`).
+    watching: AtomicBool,
+}
+
+impl<B: LeaseBackend> Shared<B> {
+    /// Runs `f` on the machine at the current instant, then acts on the events it produced
+    /// (after the mutex is released).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut HeldLock, lease_core::Instant) -> R) -> R {
+        let (result, events) = {
+            let mut machine = self.machine.lock().unwrap_or_else(|e| e.into_inner());
+            let result = f(&mut machine, self.clock.now());
+            let events: Vec<LockEvent> = std::iter::from_fn(|| machine.poll_event()).collect();
+            (result, events)
+        };
+        for event in events {
+            self.act(event);
+        }
+        result
+    }
+
+    fn act(&self, event: LockEvent) {
+        let keys = self.spec.keys();
+        match event {
+            LockEvent::RenewFailed(e) if !e.is_transient() => {
+                tracing::error!(?keys, error = %e, "lock renewal refused (permanent error); giving the lock up");
+            }
+            LockEvent::RenewFailed(e) => {
+                tracing::warn!(?keys, error = %e, "lock renewal failed (tolerated until the deadline)");
+            }
+            LockEvent::Lost { reason, release } => {
+                tracing::warn!(?keys, ?reason, "lock lost");
+                self.lost.cancel();
+                if release {
+                    spawn_release(
+                        Arc::clone(&self.backend),
+                        release_request(&self.spec, &self.owner),
+                        self.renew.ttl.get(),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The local deadline on tokio's clock.
+    pub(crate) fn valid_until(&self) -> tokio::time::Instant {
+        self.clock.to_tokio(self.with(|m, _| m.valid_until()))
+    }
+}
+
+/// A held lock. Dropping it without [`Lock::release`] releases it best-effort in the
+/// background (on the current tokio runtime, if any); call `release` to learn the outcome.
+#[derive(Debug)]
+pub struct Lock<B: LeaseBackend> {
+    shared: Arc<Shared<B>>,
+    metadata: Metadata,
+    ttl: Ttl,
+    fence_token: Option<Token>,
+    retry: RetryStrategy,
+    bound: Duration,
+    renewer: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl<B: LeaseBackend> Lock<B> {
+    /// The lock `plan`'s obtain won.
+    pub(crate) fn new(backend: Arc<B>, plan: ObtainPlan, obtained: Obtained, clock: Clock) -> Self {
+        let ttl = plan.request.ttl;
+        let margin = backend.validity_margin(ttl);
+        let machine = HeldLock::for_plan(&plan, obtained, margin, clock.now());
+        let bound = machine.bound();
+        let auto_renew = plan.auto_renew.is_some();
+        let shared = Arc::new(Shared {
+            backend,
+            renew: RenewRequest {
+                spec: Arc::clone(&plan.request.spec),
+                owner: plan.request.owner.clone(),
+                ttl,
+            },
+            spec: plan.request.spec,
+            owner: plan.request.owner,
+            clock,
+            machine: Mutex::new(machine),
+            moved: tokio::sync::Notify::new(),
+            lost: CancellationToken::new(),
+            watching: AtomicBool::new(auto_renew),
+        });
+        // Without auto-renewal, the deadline watch that fires the loss signal is started
+        // lazily, on the first `lost()` call: a lock nobody watches costs no task.
+        let renewer = auto_renew.then(|| tokio::spawn(watch(Arc::clone(&shared))));
+        Lock {
+            shared,
+            metadata: plan.request.metadata,
+            ttl,
+            fence_token: obtained.token,
+            retry: plan.retry,
+            bound,
+            renewer,
+        }
+    }
+
+    /// The first key.
+    pub fn key(&self) -> &str {
+        self.shared.spec.keys().first().map_or("", String::as_str)
+    }
+
+    /// Every key.
+    pub fn keys(&self) -> &[String] {
+        self.shared.spec.keys()
+    }
+
+    /// The ownership token stored in the keys.
+    pub fn token(&self) -> &str {
+        self.shared.owner.as_str()
+    }
+
+    /// The fencing token minted at obtain, when a fence key was given.
+    pub fn fence_token(&self) -> Option<Token> {
+        self.fence_token
+    }
+
+    /// The metadata stored with the lock.
+    pub fn metadata(&self) -> &str {
+        self.metadata.as_str()
+    }
+
+    /// The TTL set at obtain (and by auto-renewal).
+    pub fn ttl_setting(&self) -> Duration {
+        self.ttl.get()
+    }
+
+    /// The local deadline: the send time of the last obtain/renewal/refresh the store
+    /// answered, plus its TTL (minus the backend's drift margin). It never exceeds what the
+    /// store was last told: a refresh to a shorter TTL shortens it, even when its outcome is
+    /// unknown.
+    pub fn valid_until(&self) -> tokio::time::Instant {
+        self.shared.valid_until()
+    }
+
+    /// Whether this handle still holds the lock as far as it knows locally: not released, not
+    /// lost, and before the local deadline.
+    pub fn held(&self) -> bool {
+        self.shared.with(|m, now| m.is_held(now))
+    }
+
+    /// The loss signal: a token cancelled when the lock is no longer held — renewal failed for
+    /// good, the local deadline passed, or the lock was released — whichever comes first. It
+    /// belongs to this acquisition: a later obtain has its own.
+    pub fn lost(&self) -> CancellationToken {
+        let shared = &self.shared;
+        if !shared.lost.is_cancelled() && !shared.watching.swap(true, Ordering::AcqRel) {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(watch(Arc::clone(shared)));
+            } else {
+                shared.watching.store(false, Ordering::Release);
+            }
+        }
+        shared.lost.clone()
+    }
+
+    /// The remaining TTL at the backend: the minimum over the keys, zero when not held.
+    pub async fn ttl(&self) -> Result<Duration, LockError> {
+        let shared = &self.shared;
+        let read = shared.backend.remaining(&shared.spec, &shared.owner);
+        match tokio::time::timeout(self.bound, read).await {
+            Ok(Ok(r)) => Ok(r.unwrap_or(Duration::ZERO)),
+            // A read changes nothing: its failures are "unavailable" or "refused".
+            Ok(Err(e)) => Err(LockError::from_read(e)),
+            Err(_) => Err(LockError::from_read(BackendError::Timeout(self.bound))),
+        }
+    }
+
+    /// Extends the lock to `ttl` from now. A lost lock is terminal ([`LockError::NotHeld`], at
+    /// once, without a round trip) — and a lock past its local deadline is lost, even if the
+    /// loss signal has not fired yet; a reply arriving after the deadline does not revive it.
+    /// Transient errors are retried per the lock's retry strategy, while the deadline allows.
+    ///
+    /// A refresh and the auto-renewal never run at once, and the local deadline becomes what
+    /// this refresh told the store (it may shorten it). If no attempt was answered and one may
+    /// have been applied, the result is [`LockError::OutcomeUnknown`] and the deadline is not
+    /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied.
+    pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        let ttl = Ttl::new(ttl)?;
+        let shared = &self.shared;
+        let req = RenewRequest {
+            spec: Arc::clone(&shared.spec),
+            owner: shared.owner.clone(),
+            ttl,
+        };
+        let margin = shared.backend.validity_margin(ttl);
+        let mut refresh = Refresh::new(ttl, self.retry.jittered_sequence(random_u64()));
+        loop {
+            let Some(order) = self.take_turn(ttl, margin).await else {
+                shared.lost.cancel();
+                return Err(LockError::NotHeld);
+            };
+            // Whatever happens to this call from here on, the turn is given back.
+            let mut turn = TurnGuard { shared, held: true };
+            let sent = shared.backend.renew(&req);
+            let reply = tokio::time::timeout_at(shared.clock.to_tokio(order.deadline), sent)
+                .await
+                .unwrap_or(Err(BackendError::Timeout(order.deadline - order.sent_at)));
+            turn.held = false;
+            let answer = shared.with(|m, now| m.handle_refresh(now, reply));
+            shared.moved.notify_waiters();
+            let error = match answer {
+                RefreshReply::Refreshed => return Ok(()),
+                RefreshReply::Failed(e) => e,
+                _ => {
+                    shared.lost.cancel();
+                    return Err(LockError::NotHeld);
+                }
+            };
+            let until = shared.with(|m, _| m.valid_until());
+            let at = refresh.after_failure(shared.clock.now(), until, error)?;
+            tokio::time::sleep_until(shared.clock.to_tokio(at)).await;
+        }
+    }
+
+    /// Waits for the turn (a renewal may be in flight) and takes it for one refresh attempt;
+    /// `None` when the lock is not held.
+    async fn take_turn(
+        &self,
+        ttl: Ttl,
+        margin: Duration,
+    ) -> Option<lease_core::lock::RefreshOrder> {
+        let shared = &self.shared;
+        loop {
+            let moved = shared.moved.notified();
+            tokio::pin!(moved);
+            // Registered before the machine is asked: a renewal's reply in between wakes us.
+            moved.as_mut().enable();
+            match shared.with(|m, now| m.begin_refresh(now, ttl, margin)) {
+                RefreshTurn::Send(order) => {
+                    // The deadline may have moved: whoever sleeps towards it re-reads it.
+                    shared.moved.notify_waiters();
+                    return Some(order);
+                }
+                RefreshTurn::Busy => moved.await,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Releases the lock (compare-and-delete: never deletes a lock someone else now holds).
+    /// Returns [`LockError::NotHeld`] when it was no longer ours, and
+    /// [`LockError::OutcomeUnknown`] when the release got no answer (the lock may still be
+    /// held until its TTL runs out).
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.shared.with(|m, _| m.release());
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        let shared = &self.shared;
+        let req = release_request(&shared.spec, &shared.owner);
+        let result = tokio::time::timeout(self.bound, shared.backend.release(&req))
+            .await
+            .unwrap_or(Err(BackendError::Timeout(self.bound)));
+        shared.lost.cancel();
+        release_result(result)
+    }
+}
+
+impl<B: LeaseBackend + Fencing> Lock<B> {
+    /// A fencer for writes under this lock's fencing token, against `<fence key>:applied`.
+    /// `None` when the lock was obtained without a fence key.
+    pub fn fencer(&self) -> Option<B::Fencer> {
+        let mark = self.shared.spec.mark_key()?;
+        Some(self.shared.backend.fencer(&mark, self.fence_token?))
+    }
+}
+
+impl<B: LeaseBackend> Drop for Lock<B> {
+    fn drop(&mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        let shared = &self.shared;
+        if shared.with(|m, now| m.release_on_drop(now)) {
+            spawn_release(
+                Arc::clone(&shared.backend),
+                release_request(&shared.spec, &shared.owner),
+                self.bound,
+            );
+        }
+        shared.lost.cancel();
+    }
+}
+
+/// Gives the turn back when a refresh attempt is abandoned (its future dropped) before its
+/// reply was handled.
+struct TurnGuard<'a, B: LeaseBackend> {
+    shared: &'a Shared<B>,
+    held: bool,
+}
+
+impl<B: LeaseBackend> Drop for TurnGuard<'_, B> {
+    fn drop(&mut self) {
+        if self.held {
+            self.shared.with(|m, _| m.abandon_refresh());
+            self.shared.moved.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! [`Locker`]: drives one [`Obtain`] machine per obtain call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::lock::{LockError, LockOptions, Obtain, Obtained, release_request};
+use lease_core::{AcquireRequest, LeaseBackend};
+
+use crate::clock::Clock;
+use crate::ids::{random_token, random_u64};
+use crate::lock::handle::Lock;
+use crate::lock::task::spawn_release;
+
+/// Obtains locks over a backend. Cheap to clone.
+///
+/// ```
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use lease_tokio::{Locker, LockOptions};
+/// use lease_tokio::lease_core::memory::{ManualClock, MemoryBackend};
+///
+/// let locker = Locker::new(MemoryBackend::new(ManualClock::new()));
+/// let lock = locker.obtain("report", Duration::from_secs(10), LockOptions::new()).await?;
+/// assert!(locker.obtain("report", Duration::from_secs(10), LockOptions::new()).await.is_err());
+/// lock.release().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Locker<B> {
+    backend: Arc<B>,
+}
+
+impl<B> Clone for Locker<B> {
+    fn clone(&self) -> Self {
+        Locker {
+            backend: Arc::clone(&self.backend),
+        }
+    }
+}
+
+impl<B: LeaseBackend> Locker<B> {
+    /// A locker over `backend`.
+    pub fn new(backend: B) -> Self {
+        Locker {
+            backend: Arc::new(backend),
+        }
+    }
+
+    /// A locker over a shared backend.
+    pub fn from_arc(backend: Arc<B>) -> Self {
+        Locker { backend }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// Obtains a lock on `key` for `ttl`.
+    pub async fn obtain(
+        &self,
+        key: impl Into<String>,
+        ttl: Duration,
+        options: LockOptions,
+    ) -> Result<Lock<B>, LockError> {
+        self.obtain_multi([key.into()], ttl, options).await
+    }
+
+    /// Obtains a lock on every key of `keys` at once, or on none: every key is checked before
+    /// any is changed.
+    ///
+    /// Cancellation-safe: dropping the returned future while an attempt is in flight (or after
+    /// one whose outcome is unknown) starts the same background cleanup as
+    /// [`LockError::OutcomeUnknown`] does, so a cancelled obtain does not leave a lock behind
+    /// until its TTL.
+    pub async fn obtain_multi<I, S>(
+        &self,
+        keys: I,
+        ttl: Duration,
+        options: LockOptions,
+    ) -> Result<Lock<B>, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        // Everything is validated before the first round trip.
+        let plan = options.plan(keys, ttl, random_token)?;
+        self.backend
+            .check_spec(&plan.request.spec)
+            .map_err(LockError::Refused)?;
+        let clock = Clock::new();
+        // Jittered per acquisition, so waiters that saw the same release spread out.
+        let obtained = ObtainRun {
+            obtain: Obtain::new(&plan, random_u64(), clock.now()),
+            backend: Arc::clone(&self.backend),
+            request: &plan.request,
+        }
+        .drive(clock)
+        .await?;
+        let lock = Lock::new(Arc::clone(&self.backend), plan, obtained, clock);
+        tracing::debug!(keys = ?lock.keys(), fence_token = ?obtained.token, "lock obtained");
+        Ok(lock)
+    }
+}
+
+/// One obtain in progress. Dropped — at the end, or because the caller abandoned the obtain —
+/// it sends the cleanup release the machine asks for ([`Obtain::needs_cleanup`]).
+struct ObtainRun<'a, B: LeaseBackend> {
+    obtain: Obtain,
+    backend: Arc<B>,
+    request: &'a AcquireRequest,
+}
+
+impl<B: LeaseBackend> ObtainRun<'_, B> {
+    async fn drive(mut self, clock: Clock) -> Result<Obtained, LockError> {
+        loop {
+            if let Some(attempt) = self.obtain.poll_attempt(clock.now()) {
+                let reply = tokio::time::timeout_at(
+                    clock.to_tokio(attempt.deadline),
+                    self.backend.acquire(self.request),
+                )
+                .await;
+                match reply {
+                    Ok(reply) => self.obtain.handle_reply(clock.now(), reply),
+                    Err(_) => self.obtain.handle_timed_out(clock.now()),
+                }
+            }
+            if let Some(outcome) = self.obtain.poll_outcome() {
+                return outcome;
+            }
+            if let Some(at) = self.obtain.poll_timeout() {
+                tokio::time::sleep_until(clock.to_tokio(at)).await;
+            }
+        }
+    }
+}
+
+impl<B: LeaseBackend> Drop for ObtainRun<'_, B> {
+    fn drop(&mut self) {
+        if self.obtain.needs_cleanup() {
+            spawn_release(
+                Arc::clone(&self.backend),
+                release_request(&self.request.spec, &self.request.owner),
+                self.request.ttl.get(),
+            );
+        }
+    }
+}
