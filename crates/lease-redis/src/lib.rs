@@ -61,8 +61,11 @@ mod fence;
 mod reply;
 pub mod scripts;
 pub mod slot;
+mod topology;
 
-pub use backend::{RedisBackend, Topology};
+pub use backend::RedisBackend;
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
-pub use fence::{BODY_CACHE_CAPACITY, DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use scripts::BODY_CACHE_CAPACITY;
 pub use slot::{CrossSlot, SlotError};
+pub use topology::Topology;

@@ -18,6 +18,11 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::backend_error;
 
+mod cache;
+
+pub use cache::BODY_CACHE_CAPACITY;
+pub(crate) use cache::BodyCache;
+
 /// `acquire.lua`: acquire or take over a lease, minting a token when fenced.
 pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
 /// `renew.lua`: extend a lease held on every key.
