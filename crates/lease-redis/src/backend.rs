@@ -12,21 +12,11 @@ use lease_core::{
 };
 use redis::aio::ConnectionLike;
 
-use crate::fence::{BodyCache, DEFAULT_FENCE_TIMEOUT, RedisFencer, check_mark_key};
+use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
 use crate::reply;
-use crate::scripts::{Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
+use crate::scripts::{BodyCache, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
 use crate::slot::{self, SlotError};
-
-/// Whether the server is a Redis Cluster, which decides whether hash-slot checks apply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Topology {
-    /// A single server (or a primary with replicas): no slot checks.
-    Standalone,
-    /// A Redis Cluster: every script's keys must share a hash slot, checked locally before any
-    /// round trip (see [`crate::slot`]).
-    Cluster,
-}
+use crate::topology::{Topology, check_mark_key};
 
 /// A [`LeaseBackend`] on one Redis server or one Redis Cluster, over any redis-rs async
 /// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or

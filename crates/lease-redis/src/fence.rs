@@ -1,10 +1,9 @@
 //! Fenced writes to Redis: each write checks the token against the applied mark, writes, and
 //! advances the mark, in one script.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,77 +11,19 @@ use lease_core::{BackendError, FenceOutcome, FencedResource, Token};
 use redis::aio::ConnectionLike;
 use redis::{ToRedisArgs, ToSingleRedisArg};
 
-use crate::backend::Topology;
 use crate::error::RedisLeaseError;
 use crate::reply;
 use crate::scripts::{
-    Call, LuaScript, S_FENCE_DEL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET, wrap_body,
+    BodyCache, Call, LuaScript, S_FENCE_DEL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET,
 };
 use crate::slot::{self, SlotError};
-
-/// How many wrapped [`FencedWrite::Eval`] bodies one backend keeps compiled (SHA1 and source).
-///
-/// The cache is least-recently-used: when full, the body used longest ago is dropped. A dropped
-/// body is simply wrapped again on its next use; the server keeps its own script cache, so
-/// this bounds client memory only.
-pub const BODY_CACHE_CAPACITY: usize = 256;
+use crate::topology::{Topology, check_mark_key};
 
 /// The default bound of one fenced write: 2 s. Connections carry no response timeout of
 /// their own (see the crate docs), so the fencer bounds each write itself; a write that gets
 /// no reply in time is [`BackendError::Timeout`](lease_core::BackendError::Timeout): **outcome
 /// unknown**, since it may still be applied.
 pub const DEFAULT_FENCE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Wrapped Eval bodies, shared (through an `Arc`) by a backend and every fencer it hands out.
-#[derive(Debug, Default)]
-pub(crate) struct BodyCache {
-    inner: Mutex<CacheInner>,
-}
-
-#[derive(Debug, Default)]
-struct CacheInner {
-    map: HashMap<String, (Arc<LuaScript>, u64)>,
-    tick: u64,
-}
-
-impl BodyCache {
-    fn lock(&self) -> MutexGuard<'_, CacheInner> {
-        // Every mutation is a single step; a panic elsewhere leaves the map consistent.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The wrapped script of `body`, built on first use.
-    pub(crate) fn get(&self, body: &str) -> Arc<LuaScript> {
-        let mut c = self.lock();
-        c.tick += 1;
-        let tick = c.tick;
-        if let Some((s, used)) = c.map.get_mut(body) {
-            *used = tick;
-            return Arc::clone(s);
-        }
-        if c.map.len() >= BODY_CACHE_CAPACITY
-            && let Some(oldest) = c
-                .map
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone())
-        {
-            c.map.remove(&oldest);
-        }
-        let s = Arc::new(LuaScript::new("fence_eval", wrap_body(body)));
-        c.map.insert(body.to_owned(), (Arc::clone(&s), tick));
-        s
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.lock().map.len()
-    }
-
-    #[cfg(test)]
-    fn contains(&self, body: &str) -> bool {
-        self.lock().map.contains_key(body)
-    }
-}
 
 fn single(v: impl ToSingleRedisArg) -> Vec<u8> {
     v.to_redis_args().concat()
@@ -519,16 +460,6 @@ where
     }
 }
 
-/// On Redis Cluster a mark key must carry a hash tag (so target keys can share its slot).
-pub(crate) fn check_mark_key(mark_key: &str, topology: Topology) -> Result<(), SlotError> {
-    if topology == Topology::Cluster && slot::hash_tag(mark_key.as_bytes()).is_none() {
-        return Err(SlotError::NoHashTag {
-            key: mark_key.to_owned(),
-        });
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl<C> FencedResource for RedisFencer<C>
 where
@@ -549,32 +480,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cache_is_lru_and_bounded() {
-        let c = BodyCache::default();
-        let first = c.get("return 0");
-        for i in 1..BODY_CACHE_CAPACITY {
-            c.get(&format!("return {i}"));
-        }
-        assert_eq!(c.len(), BODY_CACHE_CAPACITY);
-        // Touch the first body: it becomes the most recently used.
-        assert!(Arc::ptr_eq(&first, &c.get("return 0")));
-        c.get("return 'new'");
-        assert_eq!(c.len(), BODY_CACHE_CAPACITY);
-        assert!(c.contains("return 0"), "recently used body kept");
-        assert!(!c.contains("return 1"), "least recently used body evicted");
-        assert!(c.contains("return 'new'"));
-    }
-
-    #[test]
-    fn wrapped_body_has_its_own_hash() {
-        let c = BodyCache::default();
-        let a = c.get("return 1");
-        let b = c.get("return 2");
-        assert_ne!(a.name, "");
-        assert_ne!(format!("{a:?}"), format!("{b:?}"));
-    }
 
     #[test]
     fn write_constructors() {
@@ -598,12 +503,5 @@ mod tests {
         assert!(
             matches!(e, FencedWrite::Eval { ref args, .. } if args == &[b"1".to_vec(), b"2".to_vec()])
         );
-    }
-
-    #[test]
-    fn mark_key_checks() {
-        assert!(check_mark_key("{j}:fence:applied", Topology::Cluster).is_ok());
-        assert!(check_mark_key("j:fence:applied", Topology::Cluster).is_err());
-        assert!(check_mark_key("j:fence:applied", Topology::Standalone).is_ok());
     }
 }

@@ -10,8 +10,9 @@
 //!   or several at once) and implements [`lease_core::FencedResource`].
 //! - [`slot`] computes Redis Cluster hash slots locally: on a cluster, keys that cannot share a
 //!   slot are refused before any round trip.
-//! - [`scripts`] holds the Lua sources (one file per script in `scripts/`, each documenting its
-//!   KEYS, ARGV and replies).
+//! - [`scripts`] holds the Lua sources: one file per script in `scripts/`, each documenting its
+//!   KEYS, ARGV and replies, composed at compile time behind one shared prelude (the fenced
+//!   writes also share one guard and one mark advance), and the cache of wrapped Eval bodies.
 //!
 //! # Timeouts and truthful outcomes
 //!
@@ -61,8 +62,11 @@ mod fence;
 mod reply;
 pub mod scripts;
 pub mod slot;
+mod topology;
 
-pub use backend::{RedisBackend, Topology};
+pub use backend::RedisBackend;
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
-pub use fence::{BODY_CACHE_CAPACITY, DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use scripts::BODY_CACHE_CAPACITY;
 pub use slot::{CrossSlot, SlotError};
+pub use topology::Topology;

@@ -1,6 +1,14 @@
-//! The Lua scripts, embedded from `scripts/*.lua`, and how they are run.
+//! The Lua scripts, composed at compile time from `scripts/*.lua`, and how they are run.
 //!
-//! Each script opens with a comment block stating its KEYS, ARGV and replies; read them there.
+//! Every script is [`PRELUDE`] (`prelude.lua`: the helpers `owner_of`, `less`, `canon`,
+//! `read_int` and two constants) followed by the script's own file; each fenced write
+//! (`fence_*`) is [`PRELUDE`] + [`FENCE_GUARD`] (`fence_guard.lua`: refuse a stale or invalid
+//! token) + its write + [`FENCE_ADVANCE`] (`fence_advance.lua`: move the mark to the token).
+//! The pieces are joined with `concat!(include_str!(..), ..)`, so each constant below is one
+//! `&'static str` and its SHA1 is fixed at build time (a unit test pins every SHA1). Each
+//! script's own file opens with a comment block stating its KEYS, ARGV and replies; read them
+//! there.
+//!
 //! Scripts run by `EVALSHA`; on `NOSCRIPT` (a restarted or flushed server, a failover to a
 //! node that never saw the script) the same call is sent once more as `EVAL` with the full
 //! source, which also caches it on that server. That fallback is one extra round trip on the
@@ -9,6 +17,9 @@
 //! (redis-rs's `ScriptInvocation::invoke_async` falls back differently: `SCRIPT LOAD` then
 //! `EVALSHA` again, two more round trips with a window in which the server can lose the script
 //! again. We use `redis::Script` for the SHA1 only.)
+//!
+//! Wrapped [`FencedWrite::Eval`](crate::FencedWrite::Eval) bodies are compiled once each and
+//! kept in a bounded least-recently-used cache ([`BODY_CACHE_CAPACITY`]).
 
 use std::sync::{Arc, LazyLock};
 
@@ -18,29 +29,69 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::backend_error;
 
+mod cache;
+
+pub use cache::BODY_CACHE_CAPACITY;
+pub(crate) use cache::BodyCache;
+
+/// The text of one file of `scripts/`, as a string literal.
+macro_rules! lua_file {
+    ($file:literal) => {
+        include_str!(concat!("../scripts/", $file))
+    };
+}
+
+/// `prelude.lua`: the helpers (`owner_of`, `less`, `canon`, `read_int`, `NOT_AN_INTEGER`,
+/// `MAX_TOKEN`) every script starts with, exactly once.
+pub const PRELUDE: &str = lua_file!("prelude.lua");
+/// `fence_guard.lua`: the fence check every fenced write runs after the prelude (refuse a
+/// token not in 1..2^53 or below the mark, returning `{0, mark}`).
+pub const FENCE_GUARD: &str = lua_file!("fence_guard.lua");
+/// `fence_advance.lua`: the end of every fenced write (set the mark to the token, return 1).
+pub const FENCE_ADVANCE: &str = lua_file!("fence_advance.lua");
+
+/// A script: the prelude, then the script's own file.
+macro_rules! plain_script {
+    ($file:literal) => {
+        concat!(lua_file!("prelude.lua"), lua_file!($file))
+    };
+}
+
+/// A fenced write: prelude, guard, the script's own write, mark advance.
+macro_rules! fence_script {
+    ($file:literal) => {
+        concat!(
+            lua_file!("prelude.lua"),
+            lua_file!("fence_guard.lua"),
+            lua_file!($file),
+            lua_file!("fence_advance.lua"),
+        )
+    };
+}
+
 /// `acquire.lua`: acquire or take over a lease, minting a token when fenced.
-pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+pub const ACQUIRE: &str = plain_script!("acquire.lua");
 /// `renew.lua`: extend a lease held on every key.
-pub const RENEW: &str = include_str!("../scripts/renew.lua");
+pub const RENEW: &str = plain_script!("renew.lua");
 /// `release.lua`: compare-and-delete, optionally only while the counter is at the term.
-pub const RELEASE: &str = include_str!("../scripts/release.lua");
+pub const RELEASE: &str = plain_script!("release.lua");
 /// `pttl.lua`: the minimum remaining TTL of a lease held on every key.
-pub const PTTL: &str = include_str!("../scripts/pttl.lua");
+pub const PTTL: &str = plain_script!("pttl.lua");
 /// `inspect.lua`: holder, TTL, counter and mark, raw.
-pub const INSPECT: &str = include_str!("../scripts/inspect.lua");
+pub const INSPECT: &str = plain_script!("inspect.lua");
 /// `raise.lua`: raise counter and mark to a token where the lease is still ours.
-pub const RAISE: &str = include_str!("../scripts/raise.lua");
+pub const RAISE: &str = plain_script!("raise.lua");
 /// `fence_set.lua`: fenced `SET`.
-pub const FENCE_SET: &str = include_str!("../scripts/fence_set.lua");
+pub const FENCE_SET: &str = fence_script!("fence_set.lua");
 /// `fence_hset.lua`: fenced `HSET` of one field.
-pub const FENCE_HSET: &str = include_str!("../scripts/fence_hset.lua");
+pub const FENCE_HSET: &str = fence_script!("fence_hset.lua");
 /// `fence_del.lua`: fenced `DEL`.
-pub const FENCE_DEL: &str = include_str!("../scripts/fence_del.lua");
+pub const FENCE_DEL: &str = fence_script!("fence_del.lua");
 /// `fence_multi.lua`: several fenced writes under one check, all or nothing.
-pub const FENCE_MULTI: &str = include_str!("../scripts/fence_multi.lua");
+pub const FENCE_MULTI: &str = fence_script!("fence_multi.lua");
 /// `fence_eval.lua`: the template wrapping a caller's body between guard and mark advance;
 /// the line equal to [`BODY_MARKER`] is replaced by the body.
-pub const FENCE_EVAL_TEMPLATE: &str = include_str!("../scripts/fence_eval.lua");
+pub const FENCE_EVAL_TEMPLATE: &str = fence_script!("fence_eval.lua");
 /// The line of [`FENCE_EVAL_TEMPLATE`] replaced by a caller's body.
 pub const BODY_MARKER: &str = "--@@BODY@@";
 
@@ -196,21 +247,78 @@ impl Call {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
-    fn helpers(code: &str) -> &str {
-        let start = code.find("-- helpers:begin").expect("helpers:begin");
-        let end = code.find("-- helpers:end").expect("helpers:end");
-        &code[start..end]
+    /// Every script's own file (what follows the prelude, or the guard), by file name.
+    const OWN_PARTS: [(&str, &str); 11] = [
+        ("acquire.lua", lua_file!("acquire.lua")),
+        ("renew.lua", lua_file!("renew.lua")),
+        ("release.lua", lua_file!("release.lua")),
+        ("pttl.lua", lua_file!("pttl.lua")),
+        ("inspect.lua", lua_file!("inspect.lua")),
+        ("raise.lua", lua_file!("raise.lua")),
+        ("fence_set.lua", lua_file!("fence_set.lua")),
+        ("fence_hset.lua", lua_file!("fence_hset.lua")),
+        ("fence_del.lua", lua_file!("fence_del.lua")),
+        ("fence_multi.lua", lua_file!("fence_multi.lua")),
+        ("fence_eval.lua", lua_file!("fence_eval.lua")),
+    ];
+
+    /// The SHA1 of every composed script, pinned. A change to any part (the prelude, the guard,
+    /// the advance or a script's own file) changes a SHA1 and must be deliberate: re-pin it
+    /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
+    /// by EVAL.)
+    const PINNED_SHA1: [(&str, &str); 11] = [
+        ("acquire.lua", "79dfd01959e02228a034d12c169b3b891ce389ee"),
+        ("renew.lua", "70477c1f9bf0031b7d412385ca82c711a83b65d2"),
+        ("release.lua", "86324e2951cbc3d8b99f92e12fecf49593407725"),
+        ("pttl.lua", "fcbf4458d4dc74652bbb377a63a893650aaad193"),
+        ("inspect.lua", "f50f462abc3adf5fded69f7532b6d0aa5942df49"),
+        ("raise.lua", "00339a762e5382f97e4b16b42c157fa685607634"),
+        ("fence_set.lua", "a2b77f7974edea59ac90f2c8dc563efa25b77d47"),
+        ("fence_hset.lua", "eacaa07e7011cdd3ac2bf65fa09c5c8c854111af"),
+        ("fence_del.lua", "2c8d17e98e2ca1d7b090462cd21a3f6920bde81d"),
+        (
+            "fence_multi.lua",
+            "382c18fd562b3cb5d0c142cc30b24fc55759d8c2",
+        ),
+        ("fence_eval.lua", "63fe0e7a11bc13e75fa46e0b93c675a02a056320"),
+    ];
+
+    /// Every composed script, the Eval template included, by file name.
+    fn composed<'a>() -> impl Iterator<Item = (&'a str, &'a str)> {
+        ALL.into_iter()
+            .chain([("fence_eval.lua", FENCE_EVAL_TEMPLATE)])
+    }
+
+    fn is_fenced(file: &str) -> bool {
+        file.starts_with("fence_")
+    }
+
+    /// The names a chunk defines at its top level: `local function f`, `function f` and
+    /// `local a, b = ...` (lines starting in column 0; nested blocks are indented).
+    fn top_level_definitions(code: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for line in code.lines() {
+            let decl = if let Some(rest) = line.strip_prefix("local function ") {
+                rest.split('(').next().unwrap_or_default()
+            } else if let Some(rest) = line.strip_prefix("function ") {
+                rest.split('(').next().unwrap_or_default()
+            } else if let Some(rest) = line.strip_prefix("local ") {
+                rest.split('=').next().unwrap_or_default()
+            } else {
+                continue;
+            };
+            names.extend(decl.split(',').map(|n| n.trim().to_owned()));
+        }
+        names
     }
 
     #[test]
-    fn every_script_opens_with_its_comment_block() {
-        for (file, code) in ALL
-            .iter()
-            .copied()
-            .chain([("fence_eval.lua", FENCE_EVAL_TEMPLATE)])
-        {
+    fn every_part_opens_with_its_comment_block() {
+        for (file, code) in OWN_PARTS {
             assert!(
                 code.starts_with(&format!("--[[ {file}:")),
                 "{file} must open with its comment block"
@@ -219,15 +327,97 @@ mod tests {
                 assert!(code.contains(word), "{file} documents {word}");
             }
         }
+        for (file, code) in [
+            ("prelude.lua", PRELUDE),
+            ("fence_guard.lua", FENCE_GUARD),
+            ("fence_advance.lua", FENCE_ADVANCE),
+        ] {
+            assert!(code.starts_with(&format!("--[[ {file}:")), "{file}");
+        }
     }
 
     #[test]
-    fn helpers_are_identical_everywhere() {
-        let reference = helpers(ACQUIRE);
-        for (file, code) in ALL {
-            assert_eq!(helpers(code), reference, "helpers of {file}");
+    fn every_part_ends_with_a_newline() {
+        // Parts are concatenated as they are: a missing newline would join two Lua lines.
+        for (file, code) in OWN_PARTS.into_iter().chain([
+            ("prelude.lua", PRELUDE),
+            ("fence_guard.lua", FENCE_GUARD),
+            ("fence_advance.lua", FENCE_ADVANCE),
+        ]) {
+            assert!(code.ends_with('\n'), "{file}");
         }
-        assert_eq!(helpers(FENCE_EVAL_TEMPLATE), reference);
+    }
+
+    #[test]
+    fn scripts_are_composed_in_order() {
+        for ((file, code), (own_file, own)) in composed().zip(OWN_PARTS) {
+            assert_eq!(file, own_file);
+            let expected = if is_fenced(file) {
+                [PRELUDE, FENCE_GUARD, own, FENCE_ADVANCE].concat()
+            } else {
+                [PRELUDE, own].concat()
+            };
+            assert_eq!(
+                code, expected,
+                "{file} is prelude (+ guard) + own part (+ advance)"
+            );
+        }
+    }
+
+    #[test]
+    fn prelude_once_everywhere_and_guard_once_in_every_fenced_write() {
+        for (file, code) in composed() {
+            assert_eq!(code.matches(PRELUDE).count(), 1, "prelude in {file}");
+            let fenced = usize::from(is_fenced(file));
+            assert_eq!(code.matches(FENCE_GUARD).count(), fenced, "guard in {file}");
+            assert_eq!(
+                code.matches(FENCE_ADVANCE).count(),
+                fenced,
+                "advance in {file}"
+            );
+        }
+        // The composed text really is Lua defining the helpers once, not only the same bytes.
+        for (file, code) in composed() {
+            assert_eq!(
+                code.matches("local function less(").count(),
+                1,
+                "less() in {file}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_script_defines_a_name_twice() {
+        let wrapped = wrap_body("redis.call('SET', KEYS[2], ARGV[2])");
+        for (file, code) in composed().chain([("wrapped body", wrapped.as_str())]) {
+            let names = top_level_definitions(code);
+            let mut seen = HashSet::new();
+            for name in &names {
+                assert!(seen.insert(name), "{file} defines {name} twice");
+            }
+            for helper in ["owner_of", "less", "canon", "read_int", "MAX_TOKEN"] {
+                assert!(names.iter().any(|n| n == helper), "{file} defines {helper}");
+            }
+        }
+        // The check itself finds duplicates.
+        let twice = [PRELUDE, PRELUDE].concat();
+        let names = top_level_definitions(&twice);
+        assert!(names.len() > names.iter().collect::<HashSet<_>>().len());
+    }
+
+    #[test]
+    fn script_sha1s_are_pinned() {
+        let actual: Vec<(&str, String)> = composed()
+            .map(|(file, code)| (file, redis::Script::new(code).get_hash().to_owned()))
+            .collect();
+        let pinned: Vec<(&str, String)> = PINNED_SHA1
+            .iter()
+            .map(|&(file, sha)| (file, sha.to_owned()))
+            .collect();
+        assert_eq!(
+            actual, pinned,
+            "a script's text changed: check, then re-pin"
+        );
     }
 
     #[test]
@@ -257,7 +447,7 @@ mod tests {
     #[test]
     fn no_script_formats_numbers_with_tostring() {
         // Lua 5.1 prints doubles >= 1e14 in exponent form; tokens must never be printed so.
-        for (file, code) in ALL {
+        for (file, code) in composed() {
             assert!(!code.contains("tostring("), "{file} uses tostring");
         }
     }
