@@ -1,23 +1,19 @@
 //! Leader election: the generic loop that drives [`lease_core::Election`] on tokio.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::election::{Event, Op, Reply, Request, RequestId, RequestKind};
-use lease_core::{
-    BackendError, Election, ElectionConfig, Fencing, LeaseBackend, LeaseSpec, Role, StepDownReason,
-    Token,
-};
+use lease_core::election::Op;
+use lease_core::{BackendError, ElectionConfig, Fencing, LeaseBackend, LeaseSpec, Role, Token};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::clock::Clock;
 use crate::ids::random_u64;
 use crate::observer::{NoopObserver, Observer};
+
+mod run;
 
 /// Errors of [`Elector`] operations.
 #[derive(Debug, thiserror::Error)]
@@ -117,15 +113,6 @@ impl<B: Fencing> Term<B> {
 #[derive(Debug)]
 enum Command {
     Resign(Token),
-}
-
-enum Notice {
-    Elected(Token),
-    SteppedDown(Token, StepDownReason),
-    Follower(Option<String>),
-    Error(Op, BackendError),
-    Refused(Op, Arc<BackendError>),
-    Panicked(Token, String),
 }
 
 struct Inner<B> {
@@ -372,10 +359,14 @@ impl<B: LeaseBackend> Elector<B> {
         self.run_inner(shutdown, Some(leader_fn)).await
     }
 
+    /// The run loop, a driver of small named steps (like quinn's `ConnectionDriver::poll`):
+    /// each turn sends what the machine asks, acts on its events, publishes the state, then
+    /// waits for whichever comes first — a reply, a timer, shutdown, a command, or the end of
+    /// the term's work. See [`run::Run`].
     async fn run_inner<F, Fut>(
         &self,
         shutdown: CancellationToken,
-        mut leader_fn: Option<F>,
+        leader_fn: Option<F>,
     ) -> Result<(), ElectorError>
     where
         F: FnMut(Term<B>) -> Fut + Send,
@@ -394,189 +385,19 @@ impl<B: LeaseBackend> Elector<B> {
         // Drop commands aimed at a previous run.
         while commands.try_recv().is_ok() {}
 
-        let (notice_tx, notice_rx) = mpsc::unbounded_channel();
-        let observer_task = tokio::spawn(observe(Arc::clone(&self.inner.observer), notice_rx));
-
-        let clock = Clock::new();
-        let mut machine = Election::new(self.inner.config.clone(), self.inner.seed, clock.now());
-        machine.set_validity_margin(self.inner.backend.validity_margin(self.inner.config.ttl()));
-        let mut requests: JoinSet<Reply> = JoinSet::new();
-        let mut request_ids: HashMap<tokio::task::Id, RequestId> = HashMap::new();
-        let mut work: Option<(Token, tokio::task::JoinHandle<()>)> = None;
-        let mut term_cancel: Option<CancellationToken> = None;
-        let mut shutting_down = false;
-        let mut follower_of: Option<String> = None;
-        let mut refused: Option<(Op, Arc<BackendError>)> = None;
-
+        let mut run = run::Run::start(self, leader_fn);
         loop {
-            let now = clock.now();
-            if shutdown.is_cancelled() && !shutting_down {
-                shutting_down = true;
-                tracing::debug!(name = self.inner.config.name(), "election shutting down");
-                machine.shutdown(now);
-            }
-            while let Some(req) = machine.poll_request(now) {
-                let id = req.id;
-                let handle = requests.spawn(perform(Arc::clone(&self.inner.backend), req, clock));
-                request_ids.insert(handle.id(), id);
-            }
-            let mut stopped = false;
-            while let Some(event) = machine.poll_event() {
-                match event {
-                    Event::Elected { token, valid_until } => {
-                        *lock(&self.inner.lease) = Some((token, clock.to_tokio(valid_until)));
-                        tracing::info!(name = self.inner.config.name(), %token, "elected leader");
-                        let cancel = CancellationToken::new();
-                        term_cancel = Some(cancel.clone());
-                        let _ = notice_tx.send(Notice::Elected(token));
-                        if let Some(f) = leader_fn.as_mut() {
-                            let term = Term {
-                                token,
-                                cancel,
-                                backend: Arc::clone(&self.inner.backend),
-                                mark_key: Arc::clone(&self.inner.mark_key),
-                            };
-                            work = Some((token, tokio::spawn(f(term))));
-                        }
-                    }
-                    Event::SteppedDown { token, reason } => {
-                        *lock(&self.inner.lease) = None;
-                        if let Some(c) = term_cancel.take() {
-                            c.cancel();
-                        }
-                        tracing::warn!(name = self.inner.config.name(), %token, ?reason, "stepped down");
-                        let _ = notice_tx.send(Notice::SteppedDown(token, reason));
-                        if work.is_some() {
-                            machine.pause_contention(true);
-                        }
-                    }
-                    Event::Follower { holder } => {
-                        tracing::debug!(name = self.inner.config.name(), ?holder, "following");
-                        follower_of.clone_from(&holder);
-                        let _ = notice_tx.send(Notice::Follower(holder));
-                    }
-                    Event::Error { op, error } => {
-                        tracing::warn!(name = self.inner.config.name(), ?op, %error, "election backend error (handled)");
-                        let _ = notice_tx.send(Notice::Error(op, error));
-                    }
-                    Event::Failed { op, error } => {
-                        tracing::error!(name = self.inner.config.name(), ?op, %error, "election refused with a permanent error; stopping");
-                        let error = Arc::new(error);
-                        let _ = notice_tx.send(Notice::Refused(op, Arc::clone(&error)));
-                        refused = Some((op, error));
-                    }
-                    Event::Released { token, outcome } => {
-                        tracing::debug!(
-                            name = self.inner.config.name(),
-                            ?token,
-                            ?outcome,
-                            "released"
-                        );
-                    }
-                    Event::Stopped => stopped = true,
-                    _ => {}
-                }
-            }
-            // Renewals move the local deadline; keep the shared copy current.
-            if let Some(until) = machine.valid_until()
-                && let Some((_, t)) = lock(&self.inner.lease).as_mut()
-            {
-                *t = clock.to_tokio(until);
-            }
-            self.publish(&machine, clock.now(), &follower_of);
-
-            if stopped || machine.is_stopped() {
-                if let Some((token, handle)) = work.take()
-                    && let Err(e) = handle.await
-                    && e.is_panic()
-                {
-                    let message = panic_message(e.into_panic());
-                    tracing::error!(name = self.inner.config.name(), %token, panic = %message, "leader work panicked while the election stopped");
-                    let _ = notice_tx.send(Notice::Panicked(token, message));
-                }
+            run.begin_shutdown_if_asked(&shutdown);
+            run.send_requests();
+            let stopped = run.handle_events();
+            run.publish_state();
+            if stopped {
+                run.await_last_work().await;
                 break;
             }
-
-            let timeout = machine.poll_timeout().map(|t| clock.to_tokio(t));
-            tokio::select! {
-                biased;
-                Some(joined) = requests.join_next_with_id() => {
-                    let (task_id, reply) = match joined {
-                        Ok((task_id, reply)) => (task_id, reply),
-                        Err(e) => (e.id(), Reply::TimedOut),
-                    };
-                    if let Some(id) = request_ids.remove(&task_id) {
-                        machine.handle_reply(clock.now(), id, reply);
-                    }
-                }
-                _ = async {
-                    match timeout {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => machine.handle_timeout(clock.now()),
-                _ = shutdown.cancelled(), if !shutting_down => {}
-                Some(cmd) = commands.recv() => match cmd {
-                    Command::Resign(token) => {
-                        if machine.token(clock.now()) == Some(token) {
-                            machine.resign(clock.now());
-                        }
-                    }
-                },
-                joined = async {
-                    match work.as_mut() {
-                        Some((_, handle)) => handle.await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    if let Some((token, _)) = work.take() {
-                        if let Err(e) = joined
-                            && e.is_panic()
-                        {
-                            let message = panic_message(e.into_panic());
-                            tracing::error!(name = self.inner.config.name(), %token, panic = %message, "leader work panicked; ending the term and releasing the lease");
-                            let _ = notice_tx.send(Notice::Panicked(token, message));
-                        }
-                        machine.work_returned(clock.now(), token);
-                        machine.pause_contention(false);
-                    }
-                }
-            }
+            run.wait(&shutdown, &mut commands).await;
         }
-        *lock(&self.inner.lease) = None;
-        self.inner.state.send_replace(ElectorState {
-            role: Role::Stopped,
-            leader: None,
-        });
-        drop(notice_tx);
-        let _ = observer_task.await;
-        match refused {
-            // The observer task has ended: this is the last reference.
-            Some((op, error)) => Err(ElectorError::Refused {
-                op,
-                error: Arc::try_unwrap(error)
-                    .unwrap_or_else(|shared| BackendError::Refused(shared.to_string())),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    fn publish(&self, machine: &Election, now: lease_core::Instant, follower_of: &Option<String>) {
-        let role = machine.role(now);
-        let leader = match role {
-            Role::Leader(_) => Some(self.inner.config.instance_id().to_owned()),
-            Role::Follower => follower_of.clone(),
-            _ => None,
-        };
-        let next = ElectorState { role, leader };
-        self.inner.state.send_if_modified(|s| {
-            if *s == next {
-                false
-            } else {
-                *s = next;
-                true
-            }
-        });
+        run.finish().await
     }
 }
 
@@ -594,51 +415,10 @@ impl<B: LeaseBackend + Fencing> Elector<B> {
     }
 }
 
-/// The message of a panic payload (`&str` or `String`, as `panic!` makes them).
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(s) => (*s).to_owned(),
-            Err(_) => "a panic with a non-string payload".to_owned(),
-        },
-    }
-}
-
 struct RunningGuard<'a>(&'a AtomicBool);
 
 impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
-    }
-}
-
-/// Performs one request, bounded by its deadline. `tokio::time::timeout_at` polls the request
-/// before the timer, so a reply that is ready when the deadline fires counts as the reply.
-async fn perform<B: LeaseBackend>(backend: Arc<B>, req: Request, clock: Clock) -> Reply {
-    let deadline = clock.to_tokio(req.deadline);
-    let call = async {
-        match &req.kind {
-            RequestKind::Acquire(r) => Reply::Acquire(backend.acquire(r).await),
-            RequestKind::Renew(r) => Reply::Renew(backend.renew(r).await),
-            RequestKind::Release(r) => Reply::Release(backend.release(r).await),
-            _ => Reply::TimedOut,
-        }
-    };
-    tokio::time::timeout_at(deadline, call)
-        .await
-        .unwrap_or(Reply::TimedOut)
-}
-
-async fn observe(observer: Arc<dyn Observer>, mut rx: mpsc::UnboundedReceiver<Notice>) {
-    while let Some(n) = rx.recv().await {
-        match n {
-            Notice::Elected(t) => observer.on_elected(t),
-            Notice::SteppedDown(t, r) => observer.on_stepped_down(t, r),
-            Notice::Follower(h) => observer.on_follower(h.as_deref()),
-            Notice::Error(op, e) => observer.on_error(op, &e),
-            Notice::Refused(op, e) => observer.on_refused(op, &e),
-            Notice::Panicked(t, m) => observer.on_leader_panic(t, &m),
-        }
     }
 }
