@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redlease::core::election::Op;
+use redlease::Op;
 use redlease::redis::RedisBackend;
 use redlease::redis::client::aio::ConnectionManager;
 use redlease::{
