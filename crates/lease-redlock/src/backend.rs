@@ -196,7 +196,7 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
     /// One acquire round on every node (and, for a fenced lease, the raise round). Success
     /// needs a quorum and positive validity. On failure every node is cleaned up, then: a
     /// quorum of nodes held by others is [`AcquireOutcome::Held`] (the most frequent holder);
-    /// anything else is a [`QuorumError`] (see `docs/redlock.md`).
+    /// anything else is a [`QuorumError`](crate::QuorumError) (see `docs/redlock.md`).
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
         let bound = self.config.operation_timeout_for(req.ttl.get());
         self.drive(|now| self.machine.acquire(req.clone(), bound, now))
@@ -206,7 +206,7 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
 
     /// Renewed when a quorum renewed with positive validity; [`RenewOutcome::NotHeld`] (after
     /// cleanup on every node) when a quorum says the lease is not ours; otherwise a
-    /// [`QuorumError`] (inconclusive; nothing deleted).
+    /// [`QuorumError`](crate::QuorumError) (inconclusive; nothing deleted).
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         let bound = self.config.operation_timeout_for(req.ttl.get());
         self.drive(|now| self.machine.renew(req.clone(), bound, now))
@@ -216,7 +216,7 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
 
     /// Compare-and-delete on every node; `req.term` is ignored. Released when a quorum
     /// released, [`ReleaseOutcome::NotHeld`] when a quorum says not ours, otherwise a
-    /// [`QuorumError`].
+    /// [`QuorumError`](crate::QuorumError).
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         let bound = self.config.operation_timeout_without_ttl();
         self.drive(|now| self.machine.release(req.clone(), bound, now))
