@@ -10,7 +10,8 @@
 //!   [`Election::poll_request`], [`Election::handle_reply`], [`Election::poll_timeout`],
 //!   [`Election::handle_timeout`], [`Election::poll_event`]);
 //! - [`retry`]: retry strategies for lock acquisition, each acquisition with its own sequence;
-//! - [`quorum`]: Redlock quorum math and the fenced-quorum token rule;
+//! - [`quorum`]: Redlock quorum math, the fenced-quorum token rule, and the sans-IO quorum
+//!   round machine ([`quorum::Quorum`], [`quorum::Round`]) that `lease-redlock` drives;
 //! - [`backend`]: the [`LeaseBackend`] trait adapters implement, and its typed outcomes;
 //! - [`memory`]: an in-memory backend with a manual clock and fault switches, with the
 //!   exact semantics of the Redis scripts, for unit tests (ours and our users').

@@ -8,8 +8,22 @@
 //!   (two majorities intersect); on that node the later acquisition's INCR happens after the
 //!   earlier one's counter was raised to the earlier token (the raise round is part of success),
 //!   so the later token is strictly greater. Assumption: no node loses its counter.
+//!
+//! The rules of a whole round — which request goes to which node, how replies, timeouts and
+//! errors are folded in, when the quorum is reached or lost, the raise round and the cleanup
+//! after a failed acquire — live in the sans-IO round machine, [`round`] ([`Quorum`] makes
+//! [`Round`]s); its failures keep every node's cause ([`error`], [`QuorumError`]).
 
 use std::time::Duration;
+
+pub mod error;
+pub mod round;
+
+pub use error::{NodeCause, NodeFailure, QuorumError, QuorumOp, RoundFailure};
+pub use round::{
+    NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, Phase, Quorum, Round, RoundInputError,
+    Verdict,
+};
 
 use crate::token::Token;
 

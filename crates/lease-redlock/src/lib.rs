@@ -17,6 +17,11 @@
 //!   loses its counter;
 //! - failures carry the cause on every node ([`QuorumError`]).
 //!
+//! These rules live in `lease-core`'s sans-IO round machine ([`lease_core::quorum::Round`]);
+//! this crate is its I/O driver: it sends the machine's requests to the nodes concurrently,
+//! bounds them by the operation timeout, reads tokio's monotonic clock and feeds the replies
+//! back.
+//!
 //! Nodes are [`Node`]s: a backend ([`lease_redis::RedisBackend`] for Redis, or lease-core's
 //! in-memory backend for unit tests) with an identity (its address, to refuse the same node
 //! twice).

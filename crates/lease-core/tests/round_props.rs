@@ -1,0 +1,349 @@
+//! Properties of the Redlock round machine (`lease_core::quorum::Round`).
+//!
+//! - every phase asks every node once, with one deadline (`phase start + bound`); the raise
+//!   phase asks exactly the nodes that granted the acquisition, for the maximum of their tokens;
+//! - an acquire is granted iff at least a quorum granted (and, fenced, raised) and the validity
+//!   `ttl − elapsed − drift` is positive, and then its validity ends at `start + ttl − drift`;
+//! - a failed acquire asks **every** node to clean up (compare-and-delete for our owner), then
+//!   is `Held` iff a quorum reported another holder, else a `QuorumError` listing every node
+//!   that did not succeed, in node order; with transient causes it is `Unavailable` iff every
+//!   node answered the cleanup, else `OutcomeUnknown`;
+//! - a renew is renewed iff a quorum renewed with validity left; `NotHeld` (after a cleanup of
+//!   every node) iff not that and a quorum said "not ours"; otherwise an error, and nothing is
+//!   deleted;
+//! - replies the round does not await (unknown, repeated, late) are refused and change nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::quorum::{
+    NodeCause, NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, Phase, Quorum, QuorumError,
+    Round, RoundFailure, RoundInputError, Verdict, drift, quorum, validity,
+};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, BackendError, Instant, LeaseSpec, Metadata, Owner,
+    ReleaseOutcome, RenewOutcome, RenewRequest, Token, Ttl,
+};
+use proptest::prelude::*;
+
+const BOUND: Duration = Duration::from_millis(100);
+
+/// What one node answers in the acquire phase.
+#[derive(Clone, Debug)]
+enum Ans {
+    Grant(u64),
+    Held(u8),
+    Unavailable,
+    TimedOut,
+}
+
+fn ans() -> impl Strategy<Value = Ans> {
+    prop_oneof![
+        3 => (1u64..50).prop_map(Ans::Grant),
+        1 => (0u8..2).prop_map(Ans::Held),
+        1 => Just(Ans::Unavailable),
+        1 => Just(Ans::TimedOut),
+    ]
+}
+
+fn nodes() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(3usize), Just(5), Just(7)]
+}
+
+fn machine(n: usize, factor: f64) -> Quorum {
+    let addresses: Vec<String> = (0..n).map(|i| format!("n{i}:6379")).collect();
+    Quorum::new(&addresses, factor).expect("valid")
+}
+
+fn spec(fenced: bool) -> Arc<LeaseSpec> {
+    Arc::new(if fenced {
+        LeaseSpec::election("jobs")
+    } else {
+        LeaseSpec::lock(["k"], None).expect("valid")
+    })
+}
+
+fn acquire_req(spec: &Arc<LeaseSpec>, ttl: Duration) -> AcquireRequest {
+    AcquireRequest {
+        spec: Arc::clone(spec),
+        owner: Owner::new("me").expect("valid"),
+        ttl: Ttl::new(ttl).expect("valid"),
+        metadata: Metadata::default(),
+    }
+}
+
+fn drain(round: &mut Round) -> Vec<NodeRequest> {
+    std::iter::from_fn(|| round.poll_request()).collect()
+}
+
+fn acquire_reply(a: &Ans) -> NodeReply {
+    match a {
+        Ans::Grant(t) => NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
+            token: Token::new(*t).ok(),
+        })),
+        Ans::Held(h) => NodeReply::Acquire(Ok(AcquireOutcome::Held {
+            holder: Some(format!("other-{h}")),
+            remaining: Some(Duration::from_millis(500)),
+        })),
+        Ans::Unavailable => NodeReply::Acquire(Err(BackendError::Unavailable("down".into()))),
+        Ans::TimedOut => NodeReply::TimedOut,
+    }
+}
+
+/// Checks that `requests` is a cleanup of every node for our owner, and answers it: node `i`
+/// answers iff `answered[i]`.
+fn answer_cleanup(
+    round: &mut Round,
+    n: usize,
+    answered: &[bool],
+    at: Instant,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(round.phase(), Phase::Cleanup);
+    let requests = drain(round);
+    prop_assert_eq!(
+        requests.iter().map(|r| r.node).collect::<Vec<_>>(),
+        (0..n).collect::<Vec<_>>(),
+        "every node is cleaned up"
+    );
+    for r in &requests {
+        match &r.kind {
+            NodeRequestKind::Release(req) => {
+                prop_assert_eq!(req.owner.as_str(), "me");
+                prop_assert_eq!(req.term, None);
+            }
+            other => prop_assert!(false, "not a cleanup: {:?}", other),
+        }
+        let reply = if answered[r.node] {
+            NodeReply::Release(Ok(ReleaseOutcome::NotHeld))
+        } else {
+            NodeReply::TimedOut
+        };
+        round
+            .handle_reply(r.id, reply, at)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn acquire_rules(
+        n in nodes(),
+        fenced in any::<bool>(),
+        answers in proptest::collection::vec(ans(), 7),
+        raised in proptest::collection::vec(any::<bool>(), 7),
+        cleanup in proptest::collection::vec(prop_oneof![4 => Just(true), 1 => Just(false)], 7),
+        ttl_ms in 50u64..3000,
+        elapsed1_ms in 0u64..3000,
+        elapsed2_ms in 0u64..1000,
+        start_ms in 0u64..10_000,
+    ) {
+        let answers = &answers[..n];
+        let q = quorum(n);
+        let factor = 0.01;
+        let quorum_m = machine(n, factor);
+        prop_assert_eq!(quorum_m.quorum(), q);
+        let ttl = Duration::from_millis(ttl_ms);
+        let start = Instant::from_origin(Duration::from_millis(start_ms));
+        let spec = spec(fenced);
+        let mut round = quorum_m.acquire(acquire_req(&spec, ttl), BOUND, start);
+
+        // Acquire phase: every node once, one deadline.
+        let requests = drain(&mut round);
+        prop_assert_eq!(requests.iter().map(|r| r.node).collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
+        prop_assert!(requests.iter().all(|r| r.deadline == start + BOUND));
+        prop_assert!(requests.iter().all(|r| matches!(r.kind, NodeRequestKind::Acquire(_))));
+        prop_assert_eq!(round.poll_timeout(), Some(start + BOUND));
+        round.handle_timeout(start + (BOUND - Duration::from_nanos(1)));
+        prop_assert_eq!(round.phase(), Phase::Acquire, "nothing times out before the deadline");
+
+        let t1 = start + Duration::from_millis(elapsed1_ms);
+        for r in &requests {
+            prop_assert!(round.poll_verdict().is_none());
+            round.handle_reply(r.id, acquire_reply(&answers[r.node]), t1).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        // A repeated reply is refused.
+        prop_assert_eq!(
+            round.handle_reply(requests[0].id, NodeReply::TimedOut, t1),
+            Err(RoundInputError::UnknownRequest(requests[0].id))
+        );
+
+        let granting: Vec<(usize, u64)> = answers.iter().enumerate()
+            .filter_map(|(i, a)| match a { Ans::Grant(t) => Some((i, *t)), _ => None }).collect();
+        let held = answers.iter().filter(|a| matches!(a, Ans::Held(_))).count();
+        let v1 = validity(ttl, t1 - start, factor);
+        let first_ok = granting.len() >= q && v1.is_some();
+
+        let mut granted = false;
+        let mut failure = None;
+        let mut successes = granting.len();
+        if first_ok && !fenced {
+            granted = true;
+        } else if first_ok {
+            // Raise phase: exactly the granting nodes, for the maximum token.
+            prop_assert_eq!(round.phase(), Phase::Raise);
+            let max = granting.iter().map(|g| g.1).max().and_then(|t| Token::new(t).ok());
+            prop_assert_eq!(round.token(), max);
+            let raises = drain(&mut round);
+            prop_assert_eq!(raises.iter().map(|r| r.node).collect::<Vec<_>>(), granting.iter().map(|g| g.0).collect::<Vec<_>>());
+            for r in &raises {
+                let is_max = matches!(&r.kind, NodeRequestKind::Raise { token, .. } if Some(*token) == max);
+                prop_assert!(is_max, "raise to the maximum: {:?}", r.kind);
+                prop_assert_eq!(r.deadline, t1 + BOUND);
+            }
+            let t2 = t1 + Duration::from_millis(elapsed2_ms);
+            for r in &raises {
+                round.handle_reply(r.id, NodeReply::Raise(Ok(raised[r.node])), t2).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+            let raised_n = raises.iter().filter(|r| raised[r.node]).count();
+            let v2 = validity(ttl, t2 - start, factor);
+            if raised_n >= q && v2.is_some() {
+                granted = true;
+            } else {
+                successes = raised_n;
+                failure = max.map(|token| RoundFailure::RaiseFailed { token, elapsed: t2 - start });
+            }
+        } else if granting.len() < q {
+            failure = Some(RoundFailure::NoQuorum);
+        } else {
+            failure = Some(RoundFailure::ValidityExhausted { elapsed: t1 - start });
+        }
+
+        if granted {
+            let verdict = round.poll_verdict();
+            let ok = matches!(verdict, Some(Verdict::Acquire(Ok(AcquireOutcome::Acquired { token }))) if token.is_some() == fenced);
+            prop_assert!(ok, "granted");
+            prop_assert_eq!(round.valid_until(), Some(start + (ttl - drift(ttl, factor))));
+            prop_assert!(round.validity().is_some_and(|v| !v.is_zero()));
+            return Ok(());
+        }
+
+        // Failed: cleanup of every node, then the verdict.
+        prop_assert!(round.poll_verdict().is_none(), "no verdict before the cleanup");
+        let t3 = round.poll_timeout().expect("awaiting the cleanup");
+        answer_cleanup(&mut round, n, &cleanup, t3)?;
+        prop_assert!(round.valid_until().is_none());
+        let verdict = round.poll_verdict().expect("decided").into_acquire();
+        if held >= q {
+            prop_assert!(matches!(verdict, Ok(AcquireOutcome::Held { .. })), "{:?}", verdict);
+            return Ok(());
+        }
+        let error = verdict.expect_err("not acquired");
+        let qe = QuorumError::find(&error).expect("a quorum error");
+        prop_assert_eq!(Some(qe.failure), failure);
+        prop_assert_eq!((qe.successes, qe.quorum, qe.nodes), (successes, q, n));
+        let mut expected: Vec<usize> = answers.iter().enumerate().filter(|(_, a)| !matches!(a, Ans::Grant(_))).map(|(i, _)| i).collect();
+        if matches!(failure, Some(RoundFailure::RaiseFailed { .. })) {
+            expected.extend(granting.iter().filter(|g| !raised[g.0]).map(|g| g.0));
+            expected.sort_unstable();
+        }
+        prop_assert_eq!(qe.causes.iter().map(|c| c.index).collect::<Vec<_>>(), expected);
+        let named = qe.causes.iter().all(|c| c.address == format!("n{}:6379", c.index));
+        prop_assert!(named, "causes name their node");
+        let unanswered: Vec<usize> = (0..n).filter(|&i| !cleanup[i]).collect();
+        prop_assert_eq!(qe.cleanup_failures.iter().map(|c| c.index).collect::<Vec<_>>(), unanswered.clone());
+        // Only transient causes here: Unavailable iff every node answered the cleanup.
+        if unanswered.is_empty() {
+            prop_assert!(matches!(error, BackendError::Unavailable(_)), "{:?}", error);
+        } else {
+            prop_assert!(matches!(error, BackendError::OutcomeUnknown(_)), "{:?}", error);
+        }
+    }
+
+    #[test]
+    fn renew_rules(
+        n in nodes(),
+        answers in proptest::collection::vec(0u8..4, 7),
+        ttl_ms in 50u64..3000,
+        elapsed_ms in 0u64..3000,
+    ) {
+        let answers = &answers[..n];
+        let q = quorum(n);
+        let m = machine(n, 0.01);
+        let ttl = Duration::from_millis(ttl_ms);
+        let req = RenewRequest {
+            spec: spec(true),
+            owner: Owner::new("me").expect("valid"),
+            ttl: Ttl::new(ttl).expect("valid"),
+        };
+        let mut round = m.renew(req, BOUND, Instant::ZERO);
+        let requests = drain(&mut round);
+        prop_assert_eq!(requests.len(), n);
+        let t = Instant::ZERO + Duration::from_millis(elapsed_ms);
+        for r in &requests {
+            let reply = match answers[r.node] {
+                0 => NodeReply::Renew(Ok(RenewOutcome::Renewed)),
+                1 => NodeReply::Renew(Ok(RenewOutcome::NotHeld)),
+                2 => NodeReply::Renew(Err(BackendError::Unavailable("down".into()))),
+                _ => NodeReply::TimedOut,
+            };
+            round.handle_reply(r.id, reply, t).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        let renewed = answers.iter().filter(|a| **a == 0).count();
+        let not_ours = answers.iter().filter(|a| **a == 1).count();
+        let v = validity(ttl, t - Instant::ZERO, 0.01);
+        if renewed >= q && v.is_some() {
+            prop_assert!(matches!(round.poll_verdict(), Some(Verdict::Renew(Ok(RenewOutcome::Renewed)))));
+        } else if not_ours >= q {
+            prop_assert!(round.poll_verdict().is_none());
+            answer_cleanup(&mut round, n, &vec![true; n], t)?;
+            prop_assert!(matches!(round.poll_verdict(), Some(Verdict::Renew(Ok(RenewOutcome::NotHeld)))));
+        } else {
+            prop_assert!(drain(&mut round).is_empty(), "nothing deleted");
+            let e = round.poll_verdict().expect("decided").into_renew().expect_err("inconclusive");
+            let qe = QuorumError::find(&e).expect("a quorum error");
+            prop_assert!(qe.is_lost());
+            prop_assert_eq!(qe.causes.len(), n - renewed);
+            let shows_not_ours = qe.causes.iter().filter(|c| matches!(c.cause, NodeCause::NotOurs)).count();
+            prop_assert_eq!(shows_not_ours, not_ours);
+        }
+    }
+
+    #[test]
+    fn late_and_unknown_replies_are_refused(n in nodes(), id in 100u64..1000) {
+        let m = machine(n, 0.01);
+        let mut round = m.acquire(acquire_req(&spec(false), Duration::from_secs(1)), BOUND, Instant::ZERO);
+        let requests = drain(&mut round);
+        prop_assert_eq!(
+            round.handle_reply(NodeRequestId(id), NodeReply::TimedOut, Instant::ZERO),
+            Err(RoundInputError::UnknownRequest(NodeRequestId(id)))
+        );
+        let wrong = round.handle_reply(requests[0].id, NodeReply::Raise(Ok(true)), Instant::ZERO);
+        let refused = matches!(wrong, Err(RoundInputError::WrongReply { .. }));
+        prop_assert!(refused, "a wrong reply kind is refused");
+        round.handle_timeout(Instant::ZERO + BOUND);
+        prop_assert_eq!(round.phase(), Phase::Cleanup, "every node timed out: no quorum");
+        let late = round.handle_reply(
+            requests[0].id,
+            NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: None })),
+            Instant::ZERO + BOUND,
+        );
+        prop_assert_eq!(late, Err(RoundInputError::UnknownRequest(requests[0].id)));
+    }
+}
+
+#[test]
+fn the_round_never_reads_a_clock_it_is_not_given() {
+    // Two rounds fed the same instants decide the same, whatever the wall clock does.
+    let m = machine(3, 0.01);
+    let run = || {
+        let mut round = m.acquire(
+            acquire_req(&spec(false), Duration::from_secs(1)),
+            BOUND,
+            Instant::ZERO,
+        );
+        for r in drain(&mut round) {
+            let reply = NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: None }));
+            round
+                .handle_reply(r.id, reply, Instant::ZERO + Duration::from_millis(50))
+                .expect("awaited");
+        }
+        (round.valid_until(), round.validity())
+    };
+    let a = run();
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(a, run());
+    assert_eq!(a.1, Some(Duration::from_millis(938)));
+}
