@@ -12,6 +12,8 @@
 //! * [`postgres::Postgres`]: a Postgres server (`initdb` + `postgres`).
 //! * [`proxy::FaultProxy`]: a TCP proxy with pass / latency / blackhole modes and
 //!   connection resets, for partition and slow-node tests.
+//! * [`wrap::Wrapped`]: a `LeaseBackend` that forwards every call to another and runs
+//!   [`wrap::Hooks`] around each (count calls, delay a request or a reply, watch errors).
 //!
 //! ```no_run
 //! use lease_testkit::redis::RedisServer;
@@ -37,6 +39,7 @@ pub mod reaper;
 pub mod redis;
 mod resp;
 pub mod tempdir;
+pub mod wrap;
 
 pub use crate::cluster::RedisCluster;
 pub use crate::error::{Error, Result};
@@ -44,6 +47,7 @@ pub use crate::mode::ServerMode;
 pub use crate::postgres::Postgres;
 pub use crate::proxy::{FaultProxy, Mode};
 pub use crate::redis::{Persistence, RedisServer};
+pub use crate::wrap::{Hooks, Wrapped};
 
 #[cfg(test)]
 mod tests {

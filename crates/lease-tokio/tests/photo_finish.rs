@@ -8,35 +8,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::election::Op;
 use lease_core::memory::{ManualClock, MemoryBackend};
-use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, ElectionConfig, LeaseBackend, LeaseInfo,
-    LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Role,
-};
+use lease_core::{BackendError, ElectionConfig, Role};
+use lease_testkit::wrap::{Call, Hooks, Wrapped};
 use lease_tokio::{CancellationToken, Elector, Observer};
 
 /// Answers every acquire after exactly `delay` (tokio time), from an in-memory store.
 struct Slow {
-    inner: MemoryBackend,
     delay: Duration,
 }
 
 #[async_trait]
-impl LeaseBackend for Slow {
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.acquire_now(req)
-    }
-    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
-        self.inner.renew_now(req)
-    }
-    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
-        self.inner.release_now(req)
-    }
-    async fn remaining(&self, s: &LeaseSpec, o: &Owner) -> Result<Option<Duration>, BackendError> {
-        self.inner.remaining(s, o).await
-    }
-    async fn inspect(&self, s: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
-        self.inner.inspect_now(s)
+impl Hooks for Slow {
+    async fn before(&self, call: &Call<'_>) {
+        if let Call::Acquire(_) = call {
+            tokio::time::sleep(self.delay).await;
+        }
     }
 }
 
@@ -58,10 +44,7 @@ async fn a_reply_ready_at_the_deadline_counts_as_the_reply() {
     // The acquire bound is min(acquire interval, TTL − renew) = 450 ms: answer in exactly that.
     let delay = config.acquire_timeout();
     assert_eq!(delay, Duration::from_millis(450));
-    let backend = Slow {
-        inner: MemoryBackend::new(ManualClock::new()),
-        delay,
-    };
+    let backend = Wrapped::with_hooks(MemoryBackend::new(ManualClock::new()), Slow { delay });
     let errors = Errors::default();
     let elector = Elector::builder(backend, config)
         .observer(errors.clone())

@@ -11,33 +11,30 @@ use std::time::{Duration, Instant};
 
 use common::{EVENTUALLY, raw};
 use lease_testkit::redis::RedisServer;
+use lease_testkit::wrap::{Answer, Call, Hooks, Wrapped};
 use redis::aio::MultiplexedConnection;
-use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
-    RenewOutcome, RenewRequest,
-};
 use redlease::redis::RedisBackend;
 use redlease::{
-    BackendError, CancellationToken, Effect, ElectorError, LeaseBackend, LockError, LockOptions,
-    Locker, RetryStrategy,
+    BackendError, CancellationToken, Effect, ElectorError, LockError, LockOptions, Locker,
+    RetryStrategy,
 };
 
-/// Forwards to the Redis backend and counts acquire errors (a signal the tests wait on: while
-/// a script runs, Redis answers every other command, `INFO` included, with BUSY).
+/// Counts acquire errors (a signal the tests wait on: while a script runs, Redis answers every
+/// other command, `INFO` included, with BUSY).
 #[derive(Clone)]
-struct Watched {
-    inner: RedisBackend<MultiplexedConnection>,
+struct AcquireErrors {
     errors: std::sync::Arc<tokio::sync::watch::Sender<Vec<String>>>,
 }
 
-impl Watched {
-    fn new(inner: RedisBackend<MultiplexedConnection>) -> Self {
-        Watched {
-            inner,
+impl Default for AcquireErrors {
+    fn default() -> Self {
+        AcquireErrors {
             errors: std::sync::Arc::new(tokio::sync::watch::channel(Vec::new()).0),
         }
     }
+}
 
+impl AcquireErrors {
     /// Waits (bounded) until `n` acquire errors containing `code` were seen.
     async fn wait_errors(&self, code: &str, n: usize) {
         let mut rx = self.errors.subscribe();
@@ -55,31 +52,16 @@ impl Watched {
 }
 
 #[async_trait::async_trait]
-impl LeaseBackend for Watched {
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
-        let r = self.inner.acquire(req).await;
-        if let Err(e) = &r {
+impl Hooks for AcquireErrors {
+    async fn after(&self, _call: &Call<'_>, answer: &Answer<'_>) {
+        if let Answer::Acquire(Err(e)) = answer {
             self.errors.send_modify(|v| v.push(e.to_string()));
         }
-        r
-    }
-    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
-        self.inner.renew(req).await
-    }
-    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
-        self.inner.release(req).await
-    }
-    async fn remaining(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-    ) -> Result<Option<Duration>, BackendError> {
-        self.inner.remaining(spec, owner).await
-    }
-    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
-        self.inner.inspect(spec).await
     }
 }
+
+/// Forwards to the Redis backend and counts acquire errors ([`AcquireErrors`]).
+type Watched = Wrapped<RedisBackend<MultiplexedConnection>, AcquireErrors>;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

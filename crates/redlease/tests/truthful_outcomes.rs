@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::{Backend, EVENTUALLY, get, pttl, raw};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
+use lease_testkit::wrap::{Answer, Call, Hooks, Wrapped};
 use redis::aio::MultiplexedConnection;
 use redlease::core::{AcquireRequest, LeaseSpec, Metadata, Owner, Ttl};
 use redlease::redis::RedisBackend;
@@ -305,46 +306,20 @@ async fn connect_leaves_bounds_to_the_library() {
 /// a slow reply path, as on a loaded runtime. Counts renewals applied at the server.
 #[derive(Clone)]
 struct SlowRenewReplies {
-    inner: Backend,
     ttl: Duration,
     delay: Duration,
     applied: Arc<tokio::sync::watch::Sender<u32>>,
 }
 
 #[async_trait::async_trait]
-impl LeaseBackend for SlowRenewReplies {
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-    ) -> Result<redlease::core::AcquireOutcome, BackendError> {
-        self.inner.acquire(req).await
-    }
-    async fn renew(
-        &self,
-        req: &redlease::core::RenewRequest,
-    ) -> Result<redlease::core::RenewOutcome, BackendError> {
-        let r = self.inner.renew(req).await;
-        if req.ttl.get() == self.ttl {
+impl Hooks for SlowRenewReplies {
+    async fn after(&self, call: &Call<'_>, _answer: &Answer<'_>) {
+        if let Call::Renew(req) = call
+            && req.ttl.get() == self.ttl
+        {
             self.applied.send_modify(|n| *n += 1);
             tokio::time::sleep(self.delay).await;
         }
-        r
-    }
-    async fn release(
-        &self,
-        req: &redlease::core::ReleaseRequest,
-    ) -> Result<redlease::core::ReleaseOutcome, BackendError> {
-        self.inner.release(req).await
-    }
-    async fn remaining(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-    ) -> Result<Option<Duration>, BackendError> {
-        self.inner.remaining(spec, owner).await
-    }
-    async fn inspect(&self, spec: &LeaseSpec) -> Result<redlease::core::LeaseInfo, BackendError> {
-        self.inner.inspect(spec).await
     }
 }
 
@@ -357,12 +332,14 @@ impl LeaseBackend for SlowRenewReplies {
 async fn a_refresh_racing_auto_renewal_never_leaves_the_local_deadline_past_the_server() {
     let server = common::redis().await;
     let long = ms(10_000);
-    let slow = SlowRenewReplies {
-        inner: common::backend(&server).await,
-        ttl: long,
-        delay: ms(200),
-        applied: Arc::new(tokio::sync::watch::channel(0).0),
-    };
+    let slow = Wrapped::with_hooks(
+        common::backend(&server).await,
+        SlowRenewReplies {
+            ttl: long,
+            delay: ms(200),
+            applied: Arc::new(tokio::sync::watch::channel(0).0),
+        },
+    );
     let locker = Locker::new(slow.clone());
     let lock = Arc::new(
         locker

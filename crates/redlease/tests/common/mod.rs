@@ -1,6 +1,8 @@
 //! Shared helpers for the facade's integration tests (real Redis from the test kit).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod locks;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -1,0 +1,208 @@
+//! [`MemoryBackend`]: the shared store on a manual clock, its staging and fault controls, and
+//! its [`LeaseBackend`] impl.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::store::{Entry, Faults, Store, Value};
+use super::{ManualClock, MemoryWrite, lock};
+use crate::backend::{
+    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
+    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+};
+use crate::time::Instant;
+use crate::token::Token;
+
+/// An in-memory lease store. Clones share the same data and clock.
+#[derive(Clone, Debug)]
+pub struct MemoryBackend {
+    store: Arc<Mutex<Store>>,
+    clock: ManualClock,
+}
+
+impl MemoryBackend {
+    /// An empty store on `clock`.
+    pub fn new(clock: ManualClock) -> Self {
+        MemoryBackend {
+            store: Arc::new(Mutex::new(Store::default())),
+            clock,
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    /// Replaces the fault switches.
+    pub fn set_faults(&self, faults: Faults) {
+        lock(&self.store).faults = faults;
+    }
+
+    /// The current fault switches.
+    pub fn faults(&self) -> Faults {
+        lock(&self.store).faults.clone()
+    }
+
+    /// Fails the next `n` calls with [`BackendError::Unavailable`].
+    pub fn fail_next(&self, n: u32) {
+        lock(&self.store).faults.fail_next = n;
+    }
+
+    /// While `true`, every call fails with [`BackendError::Unavailable`].
+    pub fn set_unavailable(&self, unavailable: bool) {
+        lock(&self.store).faults.unavailable = unavailable;
+    }
+
+    /// Loses every key (a restart without persistence).
+    pub fn lose_data(&self) {
+        lock(&self.store).entries.clear();
+    }
+
+    /// Loses one key (eviction, or a snapshot that did not have it).
+    pub fn lose_key(&self, key: &str) {
+        lock(&self.store).entries.remove(key);
+    }
+
+    /// Sets a string key directly (to stage a scenario, e.g. a counter restored lower).
+    pub fn put(&self, key: &str, value: &str) {
+        lock(&self.store).set_str(key, value.to_owned(), None);
+    }
+
+    /// Reads a string key (`None` if absent, expired, or not a string).
+    pub fn get(&self, key: &str) -> Option<String> {
+        let now = self.clock.now();
+        lock(&self.store).get_str(key, now).ok().flatten()
+    }
+
+    /// Reads a hash field.
+    pub fn hget(&self, key: &str, field: &str) -> Option<String> {
+        let now = self.clock.now();
+        match lock(&self.store).live(key, now) {
+            Some(Entry {
+                value: Value::Hash(h),
+                ..
+            }) => h.get(field).cloned(),
+            _ => None,
+        }
+    }
+
+    /// How many calls reached the store (including failed ones).
+    pub fn calls(&self) -> u64 {
+        lock(&self.store).calls
+    }
+
+    fn gate(&self) -> Result<(), BackendError> {
+        let mut s = lock(&self.store);
+        s.calls += 1;
+        if s.faults.unavailable {
+            return Err(BackendError::Unavailable(
+                "in-memory backend switched off".into(),
+            ));
+        }
+        if s.faults.fail_next > 0 {
+            s.faults.fail_next -= 1;
+            return Err(BackendError::Unavailable(
+                "in-memory backend injected failure".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Store, Instant) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        self.gate()?;
+        let now = self.clock.now();
+        f(&mut lock(&self.store), now)
+    }
+
+    pub(super) async fn delayed<T>(
+        &self,
+        f: impl FnOnce(&mut Store, Instant) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        let faults = self.faults();
+        if let Some(d) = faults.request_delay {
+            self.clock.sleep_until(self.clock.now() + d).await;
+        }
+        let r = self.with(f);
+        if let Some(d) = faults.reply_delay {
+            self.clock.sleep_until(self.clock.now() + d).await;
+        }
+        r
+    }
+
+    /// [`LeaseBackend::acquire`], applied at once (no delay faults).
+    pub fn acquire_now(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.with(|s, now| s.acquire(req, now))
+    }
+    /// [`LeaseBackend::renew`], applied at once.
+    pub fn renew_now(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.with(|s, now| s.renew(req, now))
+    }
+    /// [`LeaseBackend::release`], applied at once.
+    pub fn release_now(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.with(|s, now| s.release(req, now))
+    }
+    /// [`LeaseBackend::inspect`], applied at once.
+    pub fn inspect_now(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.with(|s, now| s.inspect(spec, now))
+    }
+    /// The Redlock fenced-quorum raise (Redis `raise.lua`), applied at once: if every lock key
+    /// of `spec` holds `owner`, lifts the counter and the mark to at least `token` and returns
+    /// `true`; otherwise changes nothing and returns `false`. `spec` must be fenced.
+    pub fn raise_counter_now(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Result<bool, BackendError> {
+        self.with(|s, now| s.raise(spec, owner, token, now))
+    }
+    /// [`MemoryBackend::raise_counter_now`] as a call to the store: honours the delay faults
+    /// like the [`LeaseBackend`] methods (for the Redlock backend's node trait).
+    pub async fn raise_counter(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Result<bool, BackendError> {
+        self.delayed(|s, now| s.raise(spec, owner, token, now))
+            .await
+    }
+    /// A fenced batch of writes under `token` against `mark_key`, applied at once.
+    pub fn fenced_now(
+        &self,
+        mark_key: &str,
+        token: Token,
+        writes: &[MemoryWrite],
+    ) -> Result<FenceOutcome, BackendError> {
+        self.with(|s, now| s.fenced(mark_key, token, writes, now))
+    }
+}
+
+#[async_trait]
+impl LeaseBackend for MemoryBackend {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.delayed(|s, now| s.acquire(req, now)).await
+    }
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.delayed(|s, now| s.renew(req, now)).await
+    }
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.delayed(|s, now| s.release(req, now)).await
+    }
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.delayed(|s, now| s.remaining(spec, owner, now)).await
+    }
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.delayed(|s, now| s.inspect(spec, now)).await
+    }
+}

@@ -1,0 +1,373 @@
+//! The key/counter store behind [`MemoryBackend`](super::MemoryBackend): the semantics of the
+//! Redis scripts over plain maps, and the fault switches.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use super::MemoryWrite;
+use crate::backend::{
+    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseInfo, LeaseSpec, Owner,
+    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
+};
+use crate::time::Instant;
+use crate::token::{FenceMark, MAX_TOKEN, Token};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Value {
+    Str(String),
+    Hash(BTreeMap<String, String>),
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Entry {
+    pub(super) value: Value,
+    pub(super) expires_at: Option<Instant>,
+}
+
+/// Fault switches of a [`MemoryBackend`](super::MemoryBackend).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Fail this many next calls with [`BackendError::Unavailable`] (not applied).
+    pub fail_next: u32,
+    /// Fail every call with [`BackendError::Unavailable`] while set (not applied).
+    pub unavailable: bool,
+    /// Wait this long on the manual clock before applying each call.
+    pub request_delay: Option<Duration>,
+    /// Wait this long on the manual clock after applying each call, before replying.
+    pub reply_delay: Option<Duration>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Store {
+    pub(super) entries: HashMap<String, Entry>,
+    pub(super) faults: Faults,
+    pub(super) calls: u64,
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+impl Store {
+    pub(super) fn live(&mut self, key: &str, now: Instant) -> Option<&mut Entry> {
+        let expired = self
+            .entries
+            .get(key)
+            .is_some_and(|e| e.expires_at.is_some_and(|t| t <= now));
+        if expired {
+            self.entries.remove(key);
+        }
+        self.entries.get_mut(key)
+    }
+
+    pub(super) fn get_str(
+        &mut self,
+        key: &str,
+        now: Instant,
+    ) -> Result<Option<String>, BackendError> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Str(s),
+                ..
+            }) => Ok(Some(s.clone())),
+            Some(_) => Err(BackendError::Refused(WRONGTYPE.into())),
+        }
+    }
+
+    fn get_int(&mut self, key: &str, now: Instant) -> Result<u64, BackendError> {
+        match self.get_str(key, now)? {
+            None => Ok(0),
+            Some(s) => s.parse::<u64>().map_err(|_| {
+                BackendError::Refused("ERR value is not an integer or out of range".into())
+            }),
+        }
+    }
+
+    fn pttl(&mut self, key: &str, now: Instant) -> Option<Duration> {
+        self.live(key, now)
+            .map(|e| e.expires_at.map_or(Duration::MAX, |t| t - now))
+    }
+
+    pub(super) fn set_str(&mut self, key: &str, value: String, expires_at: Option<Instant>) {
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                value: Value::Str(value),
+                expires_at,
+            },
+        );
+    }
+
+    /// Reads the mark: absent means none; garbage is an error (as `tonumber` would fail).
+    fn mark(&mut self, spec: &LeaseSpec, now: Instant) -> Result<u64, BackendError> {
+        match spec.mark_key() {
+            Some(k) => self.get_int(&k, now),
+            None => Ok(0),
+        }
+    }
+
+    pub(super) fn acquire(
+        &mut self,
+        req: &AcquireRequest,
+        now: Instant,
+    ) -> Result<AcquireOutcome, BackendError> {
+        // Check every key before changing any (all-or-nothing).
+        for k in req.spec.keys() {
+            if let Some(v) = self.get_str(k, now)?
+                && !req.owner.matches(&v)
+            {
+                let remaining = self.pttl(k, now);
+                return Ok(AcquireOutcome::Held {
+                    holder: Some(split_stored(&v).0.to_owned()),
+                    remaining,
+                });
+            }
+        }
+        let token = match req.spec.fence_key() {
+            None => None,
+            Some(fk) => {
+                let counter = self.get_int(fk, now)?;
+                let mark = self.mark(&req.spec, now)?;
+                // Counter healing: never mint at or below a token already applied.
+                let base = counter.max(mark);
+                let next = base.saturating_add(1);
+                if next > MAX_TOKEN {
+                    return Err(BackendError::TokenExhausted(format!(
+                        "counter {fk} would pass 2^53"
+                    )));
+                }
+                self.set_str(fk, next.to_string(), None);
+                if let Some(mk) = req.spec.mark_key() {
+                    self.set_str(&mk, next.to_string(), None);
+                }
+                Some(Token::new(next).map_err(|e| BackendError::Protocol(e.to_string()))?)
+            }
+        };
+        let value = req.owner.stored_value(&req.metadata);
+        let expires = now + req.ttl.get();
+        for k in req.spec.keys() {
+            self.set_str(k, value.clone(), Some(expires));
+        }
+        Ok(AcquireOutcome::Acquired { token })
+    }
+
+    fn all_ours(
+        &mut self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        now: Instant,
+    ) -> Result<bool, BackendError> {
+        for k in spec.keys() {
+            match self.get_str(k, now)? {
+                Some(v) if owner.matches(&v) => {}
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    pub(super) fn renew(
+        &mut self,
+        req: &RenewRequest,
+        now: Instant,
+    ) -> Result<RenewOutcome, BackendError> {
+        if !self.all_ours(&req.spec, &req.owner, now)? {
+            return Ok(RenewOutcome::NotHeld);
+        }
+        let expires = now + req.ttl.get();
+        for k in req.spec.keys() {
+            if let Some(e) = self.live(k, now) {
+                e.expires_at = Some(expires);
+            }
+        }
+        Ok(RenewOutcome::Renewed)
+    }
+
+    pub(super) fn release(
+        &mut self,
+        req: &ReleaseRequest,
+        now: Instant,
+    ) -> Result<ReleaseOutcome, BackendError> {
+        if let (Some(term), Some(fk)) = (req.term, req.spec.fence_key())
+            && self.get_int(fk, now)? != term.get()
+        {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let mut all = true;
+        for k in req.spec.keys() {
+            match self.get_str(k, now)? {
+                Some(v) if req.owner.matches(&v) => {
+                    self.entries.remove(k.as_str());
+                }
+                _ => all = false,
+            }
+        }
+        Ok(if all {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    pub(super) fn remaining(
+        &mut self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        now: Instant,
+    ) -> Result<Option<Duration>, BackendError> {
+        if !self.all_ours(spec, owner, now)? {
+            return Ok(None);
+        }
+        Ok(spec.keys().iter().filter_map(|k| self.pttl(k, now)).min())
+    }
+
+    pub(super) fn inspect(
+        &mut self,
+        spec: &LeaseSpec,
+        now: Instant,
+    ) -> Result<LeaseInfo, BackendError> {
+        let mut info = LeaseInfo::default();
+        if let Some(k) = spec.keys().first()
+            && let Some(v) = self.get_str(k, now)?
+        {
+            let (o, m) = split_stored(&v);
+            info.holder = Some(o.to_owned());
+            info.metadata = Some(m.to_owned());
+            info.remaining = self.pttl(k, now);
+        }
+        if let Some(fk) = spec.fence_key() {
+            info.counter = Token::new(self.get_int(fk, now)?).ok();
+            info.mark = Token::new(self.mark(spec, now)?)
+                .map(FenceMark::at)
+                .unwrap_or(FenceMark::NONE);
+        }
+        Ok(info)
+    }
+
+    /// The Redlock fenced-quorum second round (`raise.lua`): where every lock key still holds
+    /// `owner`, lift counter and mark to at least `token`.
+    pub(super) fn raise(
+        &mut self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+        now: Instant,
+    ) -> Result<bool, BackendError> {
+        let Some(fk) = spec.fence_key() else {
+            return Err(BackendError::Invalid(
+                "raise_counter needs a fenced lease".into(),
+            ));
+        };
+        if !self.all_ours(spec, owner, now)? {
+            return Ok(false);
+        }
+        let counter = self.get_int(fk, now)?;
+        let mark = self.mark(spec, now)?;
+        if counter < token.get() {
+            self.set_str(fk, token.get().to_string(), None);
+        }
+        if mark < token.get()
+            && let Some(mk) = spec.mark_key()
+        {
+            self.set_str(&mk, token.get().to_string(), None);
+        }
+        Ok(true)
+    }
+
+    fn apply_write(&mut self, w: &MemoryWrite, now: Instant) -> Result<(), BackendError> {
+        match w {
+            MemoryWrite::Set { key, value } => {
+                self.set_str(key, value.clone(), None);
+            }
+            MemoryWrite::HSet { key, field, value } => match self.live(key, now) {
+                None => {
+                    let mut h = BTreeMap::new();
+                    h.insert(field.clone(), value.clone());
+                    self.entries.insert(
+                        key.clone(),
+                        Entry {
+                            value: Value::Hash(h),
+                            expires_at: None,
+                        },
+                    );
+                }
+                Some(Entry {
+                    value: Value::Hash(h),
+                    ..
+                }) => {
+                    h.insert(field.clone(), value.clone());
+                }
+                Some(_) => return Err(BackendError::Refused(WRONGTYPE.into())),
+            },
+            MemoryWrite::Del { keys } => {
+                for k in keys {
+                    self.entries.remove(k);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a batch's types as the batch goes (like the Redis multi-write script): a write
+    /// sees the types earlier writes of the same batch leave behind.
+    fn check_writes(&mut self, writes: &[MemoryWrite], now: Instant) -> Result<(), BackendError> {
+        // Per key: Some(true) = string, Some(false) = hash, None = absent.
+        let mut seen: HashMap<&str, Option<bool>> = HashMap::new();
+        for w in writes {
+            match w {
+                MemoryWrite::Set { key, .. } => {
+                    seen.insert(key, Some(true));
+                }
+                MemoryWrite::HSet { key, .. } => {
+                    let is_str = match seen.get(key.as_str()) {
+                        Some(t) => *t,
+                        None => self
+                            .live(key, now)
+                            .map(|e| matches!(e.value, Value::Str(_))),
+                    };
+                    if is_str == Some(true) {
+                        return Err(BackendError::Refused(WRONGTYPE.into()));
+                    }
+                    seen.insert(key, Some(false));
+                }
+                MemoryWrite::Del { keys } => {
+                    for k in keys {
+                        seen.insert(k, None);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn fenced(
+        &mut self,
+        mark_key: &str,
+        token: Token,
+        writes: &[MemoryWrite],
+        now: Instant,
+    ) -> Result<FenceOutcome, BackendError> {
+        let raw = self.get_int(mark_key, now)?;
+        let mark = match raw {
+            0 => FenceMark::NONE,
+            // Above 2^53 (never written by us): every valid token is below it, as in Redis.
+            m if m > MAX_TOKEN => {
+                return Ok(FenceOutcome::Stale {
+                    mark: FenceMark::at(Token::MAX),
+                });
+            }
+            m => Token::new(m).map(FenceMark::at).unwrap_or(FenceMark::NONE),
+        };
+        if !mark.accepts(token) {
+            return Ok(FenceOutcome::Stale { mark });
+        }
+        // Redis scripts have no rollback: a write that fails leaves the mark unmoved. The
+        // in-memory store checks every write first so a batch is all-or-nothing, like the
+        // Redis multi-write script, which validates types before writing.
+        self.check_writes(writes, now)?;
+        for w in writes {
+            self.apply_write(w, now)?;
+        }
+        self.set_str(mark_key, token.get().to_string(), None);
+        Ok(FenceOutcome::Applied)
+    }
+}

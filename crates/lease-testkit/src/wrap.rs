@@ -1,0 +1,299 @@
+//! One wrapper backend for tests that need a twist on a real backend: count calls, delay a
+//! request or a reply, watch errors.
+//!
+//! [`Wrapped`] forwards every [`LeaseBackend`] method to the backend it wraps and calls its
+//! [`Hooks`] around each call: [`Hooks::before`] with the [`Call`] before it is forwarded, and
+//! [`Hooks::after`] with the call and its [`Answer`] once the wrapped backend answered (before
+//! the answer is returned). Both default to doing nothing, so a test implements only its twist.
+//! The synchronous methods (`check_spec`, `validity_margin`) are forwarded without hooks.
+//!
+//! [`Wrapped`] dereferences to its hooks, so the hooks' own methods (a count, a wait on a
+//! signal) are called on the wrapper.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use lease_core::memory::{ManualClock, MemoryBackend};
+//! use lease_testkit::wrap::{Answer, Call, Hooks, Wrapped};
+//!
+//! /// Counts the renewals that failed.
+//! #[derive(Default)]
+//! struct FailedRenewals(AtomicU32);
+//!
+//! #[async_trait::async_trait]
+//! impl Hooks for FailedRenewals {
+//!     async fn after(&self, _call: &Call<'_>, answer: &Answer<'_>) {
+//!         if let Answer::Renew(Err(_)) = answer {
+//!             self.0.fetch_add(1, Ordering::SeqCst);
+//!         }
+//!     }
+//! }
+//!
+//! let backend: Wrapped<MemoryBackend, FailedRenewals> =
+//!     Wrapped::new(MemoryBackend::new(ManualClock::new()));
+//! assert_eq!(backend.0.load(Ordering::SeqCst), 0); // the hooks, through the wrapper
+//! ```
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{
+    AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
+    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Ttl,
+};
+
+/// A [`LeaseBackend`] call, as a hook sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Call<'a> {
+    /// [`LeaseBackend::acquire`].
+    Acquire(&'a AcquireRequest),
+    /// [`LeaseBackend::renew`].
+    Renew(&'a RenewRequest),
+    /// [`LeaseBackend::release`].
+    Release(&'a ReleaseRequest),
+    /// [`LeaseBackend::remaining`].
+    Remaining(&'a LeaseSpec, &'a Owner),
+    /// [`LeaseBackend::inspect`].
+    Inspect(&'a LeaseSpec),
+}
+
+/// What the wrapped backend answered to a [`Call`] (of the same kind).
+#[derive(Clone, Copy, Debug)]
+pub enum Answer<'a> {
+    /// The answer to [`Call::Acquire`].
+    Acquire(&'a Result<AcquireOutcome, BackendError>),
+    /// The answer to [`Call::Renew`].
+    Renew(&'a Result<RenewOutcome, BackendError>),
+    /// The answer to [`Call::Release`].
+    Release(&'a Result<ReleaseOutcome, BackendError>),
+    /// The answer to [`Call::Remaining`].
+    Remaining(&'a Result<Option<Duration>, BackendError>),
+    /// The answer to [`Call::Inspect`].
+    Inspect(&'a Result<LeaseInfo, BackendError>),
+}
+
+impl<'a> Answer<'a> {
+    /// The error, when the call failed.
+    pub fn error(&self) -> Option<&'a BackendError> {
+        match *self {
+            Answer::Acquire(r) => r.as_ref().err(),
+            Answer::Renew(r) => r.as_ref().err(),
+            Answer::Release(r) => r.as_ref().err(),
+            Answer::Remaining(r) => r.as_ref().err(),
+            Answer::Inspect(r) => r.as_ref().err(),
+        }
+    }
+}
+
+/// What a [`Wrapped`] backend does around each call. Every method does nothing by default.
+///
+/// A hook that waits (a sleep, a gate) delays the call: `before` delays the request (nothing
+/// reaches the wrapped backend until it returns), `after` delays the reply (the wrapped backend
+/// has answered; the caller hears it only when the hook returns). A call dropped while a hook
+/// waits is dropped there.
+#[async_trait]
+pub trait Hooks: Send + Sync + 'static {
+    /// Runs before `call` is forwarded to the wrapped backend.
+    async fn before(&self, call: &Call<'_>) {
+        let _ = call;
+    }
+
+    /// Runs after the wrapped backend answered `call` with `answer`, before it is returned.
+    async fn after(&self, call: &Call<'_>, answer: &Answer<'_>) {
+        let _ = (call, answer);
+    }
+}
+
+/// No hooks: a plain forwarding wrapper.
+impl Hooks for () {}
+
+/// A [`LeaseBackend`] that forwards every call to `inner` and runs `hooks` around it.
+///
+/// Clones share what the hooks share (put shared state behind an `Arc`).
+#[derive(Clone, Debug, Default)]
+pub struct Wrapped<B, H = ()> {
+    inner: B,
+    hooks: H,
+}
+
+impl<B, H: Default> Wrapped<B, H> {
+    /// Wraps `inner` with the default hooks.
+    pub fn new(inner: B) -> Self {
+        Self::with_hooks(inner, H::default())
+    }
+}
+
+impl<B, H> Wrapped<B, H> {
+    /// Wraps `inner` with `hooks`.
+    pub fn with_hooks(inner: B, hooks: H) -> Self {
+        Wrapped { inner, hooks }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The hooks.
+    pub fn hooks(&self) -> &H {
+        &self.hooks
+    }
+}
+
+impl<B, H> Deref for Wrapped<B, H> {
+    type Target = H;
+
+    fn deref(&self) -> &H {
+        &self.hooks
+    }
+}
+
+#[async_trait]
+impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        let call = Call::Acquire(req);
+        self.hooks.before(&call).await;
+        let r = self.inner.acquire(req).await;
+        self.hooks.after(&call, &Answer::Acquire(&r)).await;
+        r
+    }
+
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        let call = Call::Renew(req);
+        self.hooks.before(&call).await;
+        let r = self.inner.renew(req).await;
+        self.hooks.after(&call, &Answer::Renew(&r)).await;
+        r
+    }
+
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let call = Call::Release(req);
+        self.hooks.before(&call).await;
+        let r = self.inner.release(req).await;
+        self.hooks.after(&call, &Answer::Release(&r)).await;
+        r
+    }
+
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        let call = Call::Remaining(spec, owner);
+        self.hooks.before(&call).await;
+        let r = self.inner.remaining(spec, owner).await;
+        self.hooks.after(&call, &Answer::Remaining(&r)).await;
+        r
+    }
+
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        let call = Call::Inspect(spec);
+        self.hooks.before(&call).await;
+        let r = self.inner.inspect(spec).await;
+        self.hooks.after(&call, &Answer::Inspect(&r)).await;
+        r
+    }
+
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_spec(spec)
+    }
+
+    fn validity_margin(&self, ttl: Ttl) -> Duration {
+        self.inner.validity_margin(ttl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use lease_core::memory::{ManualClock, MemoryBackend};
+    use lease_core::{Metadata, Ttl};
+
+    use super::*;
+
+    /// Records the kind of each hook call, in order.
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<String>>>);
+
+    #[async_trait]
+    impl Hooks for Log {
+        async fn before(&self, call: &Call<'_>) {
+            let kind = format!("{call:?}");
+            let kind = kind.split('(').next().unwrap_or_default().to_owned();
+            self.0.lock().unwrap().push(format!("before {kind}"));
+        }
+        async fn after(&self, _call: &Call<'_>, answer: &Answer<'_>) {
+            let kind = format!("{answer:?}");
+            let kind = kind.split('(').next().unwrap_or_default().to_owned();
+            let failed = answer.error().is_some();
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("after {kind} failed={failed}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn forwards_every_call_between_its_hooks() {
+        let memory = MemoryBackend::new(ManualClock::new());
+        let log = Log::default();
+        let backend = Wrapped::with_hooks(memory.clone(), log.clone());
+        let spec = Arc::new(LeaseSpec::election("e"));
+        let owner = Owner::new("a").unwrap();
+        let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
+        let bound = Duration::from_secs(5);
+        let acquire = AcquireRequest {
+            spec: spec.clone(),
+            owner: owner.clone(),
+            ttl,
+            metadata: Metadata::default(),
+        };
+        let got = tokio::time::timeout(bound, backend.acquire(&acquire)).await;
+        assert!(matches!(
+            got.unwrap(),
+            Ok(AcquireOutcome::Acquired { token: Some(_) })
+        ));
+        let renew = RenewRequest {
+            spec: spec.clone(),
+            owner: owner.clone(),
+            ttl,
+        };
+        let got = tokio::time::timeout(bound, backend.renew(&renew)).await;
+        assert_eq!(got.unwrap().unwrap(), RenewOutcome::Renewed);
+        let got = tokio::time::timeout(bound, backend.remaining(&spec, &owner)).await;
+        assert_eq!(got.unwrap().unwrap(), Some(Duration::from_secs(1)));
+        let got = tokio::time::timeout(bound, backend.inspect(&spec)).await;
+        assert_eq!(got.unwrap().unwrap().holder.as_deref(), Some("a"));
+        memory.set_unavailable(true);
+        let release = ReleaseRequest {
+            spec: spec.clone(),
+            owner,
+            term: None,
+        };
+        let got = tokio::time::timeout(bound, backend.release(&release)).await;
+        assert!(got.unwrap().is_err());
+        assert_eq!(
+            memory.calls(),
+            5,
+            "each call reached the wrapped backend once"
+        );
+        assert_eq!(
+            log.0.lock().unwrap().clone(),
+            [
+                "before Acquire",
+                "after Acquire failed=false",
+                "before Renew",
+                "after Renew failed=false",
+                "before Remaining",
+                "after Remaining failed=false",
+                "before Inspect",
+                "after Inspect failed=false",
+                "before Release",
+                "after Release failed=true",
+            ]
+        );
+        // Deref reaches the hooks.
+        assert_eq!(backend.0.lock().unwrap().len(), 10);
+    }
+}

@@ -1,0 +1,200 @@
+//! Auto-renewal and the loss signal against a real Redis, through the facade: a lock renewed
+//! across many TTLs, failed renewals tolerated until the local deadline, a loss signal that
+//! fires on the local deadline while Redis is frozen (SIGSTOP), old loss receivers that still
+//! fire.
+//!
+//! Faults are real: a SIGSTOPped Redis (kit `pause()`), a TCP proxy that blackholes traffic.
+//! Attempts are counted by `Counted` (`common/locks.rs`: the kit's `Wrapped` backend with
+//! counting hooks around the Redis backend), so retry counts are asserted exactly, without
+//! timing.
+
+mod common;
+
+use common::locks::{
+    Counted, SLACK, assert_not_obtained_by, counted_locker, fired, linear, locker, ms, proxied,
+    within,
+};
+use common::{EVENTUALLY, get, raw};
+use lease_testkit::proxy::{FaultProxy, Mode};
+use redlease::redis::RedisBackend;
+use redlease::{LockError, LockOptions, Locker};
+
+/// go-redlock WithAutoRenew: a 500 ms lock renewed every 100 ms stays held across many TTLs
+/// (30 successful renewals, at least 6 TTLs); another obtainer still fails; renewals mint no
+/// new fencing token.
+#[tokio::test]
+async fn auto_renew_keeps_a_lock_alive_across_many_ttls() {
+    let server = common::redis().await;
+    let (locker, counted) = counted_locker(&server).await;
+    let mut conn = raw(&server).await;
+    let ttl = ms(500);
+    let started = tokio::time::Instant::now();
+    let lock = locker
+        .obtain(
+            "k",
+            ttl,
+            LockOptions::new().auto_renew(ms(100)).fence_key("k:fence"),
+        )
+        .await
+        .unwrap();
+    let token = lock.fence_token().unwrap();
+    counted.wait_for("30 renewals", |c| c.renews_ok >= 30).await;
+    // Renewals are spaced by the interval, so this many span several TTLs.
+    assert!(started.elapsed() > ttl * 5, "{:?}", started.elapsed());
+    assert!(lock.held());
+    assert!(!lock.lost().is_cancelled());
+    let err = locker
+        .obtain("k", ttl, LockOptions::new())
+        .await
+        .unwrap_err();
+    assert_not_obtained_by(&err, lock.token());
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.token()));
+    assert_eq!(get(&mut conn, "k:fence").await, Some(token.to_string()));
+    lock.release().await.unwrap();
+    assert_eq!(get(&mut conn, "k").await, None);
+}
+
+/// edge-cases (go-redlock marked a lock lost at its first failed renewal): failed renewals are
+/// tolerated until the local deadline. With the network blackholed for two renewal intervals,
+/// the lock stays held and renews again once the network heals.
+#[tokio::test]
+async fn auto_renew_tolerates_failed_renewals_before_the_deadline() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let counted = Counted::new(proxied(&server, &proxy).await);
+    let locker = Locker::new(counted.clone());
+    let lock = locker
+        .obtain("k", ms(3_000), LockOptions::new().auto_renew(ms(200)))
+        .await
+        .unwrap();
+    counted.wait_for("a renewal", |c| c.renews_ok >= 1).await;
+    proxy.set_mode(Mode::Blackhole);
+    let base = counted.counts();
+    // At most one renewal is in flight: three started means two have failed (timed out).
+    counted
+        .wait_for("two failed renewals", |c| c.renews >= base.renews + 3)
+        .await;
+    assert_eq!(
+        counted.counts().renews_ok,
+        base.renews_ok,
+        "none got through"
+    );
+    assert!(lock.held(), "failures are tolerated until the deadline");
+    assert!(!lock.lost().is_cancelled());
+    proxy.set_mode(Mode::Pass);
+    let healed = std::time::Instant::now();
+    counted
+        .wait_for("a renewal after healing", |c| c.renews_ok > base.renews_ok)
+        .await;
+    // The renewal in flight is cut at one interval; the next one gets through.
+    within(healed, ms(2 * 200) + SLACK, "a renewal after healing");
+    assert!(lock.held());
+    assert!(!lock.lost().is_cancelled());
+    lock.release().await.unwrap();
+}
+
+/// beyond.md 3 (a reliable loss signal): with Redis frozen (SIGSTOP), no renewal can answer,
+/// and the client has no response timeout of its own, so only the library's local deadline can
+/// end the lock. The loss token fires while Redis is still paused, never before the local
+/// deadline; `held()` is false and no renewal starts after the loss. After Redis resumes, the
+/// lock is free for others.
+#[tokio::test]
+async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
+    let server = common::redis().await;
+    let client = server.client().unwrap();
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+        .unwrap();
+    let counted = Counted::new(RedisBackend::new(conn));
+    let locker = Locker::new(counted.clone());
+    let lock = locker
+        .obtain("k", ms(600), LockOptions::new().auto_renew(ms(150)))
+        .await
+        .unwrap();
+    counted.wait_for("a renewal", |c| c.renews_ok >= 1).await;
+    let lost = lock.lost();
+    server.pause().await.unwrap();
+    let paused = std::time::Instant::now();
+    let fired = tokio::time::timeout(EVENTUALLY, lost.cancelled()).await;
+    let fired_at = tokio::time::Instant::now();
+    // The last renewal that got through was sent before the pause: its deadline is within
+    // one TTL of it.
+    within(paused, ms(600) + SLACK, "the loss signal");
+    let renews_at_loss = counted.counts().renews;
+    // Checked before resuming: the signal did not need Redis to answer.
+    assert_eq!(
+        server.state(),
+        lease_testkit::redis::ServerState::Paused,
+        "still paused"
+    );
+    assert!(fired.is_ok(), "the loss signal did not fire while paused");
+    assert!(
+        fired_at >= lock.valid_until(),
+        "fired before the local deadline"
+    );
+    assert!(!lock.held());
+    server.resume().await.unwrap();
+    let resumed = std::time::Instant::now();
+    // Renewals queued while paused may still extend the key by one TTL: retry past it.
+    let next = locker
+        .obtain(
+            "k",
+            ms(600),
+            LockOptions::new().retry(linear(20)).wait(EVENTUALLY),
+        )
+        .await
+        .unwrap();
+    // The key lapses by one TTL after the last queued renewal is applied at the resume.
+    within(resumed, ms(600 + 20) + SLACK, "the take-over");
+    assert_eq!(
+        counted.counts().renews,
+        renews_at_loss,
+        "no renewal after the loss"
+    );
+    assert!(matches!(lock.release().await, Err(LockError::NotHeld)));
+    let mut conn = raw(&server).await;
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(next.token()));
+    next.release().await.unwrap();
+}
+
+/// edge-cases (go-redlock replaced its `Lost()` channel on re-acquire, so an old receiver never
+/// fired): a loss receiver taken before a re-obtain with the same token still sees the loss of
+/// the lease it was taken for. The re-obtained handle releases (one release frees it), C
+/// takes the key, A's next renewal finds it gone: A's receiver fires, and A's loss deletes
+/// nothing of C's.
+#[tokio::test]
+async fn a_loss_receiver_from_before_a_reobtain_still_fires() {
+    let server = common::redis().await;
+    let locker = locker(&server).await;
+    let mut conn = raw(&server).await;
+    let a = locker
+        .obtain(
+            "k",
+            ms(2_000),
+            LockOptions::new().token("t").auto_renew(ms(100)),
+        )
+        .await
+        .unwrap();
+    let rx = a.lost();
+    let b = locker
+        .obtain("k", ms(2_000), LockOptions::new().token("t"))
+        .await
+        .unwrap();
+    let rx_b = b.lost();
+    assert!(!rx.is_cancelled());
+    b.release().await.unwrap();
+    assert!(rx_b.is_cancelled());
+    let c = locker
+        .obtain("k", ms(30_000), LockOptions::new().token("c"))
+        .await
+        .unwrap();
+    fired(&rx, "A's loss receiver").await;
+    assert!(!a.held());
+    assert!(a.lost().is_cancelled());
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some("c"));
+    assert!(matches!(a.release().await, Err(LockError::NotHeld)));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some("c"));
+    c.release().await.unwrap();
+}
