@@ -33,6 +33,7 @@
 //! assert_eq!(backend.0.load(Ordering::SeqCst), 0); // the hooks, through the wrapper
 //! ```
 
+use std::future::Future;
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -148,30 +149,49 @@ impl<B, H> Deref for Wrapped<B, H> {
     }
 }
 
+impl<B: LeaseBackend, H: Hooks> Wrapped<B, H> {
+    /// Makes the call to the wrapped backend (`op`) between the hooks: `op` is called only
+    /// once `before` has returned.
+    async fn around<T, F: Future<Output = Result<T, BackendError>>>(
+        &self,
+        call: Call<'_>,
+        op: impl FnOnce() -> F,
+        answer: for<'r> fn(&'r Result<T, BackendError>) -> Answer<'r>,
+    ) -> Result<T, BackendError> {
+        self.hooks.before(&call).await;
+        let r = op().await;
+        self.hooks.after(&call, &answer(&r)).await;
+        r
+    }
+}
+
 #[async_trait]
 impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
-        let call = Call::Acquire(req);
-        self.hooks.before(&call).await;
-        let r = self.inner.acquire(req).await;
-        self.hooks.after(&call, &Answer::Acquire(&r)).await;
-        r
+        self.around(
+            Call::Acquire(req),
+            || self.inner.acquire(req),
+            |r| Answer::Acquire(r),
+        )
+        .await
     }
 
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
-        let call = Call::Renew(req);
-        self.hooks.before(&call).await;
-        let r = self.inner.renew(req).await;
-        self.hooks.after(&call, &Answer::Renew(&r)).await;
-        r
+        self.around(
+            Call::Renew(req),
+            || self.inner.renew(req),
+            |r| Answer::Renew(r),
+        )
+        .await
     }
 
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
-        let call = Call::Release(req);
-        self.hooks.before(&call).await;
-        let r = self.inner.release(req).await;
-        self.hooks.after(&call, &Answer::Release(&r)).await;
-        r
+        self.around(
+            Call::Release(req),
+            || self.inner.release(req),
+            |r| Answer::Release(r),
+        )
+        .await
     }
 
     async fn remaining(
@@ -179,19 +199,21 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
         spec: &LeaseSpec,
         owner: &Owner,
     ) -> Result<Option<Duration>, BackendError> {
-        let call = Call::Remaining(spec, owner);
-        self.hooks.before(&call).await;
-        let r = self.inner.remaining(spec, owner).await;
-        self.hooks.after(&call, &Answer::Remaining(&r)).await;
-        r
+        self.around(
+            Call::Remaining(spec, owner),
+            || self.inner.remaining(spec, owner),
+            |r| Answer::Remaining(r),
+        )
+        .await
     }
 
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
-        let call = Call::Inspect(spec);
-        self.hooks.before(&call).await;
-        let r = self.inner.inspect(spec).await;
-        self.hooks.after(&call, &Answer::Inspect(&r)).await;
-        r
+        self.around(
+            Call::Inspect(spec),
+            || self.inner.inspect(spec),
+            |r| Answer::Inspect(r),
+        )
+        .await
     }
 
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
