@@ -252,10 +252,10 @@ pub struct ReleaseRequest {
     pub spec: Arc<LeaseSpec>,
     /// Who releases.
     pub owner: Owner,
-    /// When set, release only if the fence counter still equals this term's token: a release
+    /// The token of the term to release, when the release is term-scoped: release only if the fence counter still equals this term's token: a release
     /// that arrives late never deletes a later term of the same owner. Backends that cannot
     /// check it (quorum backends) may ignore it.
-    pub term: Option<Token>,
+    pub term_token: Option<Token>,
 }
 
 /// What an acquire found.

@@ -208,7 +208,7 @@ pub enum Role {
 }
 
 #[derive(Debug)]
-struct Term {
+struct Leading {
     token: Token,
     lease: HeldLease,
 }
@@ -228,7 +228,7 @@ pub struct Election {
     owner: Owner,
     rng: SplitMix64,
     next_id: u64,
-    term: Option<Term>,
+    term: Option<Leading>,
     stopped: bool,
     shutting_down: bool,
     acquire_in_flight: Option<(RequestId, Instant)>,
@@ -374,7 +374,7 @@ impl Election {
                 kind: RequestKind::Release(ReleaseRequest {
                     spec: Arc::clone(&self.spec),
                     owner: self.owner.clone(),
-                    term,
+                    term_token: term,
                 }),
                 sent_at: now,
                 deadline: now + self.config.release_timeout(),
@@ -524,7 +524,7 @@ impl Election {
                 self.highest_token = self.highest_token.max(Some(token));
                 let lease = HeldLease::new(self.timing(), Some(token), sent_at, now);
                 let valid_until = lease.valid_until();
-                self.term = Some(Term { token, lease });
+                self.term = Some(Leading { token, lease });
                 self.announced = Announced::Leader;
                 self.events.push_back(Event::Elected { token, valid_until });
             }

@@ -301,7 +301,7 @@ impl World {
                         let _ = self.backend.release_now(&ReleaseRequest {
                             spec: Arc::clone(&self.spec),
                             owner: self.rival.clone(),
-                            term: None,
+                            term_token: None,
                         });
                     }
                 }

@@ -396,7 +396,7 @@ proptest! {
             options = options.retry(RetryStrategy::linear(ms(r)).expect("valid"));
         }
         if !private {
-            options = options.token("chosen");
+            options = options.owner("chosen");
         }
         let plan = options.plan(["k"], ms(ttl), || "generated".into()).expect("valid");
         prop_assert_eq!(plan.private_token, private);

@@ -581,7 +581,7 @@ impl Sim {
                 let req = ReleaseRequest {
                     spec: Arc::clone(&self.spec),
                     owner: self.clients[c].owner.clone(),
-                    term: None,
+                    term_token: None,
                 };
                 let mut round = self.quorum.release(req, self.p.op_timeout, local);
                 self.clients[c].round += 1;

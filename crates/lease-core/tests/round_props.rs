@@ -109,7 +109,7 @@ fn answer_cleanup(
         match &r.kind {
             NodeRequestKind::Release(req) => {
                 prop_assert_eq!(req.owner.as_str(), "me");
-                prop_assert_eq!(req.term, None);
+                prop_assert_eq!(req.term_token, None);
             }
             other => prop_assert!(false, "not a cleanup: {:?}", other),
         }

@@ -249,7 +249,7 @@ where
         for k in spec.keys() {
             call.key(k);
         }
-        let term = match (req.term, spec.fence_key()) {
+        let term = match (req.term_token, spec.fence_key()) {
             (Some(term), Some(fence)) => {
                 call.key(fence);
                 Some(term)

@@ -80,7 +80,7 @@ fn release_req(spec: &Arc<LeaseSpec>, owner: &str, term: Option<u64>) -> Release
     ReleaseRequest {
         spec: Arc::clone(spec),
         owner: Owner::new(owner).unwrap(),
-        term: term.map(|t| Token::new(t).unwrap()),
+        term_token: term.map(|t| Token::new(t).unwrap()),
     }
 }
 

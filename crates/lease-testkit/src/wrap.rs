@@ -291,7 +291,7 @@ mod tests {
         let release = ReleaseRequest {
             spec: spec.clone(),
             owner,
-            term: None,
+            term_token: None,
         };
         let got = tokio::time::timeout(bound, backend.release(&release)).await;
         assert!(got.unwrap().is_err());

@@ -86,14 +86,14 @@ async fn retry_until_free_and_deadline_carries_cause() {
 async fn custom_token_is_reentrant_without_counting() {
     let (locker, backend, _b) = setup();
     let a = locker
-        .obtain("k", TTL, LockOptions::new().token("tok"))
+        .obtain("k", TTL, LockOptions::new().owner("tok"))
         .await
         .unwrap();
     let b = locker
-        .obtain("k", TTL, LockOptions::new().token("tok"))
+        .obtain("k", TTL, LockOptions::new().owner("tok"))
         .await
         .unwrap();
-    assert_eq!(a.token(), "tok");
+    assert_eq!(a.owner(), "tok");
     b.release().await.unwrap();
     assert_eq!(backend.get("k"), None, "one release frees it");
     assert!(matches!(a.release().await, Err(LockError::NotHeld)));

@@ -30,7 +30,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     // who holds it.
     let mut options = LockOptions::new()
         .auto_renew(renew)
-        .token(redlease::default_instance_id());
+        .owner(redlease::default_instance_id());
     // The wait bounds when attempts may start: `--wait 0` is a single attempt (each attempt
     // is bounded by its own operation timeout, one TTL by default).
     let max = (args.ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));

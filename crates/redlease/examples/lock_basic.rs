@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!(
         "obtained with fencing token {token} (owner token {})",
-        lock.token()
+        lock.owner()
     );
 
     // Writes go through the fencer: Redis refuses them once a newer holder has written.

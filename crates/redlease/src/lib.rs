@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `redis` (default) | `redlease::redis`: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
-//! | `fence` | `redlease::fence`: fencing at the resource (Redis fenced writes) |
+//! | `fence` | `redlease::fence`: fencing at the resource (the Redis fencer is in `redlease::redis`) |
 //! | `postgres` | `redlease::fence` with the Postgres conditional-write adapter |
 //!
 //! The in-memory backend ([`memory`]) is always available, for your unit tests.
@@ -49,33 +49,71 @@
 //! ```
 #![forbid(unsafe_code)]
 
-/// Which operation an [`Observer::on_error`] call is about.
+// The public interface, on one screen. Everything is listed by name: nothing reaches users by a
+// wildcard, so a new item in a backend crate is not public API until it is listed here.
+
+// Leader election.
 pub use lease_core::election::Op;
-pub use lease_core::{
-    BackendError, ConfigError, Effect, ElectionConfig, ElectionConfigBuilder, FenceMark,
-    FenceOutcome, FencedResource, Fencing, LeaseBackend, RetryStrategy, Role, StepDownReason,
-    Token, TokenError, Ttl,
-};
+pub use lease_core::{ElectionConfig, ElectionConfigBuilder, Role, StepDownReason};
 pub use lease_tokio::{
-    AutoRenew, CancellationToken, Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo,
-    Lock, LockError, LockOptions, Locker, NoopObserver, Observer, Term, default_instance_id,
-    random_token,
+    Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, NoopObserver, Observer, Term,
+    default_instance_id,
 };
 
-/// The sans-IO core: machines, rules, the backend trait. For adapter authors and simulations.
+// Locks.
+pub use lease_core::RetryStrategy;
+pub use lease_tokio::{AutoRenew, Lock, LockError, LockOptions, Locker, random_token};
+
+// Fencing tokens and fenced resources.
+pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Fencing, Token, TokenError};
+
+// Shared: configuration errors, TTLs, outcomes, the backend trait, cancellation.
+pub use lease_core::{BackendError, ConfigError, Effect, LeaseBackend, Ttl};
+pub use lease_tokio::CancellationToken;
+
+/// The sans-IO core, for adapter authors and simulations: the backend contract and the
+/// machines the driver runs (the same items as the `lease-core` crate's, listed by name).
 pub mod core {
-    pub use lease_core::*;
+    // The backend contract.
+    pub use lease_core::{
+        AcquireOutcome, AcquireRequest, BackendError, Effect, FenceMark, FenceOutcome,
+        FencedResource, Fencing, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
+        ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token, TokenError,
+    };
+    // Configuration, time and retries.
+    pub use lease_core::config::{MAX_TTL, MIN_INTERVAL};
+    pub use lease_core::{
+        ConfigError, ElectionConfig, ElectionConfigBuilder, Instant, RetrySequence, RetryStrategy,
+        Ttl,
+    };
+    // The election machine.
+    pub use lease_core::election::Op;
+    pub use lease_core::{
+        Election, Event, Reply, Request, RequestId, RequestKind, Role, StepDownReason,
+    };
+    // The lease and lock machines.
+    pub use lease_core::lock::{
+        Attempt, HeldLock, LockEvent, Obtain, ObtainPlan, Obtained, Refresh, RefreshOrder,
+        RefreshReply, RefreshTurn,
+    };
+    pub use lease_core::{HeldLease, LeaseEvent, LossReason};
 }
 
 /// The in-memory backend with a manual clock and fault switches, for unit tests.
 pub mod memory {
-    pub use lease_core::memory::*;
+    pub use lease_core::memory::{
+        Faults, ManualClock, MemoryBackend, MemoryFencer, MemoryWrite, Sleep,
+    };
 }
 
-/// The Redis backend: scripts, slot checks, and the fencer.
+/// The Redis backend: the lease backend, the fencer, slot checks and error mapping.
 #[cfg(feature = "redis")]
 pub mod redis {
-    pub use lease_redis::*;
+    pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
+    pub use lease_redis::{
+        DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisBackend, RedisFencer, RedisLeaseError,
+        TRANSIENT_CODES, Topology, backend_error,
+    };
 
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;
@@ -112,13 +150,30 @@ pub mod redis {
 /// Quorum leases over N independent Redis primaries.
 #[cfg(feature = "redlock")]
 pub mod redlock {
-    pub use lease_redlock::*;
+    pub use lease_redlock::{
+        DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, Node, NodeCause, NodeFailure,
+        QuorumError, QuorumNode, QuorumOp, RaiseCounter, RedisNode, RedlockBackend, RedlockConfig,
+        RoundFailure, client_address,
+    };
 }
 
-/// Fencing enforced at the resource: Redis fenced writes and (feature `postgres`) Postgres.
+/// Fencing enforced at the resource: the resource-side types and (feature `postgres`) the
+/// Postgres adapter. The Redis fencer is [`crate::redis::RedisFencer`].
 #[cfg(feature = "fence")]
 pub mod fence {
-    pub use lease_fence::*;
+    pub use lease_fence::{FenceMark, FenceOutcome, FencedResource, Token, TokenError};
+
+    /// Fenced writes on Postgres: the mark table raised inside the caller's transaction, and
+    /// per-row conditional updates and upserts.
+    #[cfg(feature = "postgres")]
+    pub mod postgres {
+        pub use lease_fence::postgres::{
+            BeginOutcome, BoxError, ClientSource, DEFAULT_FENCE_COLUMN, DEFAULT_MARKS_TABLE,
+            FencedTable, FencedUpdate, FencedUpsert, Ident, IdentError, MAX_COLUMNS,
+            MAX_FENCE_NAME_LEN, MAX_IDENT_LEN, MarkTable, OwnedParam, Param, PgFence, PgFenceError,
+            PgStatement, PgWrite, QualifiedName, RowOutcome, TxFuture, TxOutcome, tokio_postgres,
+        };
+    }
 }
 
 /// The README's examples, compiled as doctests.

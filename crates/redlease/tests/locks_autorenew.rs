@@ -47,8 +47,8 @@ async fn auto_renew_keeps_a_lock_alive_across_many_ttls() {
         .obtain("k", ttl, LockOptions::new())
         .await
         .unwrap_err();
-    assert_not_obtained_by(&err, lock.token());
-    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.token()));
+    assert_not_obtained_by(&err, lock.owner());
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.owner()));
     assert_eq!(get(&mut conn, "k:fence").await, Some(token.to_string()));
     lock.release().await.unwrap();
     assert_eq!(get(&mut conn, "k").await, None);
@@ -155,7 +155,7 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
     );
     assert!(matches!(lock.release().await, Err(LockError::NotHeld)));
     let mut conn = raw(&server).await;
-    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(next.token()));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(next.owner()));
     next.release().await.unwrap();
 }
 
@@ -173,13 +173,13 @@ async fn a_loss_receiver_from_before_a_reobtain_still_fires() {
         .obtain(
             "k",
             ms(2_000),
-            LockOptions::new().token("t").auto_renew(ms(100)),
+            LockOptions::new().owner("t").auto_renew(ms(100)),
         )
         .await
         .unwrap();
     let rx = a.lost();
     let b = locker
-        .obtain("k", ms(2_000), LockOptions::new().token("t"))
+        .obtain("k", ms(2_000), LockOptions::new().owner("t"))
         .await
         .unwrap();
     let rx_b = b.lost();
@@ -187,7 +187,7 @@ async fn a_loss_receiver_from_before_a_reobtain_still_fires() {
     b.release().await.unwrap();
     assert!(rx_b.is_cancelled());
     let c = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("c"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("c"))
         .await
         .unwrap();
     fired(&rx, "A's loss receiver").await;

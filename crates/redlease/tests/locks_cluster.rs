@@ -15,7 +15,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use redlease::redis::RedisBackend;
-use redlease::redis::slot::key_slot;
+use redlease::redis::key_slot;
 use redlease::{BackendError, LockError, LockOptions, Locker, RetryStrategy};
 
 fn ms(n: u64) -> Duration {
@@ -116,7 +116,7 @@ async fn hash_tagged_locks_work_end_to_end() {
         let fence = format!("{tag}:fence");
         let opts = LockOptions::new().fence_key(fence.clone());
         let a = locker
-            .obtain_multi(keys.clone(), ms(10_000), opts.clone().token("a"))
+            .obtain_multi(keys.clone(), ms(10_000), opts.clone().owner("a"))
             .await
             .unwrap();
         assert_eq!(a.fence_token().map(|t| t.get()), Some(1));
@@ -124,7 +124,7 @@ async fn hash_tagged_locks_work_end_to_end() {
             assert_eq!(cget(&mut raw, k).await.as_deref(), Some("a"));
         }
         let err = locker
-            .obtain_multi(keys.clone(), ms(10_000), opts.clone().token("b"))
+            .obtain_multi(keys.clone(), ms(10_000), opts.clone().owner("b"))
             .await
             .unwrap_err();
         assert!(
@@ -138,7 +138,7 @@ async fn hash_tagged_locks_work_end_to_end() {
             assert_eq!(cget(&mut raw, k).await, None);
         }
         let b = locker
-            .obtain_multi(keys.clone(), ms(10_000), opts.token("b"))
+            .obtain_multi(keys.clone(), ms(10_000), opts.owner("b"))
             .await
             .unwrap();
         assert_eq!(b.fence_token().map(|t| t.get()), Some(2));
@@ -151,7 +151,7 @@ async fn hash_tagged_locks_work_end_to_end() {
         .unwrap();
     assert_eq!(
         cget(&mut raw, "plain").await.as_deref(),
-        Some(single.token())
+        Some(single.owner())
     );
     single.release().await.unwrap();
 }

@@ -73,7 +73,7 @@ async fn retries_after_unknown_outcomes_hand_out_the_current_token() {
                     "k",
                     ms(30_000),
                     LockOptions::new()
-                        .token("me")
+                        .owner("me")
                         .fence_key("k:fence")
                         .retry(linear(20))
                         .operation_timeout(ms(100))

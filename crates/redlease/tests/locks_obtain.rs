@@ -30,13 +30,13 @@ async fn obtain_and_release() {
         .obtain("k", ms(10_000), LockOptions::new())
         .await
         .unwrap();
-    assert!(!lock.token().is_empty(), "a random token by default");
+    assert!(!lock.owner().is_empty(), "a random token by default");
     assert_eq!(lock.key(), "k");
     assert_eq!(lock.keys(), ["k"]);
     assert_eq!(lock.fence_token(), None, "no fence key, no token");
     assert!(lock.held());
     assert!(!lock.lost().is_cancelled());
-    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.token()));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.owner()));
     let p = pttl(&mut conn, "k").await;
     assert!(p > 0 && p <= 10_000, "PTTL {p}");
 
@@ -44,7 +44,7 @@ async fn obtain_and_release() {
         .obtain("k", ms(10_000), LockOptions::new())
         .await
         .unwrap_err();
-    assert_not_obtained_by(&err, lock.token());
+    assert_not_obtained_by(&err, lock.owner());
     assert!(err.is_not_obtained());
 
     let lost = lock.lost();
@@ -72,25 +72,25 @@ async fn metadata_is_stored_and_reported() {
     assert_eq!(lock.metadata(), "job 42");
     assert_eq!(
         get(&mut conn, "k").await,
-        Some(format!("{}\0job 42", lock.token()))
+        Some(format!("{}\0job 42", lock.owner()))
     );
     let info = locker
         .backend()
         .inspect(&LeaseSpec::lock(["k"], None).unwrap())
         .await
         .unwrap();
-    assert_eq!(info.holder.as_deref(), Some(lock.token()));
+    assert_eq!(info.holder.as_deref(), Some(lock.owner()));
     assert_eq!(info.metadata.as_deref(), Some("job 42"));
     let err = locker
         .obtain("k", ms(10_000), LockOptions::new())
         .await
         .unwrap_err();
-    assert_not_obtained_by(&err, lock.token());
+    assert_not_obtained_by(&err, lock.owner());
     // Refresh keeps the metadata (it only moves the TTL).
     lock.refresh(ms(20_000)).await.unwrap();
     assert_eq!(
         get(&mut conn, "k").await,
-        Some(format!("{}\0job 42", lock.token()))
+        Some(format!("{}\0job 42", lock.owner()))
     );
     lock.release().await.unwrap();
 }
@@ -103,11 +103,11 @@ async fn custom_token_reobtain_is_reentrant_without_counting() {
     let server = common::redis().await;
     let locker = locker(&server).await;
     let mut conn = raw(&server).await;
-    let opts = LockOptions::new().token("worker-1").fence_key("k:fence");
+    let opts = LockOptions::new().owner("worker-1").fence_key("k:fence");
     let a = locker.obtain("k", ms(10_000), opts.clone()).await.unwrap();
-    assert_eq!(a.token(), "worker-1");
+    assert_eq!(a.owner(), "worker-1");
     let b = locker.obtain("k", ms(10_000), opts).await.unwrap();
-    assert_eq!(b.token(), "worker-1");
+    assert_eq!(b.owner(), "worker-1");
     assert!(
         b.fence_token().unwrap() > a.fence_token().unwrap(),
         "{:?} then {:?}",
@@ -117,7 +117,7 @@ async fn custom_token_reobtain_is_reentrant_without_counting() {
     assert_eq!(get(&mut conn, "k").await.as_deref(), Some("worker-1"));
     // Someone else is still refused.
     let err = locker
-        .obtain("k", ms(10_000), LockOptions::new().token("worker-2"))
+        .obtain("k", ms(10_000), LockOptions::new().owner("worker-2"))
         .await
         .unwrap_err();
     assert_not_obtained_by(&err, "worker-1");
@@ -144,12 +144,12 @@ async fn owner_match_is_exact() {
         .obtain(
             "k",
             ms(10_000),
-            LockOptions::new().token("ab").metadata("m"),
+            LockOptions::new().owner("ab").metadata("m"),
         )
         .await
         .unwrap();
     let err = locker
-        .obtain("k", ms(10_000), LockOptions::new().token("a"))
+        .obtain("k", ms(10_000), LockOptions::new().owner("a"))
         .await
         .unwrap_err();
     assert_not_obtained_by(&err, "ab");
@@ -162,7 +162,7 @@ async fn owner_match_is_exact() {
             .release(&ReleaseRequest {
                 spec: spec.clone(),
                 owner: owner.clone(),
-                term: None,
+                term_token: None,
             })
             .await
             .unwrap();
@@ -181,7 +181,7 @@ async fn owner_match_is_exact() {
     // A token containing the separator is refused before any round trip.
     let before = counted.counts().acquire_total;
     let err = locker
-        .obtain("k", ms(10_000), LockOptions::new().token("ab\0m"))
+        .obtain("k", ms(10_000), LockOptions::new().owner("ab\0m"))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Invalid(_)), "{err:?}");
@@ -206,7 +206,7 @@ async fn multi_key_overlap_one_wins_and_the_other_changes_nothing() {
         .obtain_multi(
             ["x", "y"],
             ms(30_000),
-            LockOptions::new().token("A").fence_key("f"),
+            LockOptions::new().owner("A").fence_key("f"),
         )
         .await
         .unwrap();
@@ -216,7 +216,7 @@ async fn multi_key_overlap_one_wins_and_the_other_changes_nothing() {
             .obtain_multi(
                 keys,
                 ms(30_000),
-                LockOptions::new().token(who).fence_key("f"),
+                LockOptions::new().owner(who).fence_key("f"),
             )
             .await
             .unwrap_err();
@@ -232,7 +232,7 @@ async fn multi_key_overlap_one_wins_and_the_other_changes_nothing() {
         .obtain_multi(
             ["z", "y"],
             ms(30_000),
-            LockOptions::new().token("B").fence_key("f"),
+            LockOptions::new().owner("B").fence_key("f"),
         )
         .await
         .unwrap();
@@ -255,7 +255,7 @@ async fn bad_ttls_and_inputs_are_refused_before_any_round_trip() {
         Duration::from_micros(1),
         Duration::from_micros(999),
         Duration::from_micros(1_500),
-        redlease::core::config::MAX_TTL + ms(1),
+        redlease::core::MAX_TTL + ms(1),
         Duration::from_secs(u64::MAX),
         Duration::MAX,
     ] {
@@ -347,7 +347,7 @@ async fn bad_ttls_and_inputs_are_refused_before_any_round_trip() {
         (
             "empty token",
             locker
-                .obtain("a", ms(1_000), LockOptions::new().token(""))
+                .obtain("a", ms(1_000), LockOptions::new().owner(""))
                 .await,
         ),
     ];

@@ -57,7 +57,7 @@ async fn refresh_of_a_lost_lock_returns_not_held_at_once_without_retries() {
             "k",
             ms(30_000),
             LockOptions::new()
-                .token("a")
+                .owner("a")
                 .retry(RetryStrategy::limit(5, linear(10))),
         )
         .await
@@ -69,7 +69,7 @@ async fn refresh_of_a_lost_lock_returns_not_held_at_once_without_retries() {
         .await
         .unwrap();
     let other = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("b"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("b"))
         .await
         .unwrap();
     let lost = lock.lost();
@@ -137,7 +137,7 @@ async fn refresh_retries_transient_errors_until_the_network_heals() {
     assert!(lock.held());
     assert!(!lock.lost().is_cancelled());
     let mut conn = raw(&server).await;
-    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.token()));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(lock.owner()));
     assert!(pttl(&mut conn, "k").await > 10_000, "extended to 60 s");
     Arc::try_unwrap(lock).unwrap().release().await.unwrap();
 }

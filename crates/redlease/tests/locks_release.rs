@@ -47,7 +47,7 @@ async fn release_of_a_lock_someone_else_now_holds_is_not_held_and_leaves_it_inta
     let locker = locker(&server).await;
     let mut conn = raw(&server).await;
     let a = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("a"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("a"))
         .await
         .unwrap();
     let _: i64 = redis::cmd("PEXPIRE")
@@ -58,7 +58,7 @@ async fn release_of_a_lock_someone_else_now_holds_is_not_held_and_leaves_it_inta
         .unwrap();
     wait_gone(&mut conn, "k").await;
     let b = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("ab"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("ab"))
         .await
         .unwrap();
     assert!(a.held(), "A does not know yet");

@@ -26,7 +26,7 @@ async fn retry_obtains_once_the_holder_releases() {
     let (locker, counted) = counted_locker(&server).await;
     let mut conn = raw(&server).await;
     let holder = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("holder"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
     let waiter = {
@@ -37,7 +37,7 @@ async fn retry_obtains_once_the_holder_releases() {
                     "k",
                     ms(10_000),
                     LockOptions::new()
-                        .token("waiter")
+                        .owner("waiter")
                         .retry(linear(10))
                         .wait(EVENTUALLY),
                 )
@@ -50,7 +50,7 @@ async fn retry_obtains_once_the_holder_releases() {
         .await;
     holder.release().await.unwrap();
     let got = waiter.await.unwrap().unwrap();
-    assert_eq!(got.token(), "waiter");
+    assert_eq!(got.owner(), "waiter");
     assert_eq!(get(&mut conn, "k").await.as_deref(), Some("waiter"));
     got.release().await.unwrap();
 }
@@ -63,7 +63,7 @@ async fn retry_gives_up_with_not_obtained_when_the_strategy_stops() {
     let (locker, counted) = counted_locker(&server).await;
     let mut conn = raw(&server).await;
     let holder = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("holder"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
     let err = locker
@@ -71,7 +71,7 @@ async fn retry_gives_up_with_not_obtained_when_the_strategy_stops() {
             "k",
             ms(10_000),
             LockOptions::new()
-                .token("w")
+                .owner("w")
                 .retry(RetryStrategy::limit(2, linear(10))),
         )
         .await
@@ -90,7 +90,7 @@ async fn deadline_error_carries_not_obtained_and_the_implicit_deadline_is_one_tt
     let server = common::redis().await;
     let (locker, counted) = counted_locker(&server).await;
     let holder = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("holder"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
 
@@ -100,7 +100,7 @@ async fn deadline_error_carries_not_obtained_and_the_implicit_deadline_is_one_tt
             "k",
             ms(10_000),
             LockOptions::new()
-                .token("w1")
+                .owner("w1")
                 .retry(linear(20))
                 .wait(ms(200)),
         )
@@ -121,7 +121,7 @@ async fn deadline_error_carries_not_obtained_and_the_implicit_deadline_is_one_tt
         .obtain(
             "k",
             ms(200),
-            LockOptions::new().token("w2").retry(linear(20)),
+            LockOptions::new().owner("w2").retry(linear(20)),
         )
         .await
         .unwrap_err();
@@ -151,7 +151,7 @@ async fn hundred_concurrent_obtainers_exactly_one_wins() {
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             locker
-                .obtain("k", ms(30_000), LockOptions::new().token(format!("c{i}")))
+                .obtain("k", ms(30_000), LockOptions::new().owner(format!("c{i}")))
                 .await
         }));
     }
@@ -167,10 +167,10 @@ async fn hundred_concurrent_obtainers_exactly_one_wins() {
     assert_eq!(losers.len(), 99);
     let winner = winners.pop().unwrap();
     for e in &losers {
-        assert_not_obtained_by(e, winner.token());
+        assert_not_obtained_by(e, winner.owner());
     }
     let mut conn = raw(&server).await;
-    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(winner.token()));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(winner.owner()));
     winner.release().await.unwrap();
 }
 
@@ -182,7 +182,7 @@ async fn shared_retry_strategy_each_obtainer_follows_its_own_sequence() {
     let server = common::redis().await;
     let (locker, counted) = counted_locker(&server).await;
     let holder = locker
-        .obtain("k", ms(30_000), LockOptions::new().token("holder"))
+        .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
     let shared = RetryStrategy::limit(3, linear(20));
@@ -191,7 +191,7 @@ async fn shared_retry_strategy_each_obtainer_follows_its_own_sequence() {
     for i in 0..10 {
         let (locker, barrier) = (locker.clone(), barrier.clone());
         let opts = LockOptions::new()
-            .token(format!("w{i}"))
+            .owner(format!("w{i}"))
             .retry(shared.clone())
             .wait(EVENTUALLY);
         tasks.push(tokio::spawn(async move {

@@ -138,7 +138,7 @@ async fn an_obtain_whose_reply_is_lost_is_applied_reported_unknown_and_cleaned_u
             ms(10_000),
             LockOptions::new()
                 .fence_key("{o}:fence")
-                .token("attempt-1")
+                .owner("attempt-1")
                 .operation_timeout(ms(300))
                 .wait(Duration::ZERO),
         )
@@ -160,7 +160,7 @@ async fn an_obtain_whose_reply_is_lost_is_applied_reported_unknown_and_cleaned_u
             ms(10_000),
             LockOptions::new()
                 .fence_key("{o}:fence2")
-                .token("attempt-2")
+                .owner("attempt-2")
                 .retry(redlease::RetryStrategy::linear(ms(50)).unwrap())
                 .operation_timeout(ms(200))
                 .wait(ms(600)),

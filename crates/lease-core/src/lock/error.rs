@@ -25,13 +25,13 @@ pub enum LockError {
     ///
     /// - from an obtain: the lock may be held under this attempt's token. With a generated
     ///   token a cleanup (a compare-and-delete with that token) was started in the background;
-    ///   with a caller-chosen token ([`LockOptions::token`]) it is not (another handle of yours
+    ///   with a caller-chosen token ([`LockOptions::owner`]) it is not (another handle of yours
     ///   may hold that token): obtain again with it, or let the TTL expire.
     /// - from a refresh: the TTL may or may not have been changed. The local deadline was not
     ///   extended; for a shorter TTL it was shortened, as if the refresh had applied.
     /// - from a release: the lock may still be held until its TTL runs out.
     ///
-    /// [`LockOptions::token`]: crate::lock::LockOptions::token
+    /// [`LockOptions::owner`]: crate::lock::LockOptions::owner
     #[error("outcome unknown (the request may have been applied): {0}")]
     OutcomeUnknown(#[source] BackendError),
     /// The wait deadline passed; `last` is what the last attempt saw.

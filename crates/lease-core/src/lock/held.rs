@@ -427,7 +427,7 @@ pub fn release_request(spec: &Arc<LeaseSpec>, owner: &Owner) -> ReleaseRequest {
     ReleaseRequest {
         spec: Arc::clone(spec),
         owner: owner.clone(),
-        term: None,
+        term_token: None,
     }
 }
 

@@ -32,7 +32,7 @@ pub struct AutoRenew {
 pub struct LockOptions {
     retry: RetryStrategy,
     metadata: Option<String>,
-    token: Option<String>,
+    owner: Option<String>,
     fence_key: Option<String>,
     wait: Option<Duration>,
     auto_renew: Option<AutoRenew>,
@@ -56,10 +56,11 @@ impl LockOptions {
         self.metadata = Some(metadata.into());
         self
     }
-    /// A caller-chosen ownership token. Obtaining again with the same token is reentrant
-    /// (without counting: one release frees it).
-    pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
+    /// A caller-chosen owner (the ownership token stored in the keys; not a fencing token).
+    /// Obtaining again with the same owner is reentrant (without counting: one release frees
+    /// it). Default: a random one, private to this obtain.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
         self
     }
     /// Mint a fencing token from this counter key atomically with the obtain (on Redis
@@ -87,7 +88,7 @@ impl LockOptions {
 
     /// Validates an obtain of `keys` for `ttl` with these options: every bad input is a
     /// [`ConfigError`] before any round trip. `fresh_token` makes the ownership token when
-    /// none was chosen ([`LockOptions::token`]); it is called at most once.
+    /// none was chosen ([`LockOptions::owner`]); it is called at most once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -113,7 +114,7 @@ impl LockOptions {
     {
         let ttl = Ttl::new(ttl)?;
         let spec = Arc::new(LeaseSpec::lock(keys, self.fence_key.clone())?);
-        let owner = match &self.token {
+        let owner = match &self.owner {
             Some(t) => Owner::new(t)?,
             None => Owner::new(fresh_token())?,
         };
@@ -135,7 +136,7 @@ impl LockOptions {
             operation_timeout: self.operation_timeout,
             auto_renew: self.auto_renew,
             retry: self.retry.clone(),
-            private_token: self.token.is_none(),
+            private_token: self.owner.is_none(),
         })
     }
 }

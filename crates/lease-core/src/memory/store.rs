@@ -187,7 +187,7 @@ impl Store {
         req: &ReleaseRequest,
         now: Instant,
     ) -> Result<ReleaseOutcome, BackendError> {
-        if let (Some(term), Some(fk)) = (req.term, req.spec.fence_key())
+        if let (Some(term), Some(fk)) = (req.term_token, req.spec.fence_key())
             && self.get_int(fk, now)? != term.get()
         {
             return Ok(ReleaseOutcome::NotHeld);

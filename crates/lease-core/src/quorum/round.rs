@@ -212,10 +212,13 @@ impl Quorum {
         )
     }
 
-    /// A release round for `req` started at `now`; `req.term` is ignored (the nodes' counters
+    /// A release round for `req` started at `now`; `req.term_token` is ignored (the nodes' counters
     /// differ, so a term cannot be checked per node).
     pub fn release(&self, req: ReleaseRequest, bound: Duration, now: Instant) -> Round {
-        let req = ReleaseRequest { term: None, ..req };
+        let req = ReleaseRequest {
+            term_token: None,
+            ..req
+        };
         let kinds = self.every(|| NodeRequestKind::Release(req.clone()));
         Round::new(self, Kind::Release, Stage::Release, kinds, bound, now)
     }
@@ -904,7 +907,7 @@ impl Round {
         let req = ReleaseRequest {
             spec: Arc::clone(&cleanup.spec),
             owner: cleanup.owner.clone(),
-            term: None,
+            term_token: None,
         };
         let kinds = self.quorum.every(|| NodeRequestKind::Release(req.clone()));
         self.stage = Stage::Cleanup { failure };

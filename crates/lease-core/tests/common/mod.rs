@@ -345,21 +345,21 @@ impl Observer {
                     req.deadline,
                     self.config.release_timeout()
                 );
-                let Some(pos) = self.owed_releases.iter().position(|t| *t == r.term) else {
+                let Some(pos) = self.owed_releases.iter().position(|t| *t == r.term_token) else {
                     return Err(format!(
                         "release of {:?} that nothing owes (owed: {:?})",
-                        r.term, self.owed_releases
+                        r.term_token, self.owed_releases
                     ));
                 };
                 self.owed_releases.remove(pos);
-                if let Some(t) = r.term
+                if let Some(t) = r.term_token
                     && let Some(rec) = self.terms.iter_mut().find(|x| x.token == t)
                 {
                     rec.releases_requested += 1;
                     ensure!(rec.stepped_down.is_some(), "release of a live term {t}");
                     ensure!(rec.releases_requested == 1, "term {t} released twice");
                 }
-                self.releases_in_flight.insert(req.id, r.term);
+                self.releases_in_flight.insert(req.id, r.term_token);
             }
             _ => return Err("unknown request kind".into()),
         }

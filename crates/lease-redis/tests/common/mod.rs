@@ -71,7 +71,7 @@ pub fn release(spec: &Arc<LeaseSpec>, who: &str, term: Option<Token>) -> Release
     ReleaseRequest {
         spec: spec.clone(),
         owner: owner(who),
-        term,
+        term_token: term,
     }
 }
 

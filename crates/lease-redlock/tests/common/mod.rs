@@ -136,7 +136,7 @@ pub fn release(spec: &Arc<LeaseSpec>, who: &str) -> ReleaseRequest {
     ReleaseRequest {
         spec: spec.clone(),
         owner: owner(who),
-        term: None,
+        term_token: None,
     }
 }
 

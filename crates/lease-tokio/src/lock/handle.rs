@@ -143,8 +143,9 @@ impl<B: LeaseBackend> Lock<B> {
         self.shared.spec.keys()
     }
 
-    /// The ownership token stored in the keys.
-    pub fn token(&self) -> &str {
+    /// The owner stored in the keys (the ownership token a release compares; not a fencing
+    /// token: that is [`Lock::fence_token`]).
+    pub fn owner(&self) -> &str {
         self.shared.owner.as_str()
     }
 

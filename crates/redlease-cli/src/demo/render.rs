@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use redlease::core::election::Op;
+use redlease::Op;
 use redlease::{BackendError, FenceOutcome, Observer, StepDownReason, Token};
 
 use super::story::Summary;

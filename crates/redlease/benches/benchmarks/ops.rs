@@ -77,7 +77,7 @@ pub(crate) async fn timed_release(backend: &Backend, acq: &AcquireRequest) -> Du
     let rel = ReleaseRequest {
         spec: Arc::clone(&acq.spec),
         owner: acq.owner.clone(),
-        term: Some(token),
+        term_token: Some(token),
     };
     let start = Instant::now();
     backend.release(&rel).await.expect("release");
@@ -216,7 +216,7 @@ fn bare_requests(key: &str) -> (AcquireRequest, ReleaseRequest) {
         ReleaseRequest {
             spec,
             owner,
-            term: None,
+            term_token: None,
         },
     )
 }

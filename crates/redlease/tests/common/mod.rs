@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lease_testkit::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
-use redlease::core::election::Op;
+use redlease::Op;
 use redlease::redis::RedisBackend;
 use redlease::{BackendError, ElectionConfig, Elector, Observer, Role, StepDownReason, Token};
 
