@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use lease_fence::postgres::{MarkTable, PgFenceError, TxOutcome};
+use lease_postgres::{MarkTable, PgFenceError, TxOutcome};
 use redlease::{CancellationToken, ElectionConfig, Elector};
 use tokio_postgres::NoTls;
 

@@ -11,8 +11,8 @@
 //! |---|---|
 //! | `redis` (default) | `redlease::redis`: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
-//! | `fence` | `redlease::fence`: fencing at the resource (the Redis fencer is in `redlease::redis`) |
-//! | `postgres` | `redlease::fence` with the Postgres conditional-write adapter |
+//! | `fence` | `redlease::fence`: the resource-side types of fencing (the Redis fencer is in `redlease::redis`) |
+//! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
 //!
 //! The in-memory backend ([`memory`]) is always available, for your unit tests.
 //!
@@ -157,23 +157,24 @@ pub mod redlock {
     };
 }
 
-/// Fencing enforced at the resource: the resource-side types and (feature `postgres`) the
-/// Postgres adapter. The Redis fencer is [`crate::redis::RedisFencer`].
+/// Fencing enforced at the resource: the resource-side types. The Redis fencer is
+/// `redis::RedisFencer` (feature `redis`); the Postgres adapter is module `postgres` (feature
+/// `postgres`).
 #[cfg(feature = "fence")]
 pub mod fence {
-    pub use lease_fence::{FenceMark, FenceOutcome, FencedResource, Token, TokenError};
+    pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Token, TokenError};
+}
 
-    /// Fenced writes on Postgres: the mark table raised inside the caller's transaction, and
-    /// per-row conditional updates and upserts.
-    #[cfg(feature = "postgres")]
-    pub mod postgres {
-        pub use lease_fence::postgres::{
-            BeginOutcome, BoxError, ClientSource, DEFAULT_FENCE_COLUMN, DEFAULT_MARKS_TABLE,
-            FencedTable, FencedUpdate, FencedUpsert, Ident, IdentError, MAX_COLUMNS,
-            MAX_FENCE_NAME_LEN, MAX_IDENT_LEN, MarkTable, OwnedParam, Param, PgFence, PgFenceError,
-            PgStatement, PgWrite, QualifiedName, RowOutcome, TxFuture, TxOutcome, tokio_postgres,
-        };
-    }
+/// Fencing on Postgres: per-name marks raised inside your transactions, and per-row
+/// conditional updates and upserts (the `lease-postgres` crate).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use lease_postgres::{
+        BeginOutcome, BoxError, ClientSource, DEFAULT_FENCE_COLUMN, DEFAULT_MARKS_TABLE,
+        FencedTable, FencedUpdate, FencedUpsert, Ident, IdentError, MAX_COLUMNS,
+        MAX_FENCE_NAME_LEN, MAX_IDENT_LEN, MarkTable, OwnedParam, Param, PgFence, PgFenceError,
+        PgStatement, PgWrite, QualifiedName, RowOutcome, TxFuture, TxOutcome, tokio_postgres,
+    };
 }
 
 /// The README's examples, compiled as doctests.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use lease_fence::postgres::{MarkTable, PgFenceError, TxOutcome};
+use lease_postgres::{MarkTable, PgFenceError, TxOutcome};
 use lease_testkit::postgres::Postgres;
 use redlease::{CancellationToken, Elector, Token};
 use tokio_postgres::NoTls;

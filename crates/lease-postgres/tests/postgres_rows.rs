@@ -5,10 +5,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{TestDb, assert_non_decreasing, max_overlap, overlapping_spans, shuffle};
-use lease_fence::postgres::{
-    FencedTable, IdentError, MarkTable, PgFenceError, QualifiedName, RowOutcome,
-};
-use lease_fence::{FenceMark, FenceOutcome, Token, TokenError};
+use lease_postgres::{FenceMark, FenceOutcome, Token, TokenError};
+use lease_postgres::{FencedTable, IdentError, MarkTable, PgFenceError, QualifiedName, RowOutcome};
 use std::time::Duration;
 use tokio_postgres::Client;
 

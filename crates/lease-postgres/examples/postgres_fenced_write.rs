@@ -5,12 +5,12 @@
 //! throwaway Postgres with the test kit when it is unset:
 //!
 //! ```text
-//! cargo run -p lease-fence --example postgres_fenced_write
-//! DATABASE_URL=postgres://me@localhost/mydb cargo run -p lease-fence --example postgres_fenced_write
+//! cargo run -p lease-postgres --example postgres_fenced_write
+//! DATABASE_URL=postgres://me@localhost/mydb cargo run -p lease-postgres --example postgres_fenced_write
 //! ```
 
-use lease_fence::postgres::{BeginOutcome, MarkTable, PgFenceError, TxOutcome};
-use lease_fence::{FenceOutcome, Token};
+use lease_postgres::{BeginOutcome, MarkTable, PgFenceError, TxOutcome};
+use lease_postgres::{FenceOutcome, Token};
 use tokio_postgres::{Client, NoTls};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

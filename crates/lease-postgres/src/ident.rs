@@ -37,12 +37,12 @@ pub enum IdentError {
 /// `"Users"`, not the `users` an unquoted `Users` folds to.
 ///
 /// ```
-/// use lease_fence::postgres::Ident;
+/// use lease_postgres::Ident;
 /// assert_eq!(Ident::new("state")?.quoted(), r#""state""#);
 /// assert_eq!(Ident::new(r#"we"ird table"#)?.quoted(), r#""we""ird table""#);
 /// assert!(Ident::new("").is_err());
 /// assert!(Ident::new("a\0b").is_err());
-/// # Ok::<(), lease_fence::postgres::IdentError>(())
+/// # Ok::<(), lease_postgres::IdentError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ident(String);
@@ -132,13 +132,13 @@ impl TryFrom<String> for Ident {
 /// table `"b"` in schema `"a"`.
 ///
 /// ```
-/// use lease_fence::postgres::QualifiedName;
+/// use lease_postgres::QualifiedName;
 /// assert_eq!(QualifiedName::new("jobs")?.to_string(), r#""jobs""#);
 /// assert_eq!(
 ///     QualifiedName::with_schema("app", "jobs")?.to_string(),
 ///     r#""app"."jobs""#
 /// );
-/// # Ok::<(), lease_fence::postgres::IdentError>(())
+/// # Ok::<(), lease_postgres::IdentError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct QualifiedName {

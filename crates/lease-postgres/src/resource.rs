@@ -23,7 +23,7 @@ use super::marks::{BeginOutcome, MarkTable, check_name};
 ///
 /// ```
 /// use std::sync::atomic::{AtomicUsize, Ordering};
-/// use lease_fence::postgres::{ClientSource, PgFenceError};
+/// use lease_postgres::{ClientSource, PgFenceError};
 /// use tokio::sync::{Mutex, MutexGuard};
 /// use tokio_postgres::Client;
 ///
@@ -81,7 +81,7 @@ pub type OwnedParam = Box<dyn ToSql + Send + Sync>;
 /// transaction after the fence. All or nothing: a failing statement rolls back the others.
 ///
 /// ```
-/// use lease_fence::postgres::PgWrite;
+/// use lease_postgres::PgWrite;
 /// let write = PgWrite::new()
 ///     .statement(
 ///         "UPDATE reports SET state = $1 WHERE id = $2",
@@ -164,9 +164,9 @@ impl PgWrite {
 ///
 /// ```no_run
 /// # async fn demo(client: tokio_postgres::Client, token: lease_core::Token)
-/// # -> Result<(), lease_fence::postgres::PgFenceError> {
-/// use lease_fence::FencedResource;
-/// use lease_fence::postgres::{MarkTable, PgFence, PgWrite};
+/// # -> Result<(), lease_postgres::PgFenceError> {
+/// use lease_postgres::FencedResource;
+/// use lease_postgres::{MarkTable, PgFence, PgWrite};
 ///
 /// let fence = PgFence::new(tokio::sync::Mutex::new(client), MarkTable::default(), "reports")?;
 /// let write = PgWrite::new().statement("UPDATE reports SET state = 'done' WHERE id = 7", vec![]);

@@ -13,10 +13,10 @@ use std::time::Duration;
 use common::{
     TestDb, assert_non_decreasing, first_regression, max_overlap, overlapping_spans, shuffle,
 };
-use lease_fence::postgres::{
+use lease_postgres::{
     BeginOutcome, MarkTable, PgFence, PgFenceError, PgWrite, QualifiedName, TxOutcome,
 };
-use lease_fence::{FenceMark, FenceOutcome, FencedResource, Token};
+use lease_postgres::{FenceMark, FenceOutcome, FencedResource, Token};
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 
@@ -644,7 +644,7 @@ async fn bad_names_are_refused_before_any_round_trip() {
             Err(PgFenceError::InvalidName(_))
         ));
     }
-    let long = "n".repeat(lease_fence::postgres::MAX_FENCE_NAME_LEN + 1);
+    let long = "n".repeat(lease_postgres::MAX_FENCE_NAME_LEN + 1);
     assert!(matches!(
         marks.mark(&client, &long).await,
         Err(PgFenceError::InvalidName(_))

@@ -34,9 +34,9 @@ pub type TxFuture<'t, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send +
 ///
 /// ```no_run
 /// # async fn demo(client: &mut tokio_postgres::Client, token: lease_core::Token)
-/// # -> Result<(), lease_fence::postgres::PgFenceError> {
-/// use lease_fence::FenceOutcome;
-/// use lease_fence::postgres::MarkTable;
+/// # -> Result<(), lease_postgres::PgFenceError> {
+/// use lease_postgres::FenceOutcome;
+/// use lease_postgres::MarkTable;
 ///
 /// let marks = MarkTable::default();
 /// marks.migrate(&*client).await?; // once, at deploy time
@@ -195,7 +195,7 @@ impl MarkTable {
                 self.inner.table
             )));
         }
-        tracing::debug!(table = %self.inner.table, "lease-fence: marks table ready");
+        tracing::debug!(table = %self.inner.table, "lease-postgres: marks table ready");
         Ok(())
     }
 
@@ -238,8 +238,8 @@ impl MarkTable {
     ///
     /// ```no_run
     /// # async fn demo(client: &tokio_postgres::Client, term_token: lease_core::Token)
-    /// # -> Result<(), lease_fence::postgres::PgFenceError> {
-    /// use lease_fence::postgres::MarkTable;
+    /// # -> Result<(), lease_postgres::PgFenceError> {
+    /// use lease_postgres::MarkTable;
     /// let marks = MarkTable::default();
     /// // At the start of each term (e.g. first thing in the elector's leader callback):
     /// if !marks.raise_mark(client, "report-builder", term_token).await?.is_applied() {
@@ -284,8 +284,8 @@ impl MarkTable {
     ///
     /// ```no_run
     /// # async fn demo(client: &mut tokio_postgres::Client, token: lease_core::Token)
-    /// # -> Result<(), lease_fence::postgres::PgFenceError> {
-    /// use lease_fence::postgres::{BeginOutcome, MarkTable};
+    /// # -> Result<(), lease_postgres::PgFenceError> {
+    /// use lease_postgres::{BeginOutcome, MarkTable};
     /// let marks = MarkTable::default();
     /// match marks.begin(client, "report-builder", token).await? {
     ///     BeginOutcome::Fenced(tx) => {
@@ -312,7 +312,7 @@ impl MarkTable {
             FenceOutcome::Stale { mark } => {
                 if let Err(e) = tx.rollback().await {
                     // Nothing was committed either way; the connection is probably gone.
-                    tracing::warn!(error = %e, "lease-fence: rollback of a stale transaction failed");
+                    tracing::warn!(error = %e, "lease-postgres: rollback of a stale transaction failed");
                 }
                 Ok(BeginOutcome::Stale { mark })
             }
@@ -330,8 +330,8 @@ impl MarkTable {
     ///
     /// ```no_run
     /// # async fn demo(client: &mut tokio_postgres::Client, token: lease_core::Token)
-    /// # -> Result<(), lease_fence::postgres::PgFenceError> {
-    /// use lease_fence::postgres::{MarkTable, PgFenceError, TxOutcome};
+    /// # -> Result<(), lease_postgres::PgFenceError> {
+    /// use lease_postgres::{MarkTable, PgFenceError, TxOutcome};
     /// let marks = MarkTable::default();
     /// let outcome = marks
     ///     .run(client, "report-builder", token, |tx| {
@@ -366,7 +366,7 @@ impl MarkTable {
             Ok(v) => v,
             Err(e) => {
                 if let Err(re) = tx.rollback().await {
-                    tracing::warn!(error = %re, "lease-fence: rollback after a failed fenced write failed");
+                    tracing::warn!(error = %re, "lease-postgres: rollback after a failed fenced write failed");
                 }
                 return Err(e);
             }
@@ -394,14 +394,14 @@ impl MarkTable {
             )
             .await?;
         if !rows.is_empty() {
-            tracing::debug!(name, token = %token, "lease-fence: mark raised");
+            tracing::debug!(name, token = %token, "lease-postgres: mark raised");
             return Ok(FenceOutcome::Applied);
         }
         // Refused: the row exists with a higher mark. Inside a transaction the refused upsert
         // holds the row lock, so this read (a fresh snapshot under READ COMMITTED) sees the
         // mark that refused us.
         let mark = self.mark(client, name).await?;
-        tracing::debug!(name, token = %token, mark = ?mark, "lease-fence: stale token refused");
+        tracing::debug!(name, token = %token, mark = ?mark, "lease-postgres: stale token refused");
         Ok(FenceOutcome::Stale { mark })
     }
 }
@@ -445,14 +445,14 @@ pub(crate) fn shape_error(e: tokio_postgres::Error, table: &QualifiedName) -> Pg
 async fn poison(tx: &Transaction<'_>) {
     let result = tx
         .batch_execute(
-            "DO $lease_fence$ BEGIN RAISE EXCEPTION \
-             'lease-fence: stale fencing token; this transaction is aborted and cannot commit'; \
-             END $lease_fence$",
+            "DO $lease_postgres$ BEGIN RAISE EXCEPTION \
+             'lease-postgres: stale fencing token; this transaction is aborted and cannot commit'; \
+             END $lease_postgres$",
         )
         .await;
     if result.is_ok() {
         // Unreachable unless the server ignores RAISE; say so loudly.
-        tracing::error!("lease-fence: could not abort a transaction whose fence was refused");
+        tracing::error!("lease-postgres: could not abort a transaction whose fence was refused");
     }
 }
 

@@ -60,8 +60,8 @@ impl RowOutcome {
 ///
 /// ```no_run
 /// # async fn demo(client: &tokio_postgres::Client, token: lease_core::Token)
-/// # -> Result<(), lease_fence::postgres::PgFenceError> {
-/// use lease_fence::postgres::{FencedTable, QualifiedName, RowOutcome};
+/// # -> Result<(), lease_postgres::PgFenceError> {
+/// use lease_postgres::{FencedTable, QualifiedName, RowOutcome};
 ///
 /// let state = FencedTable::new(QualifiedName::new("state")?, "key")?; // fence column "fence"
 /// state.migrate(client).await?; // ALTER TABLE ... ADD COLUMN IF NOT EXISTS "fence" ...
@@ -187,7 +187,7 @@ impl FencedTable {
                  (add a primary key or unique constraint)"
             )));
         }
-        tracing::debug!(table = %table, column = %fence, "lease-fence: fence column ready");
+        tracing::debug!(table = %table, column = %fence, "lease-postgres: fence column ready");
         Ok(())
     }
 
@@ -391,14 +391,14 @@ impl FencedUpdate {
             .execute(self.sql.as_str(), &params(&raw, key, values))
             .await?;
         if n > 0 {
-            tracing::debug!(table = %self.table.table(), token = %token, rows = n, "lease-fence: row written");
+            tracing::debug!(table = %self.table.table(), token = %token, rows = n, "lease-postgres: row written");
             return Ok(RowOutcome::Applied);
         }
         let outcome = match self.table.row_mark(client, key).await? {
             Some(mark) if !mark.accepts(token) => RowOutcome::Stale { mark },
             _ => RowOutcome::NotFound,
         };
-        tracing::debug!(table = %self.table.table(), token = %token, ?outcome, "lease-fence: row not written");
+        tracing::debug!(table = %self.table.table(), token = %token, ?outcome, "lease-postgres: row not written");
         Ok(outcome)
     }
 }
@@ -445,7 +445,7 @@ impl FencedUpsert {
             .execute(self.sql.as_str(), &params(&raw, key, values))
             .await?;
         if n > 0 {
-            tracing::debug!(table = %self.table.table(), token = %token, "lease-fence: row upserted");
+            tracing::debug!(table = %self.table.table(), token = %token, "lease-postgres: row upserted");
             return Ok(FenceOutcome::Applied);
         }
         let mark = self
@@ -453,7 +453,7 @@ impl FencedUpsert {
             .row_mark(client, key)
             .await?
             .unwrap_or(FenceMark::NONE);
-        tracing::debug!(table = %self.table.table(), token = %token, ?mark, "lease-fence: stale upsert refused");
+        tracing::debug!(table = %self.table.table(), token = %token, ?mark, "lease-postgres: stale upsert refused");
         Ok(FenceOutcome::Stale { mark })
     }
 }

@@ -1,4 +1,9 @@
-//! The Postgres adapter (feature `postgres`): fencing enforced inside your transactions.
+//! The Postgres adapter for redlease: fencing enforced at the resource, inside your
+//! transactions.
+//!
+//! A fencing token is only as good as the resource that checks it. This crate puts the check
+//! where you write, for Postgres (the Redis fencer is `lease-redis`'s `RedisFencer`); both
+//! implement [`FencedResource`](lease_core::FencedResource).
 //!
 //! Two modes, both one conditional statement at the server:
 //!
@@ -43,6 +48,10 @@
 //! whose [`TokenError`](lease_core::TokenError) converts into
 //! [`PgFenceError::TokenOutOfRange`].
 
+#![forbid(unsafe_code)]
+
+pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Token, TokenError};
+
 mod error;
 mod ident;
 mod marks;
@@ -62,8 +71,6 @@ pub use table::{
 /// Re-exported so users need not depend on `tokio-postgres` separately for the types in this
 /// API.
 pub use tokio_postgres;
-
-use lease_core::{FenceMark, Token};
 
 /// A stored mark or fence value: 0 is "never fenced", anything else must be a valid token.
 fn mark_from_db(value: i64) -> Result<FenceMark, PgFenceError> {

@@ -1,9 +1,8 @@
-//! The Redis fencer through `lease_fence::redis`, used as a generic `FencedResource` against a
+//! The Redis fencer used as a generic `FencedResource` against a
 //! real Redis.
-#![cfg(feature = "redis")]
 
-use lease_fence::redis::{FencedWrite, RedisFencer};
-use lease_fence::{FenceMark, FenceOutcome, FencedResource, Token};
+use lease_core::{FenceMark, FenceOutcome, FencedResource, Token};
+use lease_redis::{FencedWrite, RedisFencer};
 use lease_testkit::redis::RedisServer;
 use redis::AsyncCommands;
 

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::TestDb;
-use lease_fence::Token;
-use lease_fence::postgres::{MarkTable, PgFenceError, TxOutcome};
+use lease_postgres::Token;
+use lease_postgres::{MarkTable, PgFenceError, TxOutcome};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use tokio::sync::oneshot;
 use tokio_postgres::{Client, NoTls};
