@@ -3,7 +3,7 @@
 //!
 //! A fencing token is only as good as the resource that checks it. This crate puts the check
 //! where you write, for Postgres (the Redis fencer is `lease-redis`'s `RedisFencer`); both
-//! implement [`FencedResource`](lease_core::FencedResource).
+//! implement [`FencedResource`].
 //!
 //! Two modes, both one conditional statement at the server:
 //!
@@ -13,7 +13,7 @@
 //!   transaction ends, so *every* write in that transaction, to any table, commits only if the
 //!   fence held. [`MarkTable::raise_mark`] is what a successor calls at election;
 //!   [`MarkTable::begin`] and [`MarkTable::run`] open the fenced transaction for you;
-//!   [`PgFence`] wraps it all as a [`FencedResource`](lease_core::FencedResource).
+//!   [`PgFence`] wraps it all as a [`FencedResource`].
 //! - **Per-row fence** ([`FencedTable`]): a `bigint` fence column on your own table, and
 //!   conditional updates / upserts `... WHERE fence <= token`. No extra table, no transaction
 //!   needed, but only the rows written carry the fence.
@@ -45,7 +45,7 @@
 //! every `"` doubled: any name works and none can inject SQL. Values, names of marks and
 //! tokens are always bound parameters. Tokens are [`Token`]s (`1..=2^53`);
 //! convert raw input with [`Token::from_i64`] or `str::parse`,
-//! whose [`TokenError`](lease_core::TokenError) converts into
+//! whose [`TokenError`] converts into
 //! [`PgFenceError::TokenOutOfRange`].
 
 #![forbid(unsafe_code)]
