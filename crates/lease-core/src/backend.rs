@@ -22,6 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::{ConfigError, MAX_ID_LEN, MAX_NAME_LEN, Ttl, check_text};
+use crate::preflight::StoreReport;
 use crate::token::{FenceMark, Token};
 
 /// The most keys one lease may span.
@@ -471,6 +472,16 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let _ = ttl;
         Duration::ZERO
     }
+
+    /// Reads what the store discloses about its durability, eviction and replication (see
+    /// [`crate::preflight`]). A setting the store does not disclose is unknown, never an
+    /// error; an error means the store could not be asked (unreachable). The default reports
+    /// nothing known.
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        Ok(StoreReport::unknown(
+            "this backend does not report its settings",
+        ))
+    }
 }
 
 #[async_trait]
@@ -499,6 +510,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     fn validity_margin(&self, ttl: Ttl) -> Duration {
         (**self).validity_margin(ttl)
+    }
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        (**self).preflight().await
     }
 }
 

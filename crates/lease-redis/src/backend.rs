@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::backend::mark_key_of;
+use lease_core::preflight::StoreReport;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, Fencing, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
@@ -298,6 +299,20 @@ where
 
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.precheck("check", spec)
+    }
+
+    /// `CONFIG GET` of the persistence and eviction settings and `INFO replication`, on the
+    /// server this connection reaches (on Cluster: the node the client routes to; see the
+    /// notes). A refused command leaves its part unknown.
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        let mut conn = self.conn.clone();
+        let mut report = crate::preflight::read(&mut conn).await?;
+        if self.topology == Topology::Cluster {
+            report
+                .notes
+                .push("Redis Cluster: the node the client routed to; check every primary".into());
+        }
+        Ok(report)
     }
 }
 

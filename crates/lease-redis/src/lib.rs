@@ -59,6 +59,7 @@
 mod backend;
 pub mod error;
 mod fence;
+mod preflight;
 mod reply;
 pub mod scripts;
 pub mod slot;

@@ -260,4 +260,26 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
     fn validity_margin(&self, ttl: lease_core::Ttl) -> Duration {
         lease_core::quorum::drift(ttl.get(), self.machine.drift_factor())
     }
+
+    /// Every node's report (each bounded by the operation timeout), combined by
+    /// [`StoreReport::worst`](lease_core::preflight::StoreReport::worst): the quorum's tokens are only as durable as its least durable
+    /// node (a node that loses its counter can lower the quorum maximum; `docs/redlock.md`,
+    /// assumption A1). A node that cannot be asked is unknown, with its error in the notes.
+    async fn preflight(&self) -> Result<lease_core::preflight::StoreReport, BackendError> {
+        use lease_core::preflight::StoreReport;
+        let bound = self.config.operation_timeout_for(Duration::MAX);
+        let mut reports = Vec::with_capacity(self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            let report = match tokio::time::timeout(bound, node.preflight()).await {
+                Ok(Ok(report)) => report,
+                Ok(Err(e)) => StoreReport::unknown(format!("could not be asked: {e}")),
+                Err(_) => StoreReport::unknown(format!("no answer within {bound:?}")),
+            };
+            let label = self.machine.address(i).unwrap_or("?").to_owned();
+            reports.push((label, report));
+        }
+        Ok(StoreReport::worst(
+            reports.iter().map(|(label, r)| (label.as_str(), r)),
+        ))
+    }
 }

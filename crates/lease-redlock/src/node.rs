@@ -181,6 +181,9 @@ impl<B: LeaseBackend> LeaseBackend for Node<B> {
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.backend.check_spec(spec)
     }
+    async fn preflight(&self) -> Result<lease_core::preflight::StoreReport, BackendError> {
+        self.backend.preflight().await
+    }
 }
 
 #[async_trait]

@@ -223,6 +223,9 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
     fn validity_margin(&self, ttl: Ttl) -> Duration {
         self.inner.validity_margin(ttl)
     }
+    async fn preflight(&self) -> Result<lease_core::preflight::StoreReport, BackendError> {
+        self.inner.preflight().await
+    }
 }
 
 #[cfg(test)]

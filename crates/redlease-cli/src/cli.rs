@@ -147,8 +147,12 @@ pub(crate) struct LockArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Election name
+    #[arg(long, required_unless_present = "check")]
+    pub(crate) name: Option<String>,
+    /// Also report what the server's settings guarantee for fencing tokens (persistence,
+    /// eviction, replication); exit 78 when they let the fence keys be evicted or lost
     #[arg(long)]
-    pub(crate) name: String,
+    pub(crate) check: bool,
 }
 
 #[derive(Debug, Args)]

@@ -28,6 +28,10 @@ pub(crate) const LOST: u8 = 72;
 /// after sending): it may or may not have been applied (`fence`: the write may have landed;
 /// `lock`: the lock may be held until its TTL; a cleanup was attempted).
 pub(crate) const OUTCOME_UNKNOWN: u8 = 75;
+/// `status --check`: the server's settings let the fence keys be evicted or lost (no or
+/// lagging persistence, an `allkeys` eviction policy, a replica); settings the server would
+/// not disclose never give this code.
+pub(crate) const UNSAFE_STORE: u8 = 78;
 /// CMD was found but could not be started (permission denied, not executable).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// CMD was not found.
@@ -50,11 +54,12 @@ Exit codes:
   72       run/lock: leadership or the lock was lost while CMD ran; CMD was stopped
   75       outcome unknown: the request may have reached Redis but no reply was seen (fence:
            the write may have been applied; lock: it may be held until its TTL)
+  78       status --check: the server's settings let fence keys be evicted or lost
   126      CMD could not be executed (permission denied)
   127      CMD not found
   130, 143 redlease itself got SIGINT / SIGTERM: CMD was stopped and the lease released
 
-The CLI's own codes (2, 3, 64-72, 75, 126, 127) overlap with statuses CMD may return; with --json
+The CLI's own codes (2, 3, 64-72, 75, 78, 126, 127) overlap with statuses CMD may return; with --json
 the final `exit` event on stderr says which it was (`\"cause\"`).";
 
 /// A failure: an exit code and one line for stderr.

@@ -43,6 +43,7 @@
 //! | 71 | `lock`: not obtained within `--wait` |
 //! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
 //! | 75 | outcome unknown: the request may have reached Redis and no reply was seen (`fence`: the write may have been applied; `lock`: it may be held until its TTL) |
+//! | 78 | `status --check`: the server's settings let the fence keys be evicted or lost |
 //! | 126 | CMD could not be executed |
 //! | 127 | CMD not found |
 //! | 130, 143 | redlease got SIGINT / SIGTERM: CMD was stopped and the lease released |

@@ -13,6 +13,8 @@ pub(crate) enum Json {
     Int(u64),
     Num(f64),
     Str(String),
+    /// An array of strings.
+    Strs(Vec<String>),
 }
 
 impl From<&str> for Json {
@@ -33,6 +35,11 @@ impl From<u64> for Json {
 impl From<bool> for Json {
     fn from(v: bool) -> Json {
         Json::Bool(v)
+    }
+}
+impl From<Vec<String>> for Json {
+    fn from(v: Vec<String>) -> Json {
+        Json::Strs(v)
     }
 }
 impl<T: Into<Json>> From<Option<T>> for Json {
@@ -61,6 +68,16 @@ pub(crate) fn object(fields: &[(&str, Json)]) -> String {
             }
             Json::Num(_) => out.push_str("null"),
             Json::Str(s) => push_str(&mut out, s),
+            Json::Strs(items) => {
+                out.push('[');
+                for (j, item) in items.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    push_str(&mut out, item);
+                }
+                out.push(']');
+            }
         }
     }
     out.push('}');

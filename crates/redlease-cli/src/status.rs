@@ -1,5 +1,7 @@
-//! `redlease status`: who leads an election now.
+//! `redlease status`: who leads an election now; with `--check`, what the server's settings
+//! guarantee for fencing tokens.
 
+use redlease::StoreReport;
 use redlease::core::LeaseSpec;
 use redlease::redis::RedisBackend;
 use redlease::{ElectionConfig, LeaseBackend};
@@ -10,13 +12,81 @@ use crate::output::{Json, object, print_stdout};
 use crate::{Ctx, conn, duration};
 
 pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
-    // Validates the name exactly as an elector would (the instance id is a placeholder).
-    ElectionConfig::builder(args.name.clone(), "redlease-status")
-        .build()
-        .map_err(|e| Failure::config(&e))?;
+    if let Some(name) = &args.name {
+        // Validates the name exactly as an elector would (the instance id is a placeholder).
+        ElectionConfig::builder(name.clone(), "redlease-status")
+            .build()
+            .map_err(|e| Failure::config(&e))?;
+    }
     let connection = conn::connect(&ctx.redis_url).await?;
     let backend = RedisBackend::new(connection);
-    let spec = LeaseSpec::election(&args.name);
+    if let Some(name) = &args.name {
+        election(ctx, &backend, name).await?;
+    }
+    if args.check {
+        return check(ctx, &backend).await;
+    }
+    Ok(exit::OK)
+}
+
+type Backend = RedisBackend<redlease::redis::client::aio::MultiplexedConnection>;
+
+/// Prints the store's report; `UNSAFE_STORE` when it puts the fence keys at risk.
+async fn check(ctx: &Ctx, backend: &Backend) -> Result<u8, Failure> {
+    let report = match tokio::time::timeout(conn::OP_TIMEOUT, backend.preflight()).await {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => return Err(Failure::backend("status --check", &e)),
+        Err(_) => {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("status --check: no reply within {:?}", conn::OP_TIMEOUT),
+            ));
+        }
+    };
+    print_report(ctx, &report);
+    Ok(if report.fence_keys_at_risk() {
+        exit::UNSAFE_STORE
+    } else {
+        exit::OK
+    })
+}
+
+fn print_report(ctx: &Ctx, report: &StoreReport) {
+    let risks: Vec<String> = report.risks().iter().map(ToString::to_string).collect();
+    let persistence = format!("{:?}", report.persistence);
+    let eviction = format!("{:?}", report.eviction);
+    let replication = format!("{:?}", report.replication);
+    if ctx.json {
+        print_stdout(&object(&[
+            ("persistence", Json::from(persistence.as_str())),
+            ("eviction", Json::from(eviction.as_str())),
+            ("replication", Json::from(replication.as_str())),
+            (
+                "fence_keys_at_risk",
+                Json::from(report.fence_keys_at_risk()),
+            ),
+            ("risks", Json::from(risks)),
+            ("notes", Json::from(report.notes.clone())),
+        ]));
+        return;
+    }
+    print_stdout(&format!("persistence: {persistence}"));
+    print_stdout(&format!("eviction:    {eviction}"));
+    print_stdout(&format!("replication: {replication}"));
+    if risks.is_empty() {
+        print_stdout("risks:       none known");
+    }
+    for risk in &risks {
+        print_stdout(&format!("risk:        {risk}"));
+    }
+    for note in &report.notes {
+        print_stdout(&format!("note:        {note}"));
+    }
+}
+
+/// Prints who leads election `name`.
+async fn election(ctx: &Ctx, backend: &Backend, name: &str) -> Result<(), Failure> {
+    let spec = LeaseSpec::election(name);
     let info = match tokio::time::timeout(conn::OP_TIMEOUT, backend.inspect(&spec)).await {
         Ok(Ok(info)) => info,
         Ok(Err(e)) => return Err(Failure::backend("status", &e)),
@@ -37,7 +107,7 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     let mark = info.mark.token();
     if ctx.json {
         print_stdout(&object(&[
-            ("name", Json::from(args.name.as_str())),
+            ("name", Json::from(name)),
             ("holder", Json::from(info.holder.clone())),
             ("token", Json::from(token.map(|t| t.get()))),
             ("remaining_ms", Json::from(remaining_ms)),
@@ -46,7 +116,7 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
         ]));
     } else {
         let none = || "-".to_owned();
-        print_stdout(&format!("name:       {}", args.name));
+        print_stdout(&format!("name:       {name}"));
         print_stdout(&format!(
             "holder:     {}",
             info.holder.clone().unwrap_or_else(|| "(none)".to_owned())
@@ -69,5 +139,5 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
             print_stdout(&format!("last token: {last}"));
         }
     }
-    Ok(exit::OK)
+    Ok(())
 }

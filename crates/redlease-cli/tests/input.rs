@@ -338,3 +338,53 @@ async fn demo_runs_on_redis() {
         .unwrap();
     assert!(keys.is_empty(), "the demo removed its keys: {keys:?}");
 }
+
+/// `status --check` reports the server's guarantees: the kit's default server persists
+/// nothing (exit 78, the risk named); a server with AOF fsynced on every write has no known
+/// risk (exit 0). `--json` gives one object.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_check_reports_the_stores_guarantees() {
+    let dir = workdir("cli-status-check");
+    let risky = redis().await;
+    let out = output({
+        let mut c = redlease(&risky.url(), dir.path());
+        c.args(["status", "--check"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 78, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("persistence: None"), "{text}");
+    assert!(text.contains("risk:        no persistence"), "{text}");
+    let json = output({
+        let mut c = redlease(&risky.url(), dir.path());
+        c.args(["--json", "status", "--check", "--name", "svc"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&json), 78, "{}", stderr(&json));
+    let last = stdout(&json).lines().last().unwrap_or("").to_owned();
+    assert_eq!(
+        json_field(&last, "fence_keys_at_risk").as_deref(),
+        Some("true"),
+        "{last}"
+    );
+
+    let durable = lease_testkit::redis::RedisServer::builder()
+        .persistence(lease_testkit::redis::Persistence::AofAlways)
+        .start()
+        .await
+        .unwrap();
+    let out = output({
+        let mut c = redlease(&durable.url(), dir.path());
+        c.args(["status", "--check"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("risks:       none known"),
+        "{}",
+        stdout(&out)
+    );
+}

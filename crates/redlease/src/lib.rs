@@ -69,6 +69,9 @@ pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Fencing, Token, To
 
 // Shared: configuration errors, TTLs, outcomes, the backend trait, cancellation.
 pub use lease_core::{BackendError, ConfigError, Effect, LeaseBackend, Ttl};
+
+// What a store discloses about how long its tokens survive.
+pub use lease_core::preflight::{StoreReport, StoreRisk};
 pub use lease_tokio::CancellationToken;
 
 /// The sans-IO core, for adapter authors and simulations: the backend contract and the
@@ -97,6 +100,8 @@ pub mod core {
         RefreshReply, RefreshTurn,
     };
     pub use lease_core::{HeldLease, LeaseEvent, LossReason};
+    // The store's preflight report.
+    pub use lease_core::preflight::{Eviction, Persistence, Replication, StoreReport, StoreRisk};
 }
 
 /// The in-memory backend with a manual clock and fault switches, for unit tests.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::election::Op;
+use lease_core::preflight::StoreReport;
 use lease_core::{BackendError, ElectionConfig, Fencing, LeaseBackend, LeaseSpec, Role, Token};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -36,6 +37,18 @@ pub enum ElectorError {
         #[source]
         error: BackendError,
     },
+    /// The store's settings let the fence keys be evicted or lost, and the elector was built
+    /// with [`ElectorBuilder::require_durable_store`]: it did not contend.
+    #[error("refusing to run on this store: {}", risks(.report))]
+    UnsafeStore {
+        /// What the store disclosed.
+        report: StoreReport,
+    },
+}
+
+fn risks(report: &StoreReport) -> String {
+    let risks: Vec<String> = report.risks().iter().map(ToString::to_string).collect();
+    risks.join("; ")
 }
 
 /// The observable state of an elector, published to [`Elector::subscribe`] on every role
@@ -127,6 +140,8 @@ struct Inner<B> {
     lease: Mutex<Option<(Token, tokio::time::Instant)>>,
     commands_tx: mpsc::UnboundedSender<Command>,
     commands_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>,
+    /// Refuse to contend on a store whose settings put the fence keys at risk.
+    require_durable_store: bool,
 }
 
 /// A leader elector over any [`LeaseBackend`].
@@ -187,6 +202,7 @@ pub struct ElectorBuilder<B> {
     config: ElectionConfig,
     observer: Arc<dyn Observer>,
     seed: Option<u64>,
+    require_durable_store: bool,
 }
 
 impl<B: LeaseBackend> ElectorBuilder<B> {
@@ -199,6 +215,16 @@ impl<B: LeaseBackend> ElectorBuilder<B> {
     /// The jitter seed (default: random). Fix it to make a test reproducible.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Refuse to contend when the store's settings let the fence keys be evicted or lost
+    /// ([`StoreReport::fence_keys_at_risk`]: no or lagging persistence, an `allkeys` eviction
+    /// policy, a replica): `run` and `hold` then return [`ElectorError::UnsafeStore`]. Settings
+    /// the store does not disclose never cause a refusal. Default: off (the risks are logged
+    /// as `tracing` warnings when a run starts).
+    pub fn require_durable_store(mut self, require: bool) -> Self {
+        self.require_durable_store = require;
         self
     }
 
@@ -220,6 +246,7 @@ impl<B: LeaseBackend> ElectorBuilder<B> {
                 lease: Mutex::new(None),
                 commands_tx,
                 commands_rx: tokio::sync::Mutex::new(commands_rx),
+                require_durable_store: self.require_durable_store,
                 config: self.config,
             }),
         }
@@ -243,6 +270,7 @@ impl<B: LeaseBackend> Elector<B> {
             config,
             observer: Arc::new(NoopObserver),
             seed: None,
+            require_durable_store: false,
         }
     }
 
@@ -322,6 +350,42 @@ impl<B: LeaseBackend> Elector<B> {
         }))
     }
 
+    /// What the store discloses about how long its tokens survive (see
+    /// [`lease_core::preflight`]): one backend call, bounded by the acquire timeout. A run
+    /// reads it when it starts, logs each risk as a `tracing` warning, and with
+    /// [`ElectorBuilder::require_durable_store`] refuses a store that puts the fence keys at
+    /// risk.
+    pub async fn preflight(&self) -> Result<StoreReport, ElectorError> {
+        let bound = self.inner.config.acquire_timeout();
+        Ok(tokio::time::timeout(bound, self.inner.backend.preflight())
+            .await
+            .map_err(|_| BackendError::Timeout(bound))??)
+    }
+
+    /// Reads the store's report when a run starts: logs the risks; refuses an unsafe store when
+    /// asked to. A store that cannot be asked now is not a reason to stop (the election retries
+    /// its calls anyway); nor is a setting it does not disclose.
+    async fn check_store(&self) -> Result<(), ElectorError> {
+        let name = self.inner.config.name();
+        let report = match self.preflight().await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::warn!(name, error = %e, "could not read the store's settings; its guarantees are unknown");
+                return Ok(());
+            }
+        };
+        for risk in report.risks() {
+            tracing::warn!(name, %risk, "store risk: fencing tokens may regress");
+        }
+        if report.is_partial() {
+            tracing::debug!(name, notes = ?report.notes, "some store settings are unknown");
+        }
+        if self.inner.require_durable_store && report.fence_keys_at_risk() {
+            return Err(ElectorError::UnsafeStore { report });
+        }
+        Ok(())
+    }
+
     /// Keeps this instance contending and, while elected, renewing — without a callback (the
     /// token-driven style: other tasks act via [`Elector::token`] / [`Elector::fencer`]).
     /// Returns after `shutdown` is cancelled and the lease is released, or with
@@ -381,6 +445,7 @@ impl<B: LeaseBackend> Elector<B> {
             return Err(ElectorError::AlreadyRunning);
         }
         let _running = RunningGuard(&self.inner.running);
+        self.check_store().await?;
         let mut commands = self.inner.commands_rx.lock().await;
         // Drop commands aimed at a previous run.
         while commands.try_recv().is_ok() {}
