@@ -10,12 +10,11 @@
 //!
 //! ```
 //! use lease_core::preflight::{Eviction, Persistence, Replication, StoreReport, StoreRisk};
-//! let report = StoreReport {
-//!     persistence: Persistence::Snapshots,
-//!     eviction: Eviction::Never { policy: "noeviction".into() },
-//!     replication: Replication::Primary { replicas: 0 },
-//!     ..StoreReport::unknown("example")
-//! };
+//! let report = StoreReport::new(
+//!     Persistence::Snapshots,
+//!     Eviction::Never { policy: "noeviction".into() },
+//!     Replication::Primary { replicas: 0 },
+//! );
 //! assert_eq!(report.risks(), vec![StoreRisk::RecentTokensLostOnCrash]);
 //! assert!(report.fence_keys_at_risk());
 //! ```
@@ -126,6 +125,17 @@ pub struct StoreReport {
 }
 
 impl StoreReport {
+    /// A report of these settings, without notes (a backend of your own builds its report
+    /// with this; add notes to [`StoreReport::notes`]).
+    pub fn new(persistence: Persistence, eviction: Eviction, replication: Replication) -> Self {
+        StoreReport {
+            persistence,
+            eviction,
+            replication,
+            notes: Vec::new(),
+        }
+    }
+
     /// A report in which nothing is known, with a note saying why.
     pub fn unknown(note: impl Into<String>) -> Self {
         StoreReport {
