@@ -25,7 +25,7 @@ mod observer;
 pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, Term};
 pub use ids::{default_instance_id, random_token};
 pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
-pub use observer::{NoopObserver, Observer};
+pub use observer::{LockObserver, NoopObserver, Observer};
 
 pub use lease_core;
 /// Which operation an [`Observer::on_error`] call is about.

@@ -1,7 +1,7 @@
-//! Observer hooks: election transitions for logs and metrics.
+//! Observer hooks: election and lock transitions for logs and metrics.
 
 use lease_core::election::Op;
-use lease_core::{BackendError, StepDownReason, Token};
+use lease_core::{BackendError, LossReason, StepDownReason, Token};
 
 /// Hooks called on election transitions.
 ///
@@ -56,3 +56,40 @@ pub trait Observer: Send + Sync + 'static {
 pub struct NoopObserver;
 
 impl Observer for NoopObserver {}
+
+/// Hooks called on lock transitions: obtained, a renewal failed, lost.
+///
+/// Set with [`crate::Locker::with_observer`]; every lock that locker obtains reports to it.
+/// Hooks run inline, on the task that saw the transition (the obtaining task, or the lock's
+/// background task), so keep them short and non-blocking (count, log, send on a channel). Every
+/// method has an empty default. The same transitions are also `tracing` events inside the
+/// lock's span (`lock`, with its keys and fencing token).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use lease_tokio::LockObserver;
+/// use lease_tokio::lease_core::LossReason;
+/// #[derive(Default)]
+/// struct Lost(AtomicU64);
+/// impl LockObserver for Lost {
+///     fn on_lost(&self, keys: &[String], reason: LossReason) {
+///         let _ = (keys, reason);
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+/// ```
+pub trait LockObserver: Send + Sync + 'static {
+    /// A lock on `keys` was obtained, with `fence_token` when fenced.
+    fn on_obtained(&self, keys: &[String], fence_token: Option<Token>) {
+        let _ = (keys, fence_token);
+    }
+    /// An auto-renewal of the lock on `keys` failed (tolerated until the deadline when
+    /// transient; a permanent one is followed by [`LockObserver::on_lost`]).
+    fn on_renew_failed(&self, keys: &[String], error: &BackendError) {
+        let _ = (keys, error);
+    }
+    /// The lock on `keys` is lost (not released: a release is the owner's own act).
+    fn on_lost(&self, keys: &[String], reason: LossReason) {
+        let _ = (keys, reason);
+    }
+}

@@ -62,7 +62,9 @@ pub use lease_tokio::{
 
 // Locks.
 pub use lease_core::RetryStrategy;
-pub use lease_tokio::{AutoRenew, Lock, LockError, LockOptions, Locker, random_token};
+pub use lease_tokio::{
+    AutoRenew, Lock, LockError, LockObserver, LockOptions, Locker, random_token,
+};
 
 // Fencing tokens and fenced resources.
 pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Fencing, Token, TokenError};

@@ -23,6 +23,7 @@ use lease_core::{BackendError, Election, LeaseBackend, Role, StepDownReason, Tok
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{Command, Elector, ElectorError, ElectorState, Term, lock};
 use crate::clock::Clock;
@@ -49,6 +50,9 @@ pub(super) struct Run<'a, B, F> {
     /// The current term's work, when `run` was given a leader callback.
     work: Option<(Token, JoinHandle<()>)>,
     term_cancel: Option<CancellationToken>,
+    /// The current term's span (`term`, with the election's name, this instance and the
+    /// token): the leader work, the term's requests and its events run inside it.
+    term_span: Option<tracing::Span>,
     shutting_down: bool,
     follower_of: Option<String>,
     refused: Option<(Op, Arc<BackendError>)>,
@@ -78,6 +82,7 @@ where
             request_ids: HashMap::new(),
             work: None,
             term_cancel: None,
+            term_span: None,
             shutting_down: false,
             follower_of: None,
             refused: None,
@@ -108,7 +113,10 @@ where
         while let Some(req) = self.machine.poll_request(now) {
             let id = req.id;
             let backend = Arc::clone(&self.elector.inner.backend);
-            let handle = self.requests.spawn(perform(backend, req, self.clock));
+            let span = self.term_span.clone().unwrap_or_else(tracing::Span::none);
+            let handle = self
+                .requests
+                .spawn(perform(backend, req, self.clock).instrument(span));
             self.request_ids.insert(handle.id(), id);
         }
     }
@@ -117,6 +125,9 @@ where
     pub(super) fn handle_events(&mut self) -> bool {
         let mut stopped = false;
         while let Some(event) = self.machine.poll_event() {
+            // Inside the current term's span (if any): a term's own events carry it.
+            let span = self.term_span.clone().unwrap_or_else(tracing::Span::none);
+            let _entered = span.enter();
             match event {
                 Event::Elected { token, valid_until } => self.term_started(token, valid_until),
                 Event::SteppedDown { token, reason } => self.term_ended(token, reason),
@@ -148,7 +159,14 @@ where
     fn term_started(&mut self, token: Token, valid_until: lease_core::Instant) {
         let inner = &self.elector.inner;
         *lock(&inner.lease) = Some((token, self.clock.to_tokio(valid_until)));
-        tracing::info!(name = self.name(), %token, "elected leader");
+        let span = tracing::info_span!(
+            "term",
+            name = self.name(),
+            instance = inner.config.instance_id(),
+            %token
+        );
+        span.in_scope(|| tracing::info!(name = self.name(), %token, "elected leader"));
+        self.term_span = Some(span.clone());
         let cancel = CancellationToken::new();
         self.term_cancel = Some(cancel.clone());
         self.notify(Notice::Elected(token));
@@ -159,7 +177,7 @@ where
                 backend: Arc::clone(&inner.backend),
                 mark_key: Arc::clone(&inner.mark_key),
             };
-            self.work = Some((token, tokio::spawn(f(term))));
+            self.work = Some((token, tokio::spawn(f(term).instrument(span))));
         }
     }
 
@@ -170,6 +188,8 @@ where
         }
         tracing::warn!(name = self.name(), %token, ?reason, "stepped down");
         self.notify(Notice::SteppedDown(token, reason));
+        // Events from here on belong to no term (this one was logged inside it).
+        self.term_span = None;
         // No new term before this one's work has returned.
         if self.work.is_some() {
             self.machine.pause_contention(true);

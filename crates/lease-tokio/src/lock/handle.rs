@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::ids::random_u64;
 use crate::lock::task::{spawn_release, watch};
+use crate::observer::LockObserver;
 
 /// What a lock's handle and its background task share.
 #[derive(Debug)]
@@ -35,6 +36,19 @@ pub(crate) struct Shared<B> {
     pub(crate) lost: CancellationToken,
     /// Whether a background task runs (auto-renewal, or a deadline watch for `lost()`).
     watching: AtomicBool,
+    /// The lock's span (`lock`, with its keys and fencing token): its events, and its
+    /// background task, run inside it.
+    pub(crate) span: tracing::Span,
+    observer: Option<ObserverSlot>,
+}
+
+/// The locker's observer, shown as present or not.
+struct ObserverSlot(Arc<dyn LockObserver>);
+
+impl std::fmt::Debug for ObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LockObserver")
+    }
 }
 
 impl<B: LeaseBackend> Shared<B> {
@@ -54,16 +68,24 @@ impl<B: LeaseBackend> Shared<B> {
     }
 
     fn act(&self, event: LockEvent) {
+        let _span = self.span.enter();
         let keys = self.spec.keys();
         match event {
-            LockEvent::RenewFailed(e) if !e.is_transient() => {
-                tracing::error!(?keys, error = %e, "lock renewal refused (permanent error); giving the lock up");
-            }
             LockEvent::RenewFailed(e) => {
-                tracing::warn!(?keys, error = %e, "lock renewal failed (tolerated until the deadline)");
+                if e.is_transient() {
+                    tracing::warn!(error = %e, "lock renewal failed (tolerated until the deadline)");
+                } else {
+                    tracing::error!(error = %e, "lock renewal refused (permanent error); giving the lock up");
+                }
+                if let Some(ObserverSlot(o)) = &self.observer {
+                    o.on_renew_failed(keys, &e);
+                }
             }
             LockEvent::Lost { reason, release } => {
-                tracing::warn!(?keys, ?reason, "lock lost");
+                tracing::warn!(?reason, "lock lost");
+                if let Some(ObserverSlot(o)) = &self.observer {
+                    o.on_lost(keys, reason);
+                }
                 self.lost.cancel();
                 if release {
                     spawn_release(
@@ -98,12 +120,23 @@ pub struct Lock<B: LeaseBackend> {
 
 impl<B: LeaseBackend> Lock<B> {
     /// The lock `plan`'s obtain won.
-    pub(crate) fn new(backend: Arc<B>, plan: ObtainPlan, obtained: Obtained, clock: Clock) -> Self {
+    pub(crate) fn new(
+        backend: Arc<B>,
+        plan: ObtainPlan,
+        obtained: Obtained,
+        clock: Clock,
+        observer: Option<Arc<dyn LockObserver>>,
+    ) -> Self {
         let ttl = plan.request.ttl;
         let margin = backend.validity_margin(ttl);
         let machine = HeldLock::for_plan(&plan, obtained, margin, clock.now());
         let bound = machine.bound();
         let auto_renew = plan.auto_renew.is_some();
+        let span = tracing::info_span!(
+            "lock",
+            keys = ?plan.request.spec.keys(),
+            fence_token = ?obtained.token
+        );
         let shared = Arc::new(Shared {
             backend,
             renew: RenewRequest {
@@ -118,6 +151,8 @@ impl<B: LeaseBackend> Lock<B> {
             moved: tokio::sync::Notify::new(),
             lost: CancellationToken::new(),
             watching: AtomicBool::new(auto_renew),
+            span,
+            observer: observer.map(ObserverSlot),
         });
         // Without auto-renewal, the deadline watch that fires the loss signal is started
         // lazily, on the first `lost()` call: a lock nobody watches costs no task.
@@ -130,6 +165,16 @@ impl<B: LeaseBackend> Lock<B> {
             retry: plan.retry,
             bound,
             renewer,
+        }
+    }
+
+    /// Reports the obtain (a `tracing` event in the lock's span, and the observer).
+    pub(crate) fn obtained(&self) {
+        let shared = &self.shared;
+        let _span = shared.span.enter();
+        tracing::debug!("lock obtained");
+        if let Some(ObserverSlot(o)) = &shared.observer {
+            o.on_obtained(shared.spec.keys(), self.fence_token);
         }
     }
 

@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::ids::{random_token, random_u64};
 use crate::lock::handle::Lock;
 use crate::lock::task::spawn_release;
+use crate::observer::LockObserver;
 
 /// Obtains locks over a backend. Cheap to clone.
 ///
@@ -26,30 +27,47 @@ use crate::lock::task::spawn_release;
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
-#[derive(Debug)]
 pub struct Locker<B> {
     backend: Arc<B>,
+    observer: Option<Arc<dyn LockObserver>>,
 }
 
 impl<B> Clone for Locker<B> {
     fn clone(&self) -> Self {
         Locker {
             backend: Arc::clone(&self.backend),
+            observer: self.observer.clone(),
         }
+    }
+}
+
+impl<B: std::fmt::Debug> std::fmt::Debug for Locker<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locker")
+            .field("backend", &self.backend)
+            .field("observer", &self.observer.is_some())
+            .finish()
     }
 }
 
 impl<B: LeaseBackend> Locker<B> {
     /// A locker over `backend`.
     pub fn new(backend: B) -> Self {
-        Locker {
-            backend: Arc::new(backend),
-        }
+        Locker::from_arc(Arc::new(backend))
     }
 
     /// A locker over a shared backend.
     pub fn from_arc(backend: Arc<B>) -> Self {
-        Locker { backend }
+        Locker {
+            backend,
+            observer: None,
+        }
+    }
+
+    /// The same locker, reporting every lock it obtains to `observer`.
+    pub fn with_observer(mut self, observer: impl LockObserver) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
     }
 
     /// The backend.
@@ -98,8 +116,14 @@ impl<B: LeaseBackend> Locker<B> {
         }
         .drive(clock)
         .await?;
-        let lock = Lock::new(Arc::clone(&self.backend), plan, obtained, clock);
-        tracing::debug!(keys = ?lock.keys(), fence_token = ?obtained.token, "lock obtained");
+        let lock = Lock::new(
+            Arc::clone(&self.backend),
+            plan,
+            obtained,
+            clock,
+            self.observer.clone(),
+        );
+        lock.obtained();
         Ok(lock)
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{BackendError, LeaseBackend, ReleaseRequest};
+use tracing::Instrument;
 
 use crate::lock::handle::Shared;
 
@@ -11,6 +12,11 @@ use crate::lock::handle::Shared;
 /// round trip at a time, and wakes at its timeouts so the loss signal fires at the deadline.
 /// Ends when the lock is lost or released.
 pub(crate) async fn watch<B: LeaseBackend>(shared: Arc<Shared<B>>) {
+    let span = shared.span.clone();
+    watch_in_span(shared).instrument(span).await;
+}
+
+async fn watch_in_span<B: LeaseBackend>(shared: Arc<Shared<B>>) {
     loop {
         let moved = shared.moved.notified();
         tokio::pin!(moved);
