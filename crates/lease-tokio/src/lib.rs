@@ -11,6 +11,9 @@
 //!
 //! The same code runs over Redis, Redlock and the in-memory backend, so it is tested once.
 //!
+//! Feature `metrics`: election and lock metrics through the `metrics` facade (names and labels
+//! in `docs/production.md`); no recorder or exporter is installed by the library.
+//!
 //! [`LeaseBackend`]: lease_core::LeaseBackend
 //! [`CancellationToken`]: tokio_util::sync::CancellationToken
 #![forbid(unsafe_code)]
@@ -21,6 +24,7 @@ mod elector;
 mod ids;
 mod lock;
 mod observer;
+mod telemetry;
 
 pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, Term};
 pub use ids::{default_instance_id, random_token};

@@ -13,6 +13,7 @@
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
 //! | `fence` | `redlease::fence`: the resource-side types of fencing (the Redis fencer is in `redlease::redis`) |
 //! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
+//! | `metrics` | election and lock metrics through the `metrics` facade (your binary installs the recorder/exporter; names in `docs/production.md`) |
 //!
 //! The in-memory backend ([`memory`]) is always available, for your unit tests.
 //!

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use lease_core::election::{Event, Op, Reply, Request, RequestId, RequestKind};
 use lease_core::{BackendError, Election, LeaseBackend, Role, StepDownReason, Token};
@@ -28,6 +29,7 @@ use tracing::Instrument;
 use super::{Command, Elector, ElectorError, ElectorState, Term, lock};
 use crate::clock::Clock;
 use crate::observer::Observer;
+use crate::telemetry;
 
 /// What the run tells its observer task.
 pub(super) enum Notice {
@@ -45,7 +47,7 @@ pub(super) struct Run<'a, B, F> {
     leader_fn: Option<F>,
     clock: Clock,
     machine: Election,
-    requests: JoinSet<Reply>,
+    requests: JoinSet<(Reply, Duration)>,
     request_ids: HashMap<tokio::task::Id, RequestId>,
     /// The current term's work, when `run` was given a leader callback.
     work: Option<(Token, JoinHandle<()>)>,
@@ -137,6 +139,9 @@ where
                     self.notify(Notice::Follower(holder));
                 }
                 Event::Error { op, error } => {
+                    if op == Op::Renew {
+                        telemetry::renew_failed(self.name());
+                    }
                     tracing::warn!(name = self.name(), ?op, %error, "election backend error (handled)");
                     self.notify(Notice::Error(op, error));
                 }
@@ -166,6 +171,7 @@ where
             %token
         );
         span.in_scope(|| tracing::info!(name = self.name(), %token, "elected leader"));
+        telemetry::elected(self.name(), token);
         self.term_span = Some(span.clone());
         let cancel = CancellationToken::new();
         self.term_cancel = Some(cancel.clone());
@@ -187,6 +193,7 @@ where
             c.cancel();
         }
         tracing::warn!(name = self.name(), %token, ?reason, "stepped down");
+        telemetry::stepped_down(self.name(), reason);
         self.notify(Notice::SteppedDown(token, reason));
         // Events from here on belong to no term (this one was logged inside it).
         self.term_span = None;
@@ -234,7 +241,12 @@ where
             biased;
             Some(joined) = self.requests.join_next_with_id() => {
                 let (task_id, reply) = match joined {
-                    Ok((task_id, reply)) => (task_id, reply),
+                    Ok((task_id, (reply, took))) => {
+                        if matches!(reply, Reply::Renew(Ok(_))) {
+                            telemetry::renewed(self.name(), took);
+                        }
+                        (task_id, reply)
+                    }
                     Err(e) => (e.id(), Reply::TimedOut),
                 };
                 if let Some(id) = self.request_ids.remove(&task_id) {
@@ -322,7 +334,12 @@ where
 
 /// Performs one request, bounded by its deadline. `tokio::time::timeout_at` polls the request
 /// before the timer, so a reply that is ready when the deadline fires counts as the reply.
-async fn perform<B: LeaseBackend>(backend: Arc<B>, req: Request, clock: Clock) -> Reply {
+async fn perform<B: LeaseBackend>(
+    backend: Arc<B>,
+    req: Request,
+    clock: Clock,
+) -> (Reply, Duration) {
+    let started = tokio::time::Instant::now();
     let deadline = clock.to_tokio(req.deadline);
     let call = async {
         match &req.kind {
@@ -332,9 +349,10 @@ async fn perform<B: LeaseBackend>(backend: Arc<B>, req: Request, clock: Clock) -
             _ => Reply::TimedOut,
         }
     };
-    tokio::time::timeout_at(deadline, call)
+    let reply = tokio::time::timeout_at(deadline, call)
         .await
-        .unwrap_or(Reply::TimedOut)
+        .unwrap_or(Reply::TimedOut);
+    (reply, started.elapsed())
 }
 
 /// Calls the observer for each notice, on its own task (never blocks the loop).

@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::ids::random_u64;
 use crate::lock::task::{spawn_release, watch};
 use crate::observer::LockObserver;
+use crate::telemetry;
 
 /// What a lock's handle and its background task share.
 #[derive(Debug)]
@@ -72,6 +73,7 @@ impl<B: LeaseBackend> Shared<B> {
         let keys = self.spec.keys();
         match event {
             LockEvent::RenewFailed(e) => {
+                telemetry::lock_refresh_failed(self.key());
                 if e.is_transient() {
                     tracing::warn!(error = %e, "lock renewal failed (tolerated until the deadline)");
                 } else {
@@ -83,6 +85,7 @@ impl<B: LeaseBackend> Shared<B> {
             }
             LockEvent::Lost { reason, release } => {
                 tracing::warn!(?reason, "lock lost");
+                telemetry::lock_lost(self.key(), reason);
                 if let Some(ObserverSlot(o)) = &self.observer {
                     o.on_lost(keys, reason);
                 }
@@ -97,6 +100,11 @@ impl<B: LeaseBackend> Shared<B> {
             }
             _ => {}
         }
+    }
+
+    /// The first key (the metrics' label source).
+    fn key(&self) -> &str {
+        self.spec.keys().first().map_or("", String::as_str)
     }
 
     /// The local deadline on tokio's clock.
@@ -260,6 +268,14 @@ impl<B: LeaseBackend> Lock<B> {
     /// have been applied, the result is [`LockError::OutcomeUnknown`] and the deadline is not
     /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied.
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
+        let result = self.refresh_inner(ttl).await;
+        if matches!(&result, Err(e) if !matches!(e, LockError::NotHeld | LockError::Invalid(_))) {
+            telemetry::lock_refresh_failed(self.key());
+        }
+        result
+    }
+
+    async fn refresh_inner(&self, ttl: Duration) -> Result<(), LockError> {
         let ttl = Ttl::new(ttl)?;
         let shared = &self.shared;
         let req = RenewRequest {

@@ -11,6 +11,7 @@ use crate::ids::{random_token, random_u64};
 use crate::lock::handle::Lock;
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
+use crate::telemetry;
 
 /// Obtains locks over a backend. Cheap to clone.
 ///
@@ -108,6 +109,13 @@ impl<B: LeaseBackend> Locker<B> {
             .check_spec(&plan.request.spec)
             .map_err(LockError::Refused)?;
         let clock = Clock::new();
+        let label = plan
+            .request
+            .spec
+            .keys()
+            .first()
+            .cloned()
+            .unwrap_or_default();
         // Jittered per acquisition, so waiters that saw the same release spread out.
         let obtained = ObtainRun {
             obtain: Obtain::new(&plan, random_u64(), clock.now()),
@@ -115,7 +123,20 @@ impl<B: LeaseBackend> Locker<B> {
             request: &plan.request,
         }
         .drive(clock)
-        .await?;
+        .await;
+        let obtained = match obtained {
+            Ok(obtained) => {
+                // The clock started with this obtain: its "now" is the time the call took.
+                telemetry::lock_obtained(&label, clock.now().since_origin());
+                obtained
+            }
+            Err(e) => {
+                if e.is_not_obtained() {
+                    telemetry::lock_not_obtained(&label);
+                }
+                return Err(e);
+            }
+        };
         let lock = Lock::new(
             Arc::clone(&self.backend),
             plan,

@@ -1,0 +1,109 @@
+//! Metrics through the `metrics` facade (feature `metrics`; without it every function here is
+//! empty and compiles away). The library installs no recorder or exporter: your binary does.
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `redlease_election_is_leader` | gauge (1 leading, 0 not) | `election` |
+//! | `redlease_election_token` | gauge (the current term's token) | `election` |
+//! | `redlease_elections_won_total` | counter | `election` |
+//! | `redlease_election_stepdowns_total` | counter | `election`, `reason` |
+//! | `redlease_election_renew_seconds` | histogram (renewal round trip) | `election` |
+//! | `redlease_election_renew_failures_total` | counter | `election` |
+//! | `redlease_lock_obtain_seconds` | histogram (obtain call, waiting included) | `lock` |
+//! | `redlease_lock_not_obtained_total` | counter | `lock` |
+//! | `redlease_lock_lost_total` | counter | `lock`, `reason` |
+//! | `redlease_lock_refresh_failures_total` | counter (auto-renewals and refreshes) | `lock` |
+//!
+//! Labels are names, never values: `election` is the election's name; `lock` is the first
+//! key's prefix — its hash tag (`{jobs}`) when it starts with one, else the text before its
+//! first `:` (`jobs:42` → `jobs`).
+
+#![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+
+use std::time::Duration;
+
+use lease_core::{LossReason, StepDownReason, Token};
+
+/// The `lock` label of a lock whose first key is `key`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) fn lock_label(key: &str) -> String {
+    if key.starts_with('{')
+        && let Some(end) = key.find('}')
+    {
+        return key[..=end].to_owned();
+    }
+    key.split(':').next().unwrap_or(key).to_owned()
+}
+
+pub(crate) fn elected(election: &str, token: Token) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = [("election", election.to_owned())];
+        metrics::counter!("redlease_elections_won_total", &labels).increment(1);
+        metrics::gauge!("redlease_election_is_leader", &labels).set(1.0);
+        // Tokens are at most 2^53: exact in an f64.
+        metrics::gauge!("redlease_election_token", &labels).set(token.get() as f64);
+    }
+}
+
+pub(crate) fn stepped_down(election: &str, reason: StepDownReason) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = [
+            ("election", election.to_owned()),
+            ("reason", format!("{reason:?}")),
+        ];
+        metrics::counter!("redlease_election_stepdowns_total", &labels).increment(1);
+        metrics::gauge!("redlease_election_is_leader", "election" => election.to_owned()).set(0.0);
+    }
+}
+
+pub(crate) fn renewed(election: &str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("redlease_election_renew_seconds", "election" => election.to_owned())
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn renew_failed(election: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlease_election_renew_failures_total", "election" => election.to_owned())
+        .increment(1);
+}
+
+pub(crate) fn lock_obtained(lock: &str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("redlease_lock_obtain_seconds", "lock" => lock_label(lock))
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn lock_not_obtained(lock: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlease_lock_not_obtained_total", "lock" => lock_label(lock)).increment(1);
+}
+
+pub(crate) fn lock_lost(lock: &str, reason: LossReason) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "redlease_lock_lost_total",
+        "lock" => lock_label(lock),
+        "reason" => format!("{reason:?}")
+    )
+    .increment(1);
+}
+
+pub(crate) fn lock_refresh_failed(lock: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlease_lock_refresh_failures_total", "lock" => lock_label(lock))
+        .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lock_labels_are_prefixes() {
+        assert_eq!(super::lock_label("{jobs}:42"), "{jobs}");
+        assert_eq!(super::lock_label("jobs:42:x"), "jobs");
+        assert_eq!(super::lock_label("report"), "report");
+        assert_eq!(super::lock_label("{open"), "{open");
+    }
+}
