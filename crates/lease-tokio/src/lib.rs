@@ -7,7 +7,8 @@
 //! - [`Elector`]: leader election with fencing tokens, a leader callback or a token-driven
 //!   style, a [`CancellationToken`] per term, role subscriptions, and [`Observer`] hooks;
 //! - [`Locker`]: locks (single or multi-key) with retry strategies, metadata, fencing tokens,
-//!   refresh/release/TTL, and opt-in auto-renewal with a loss signal.
+//!   refresh/release/TTL, and opt-in auto-renewal with a loss signal;
+//! - [`LeaderWatch`]: leader changes of an election, without contending.
 //!
 //! The same code runs over Redis, Redlock and the in-memory backend, so it is tested once.
 //!
@@ -25,11 +26,13 @@ mod ids;
 mod lock;
 mod observer;
 mod telemetry;
+mod watch;
 
 pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, Term};
 pub use ids::{default_instance_id, random_token};
 pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
 pub use observer::{LockObserver, NoopObserver, Observer};
+pub use watch::LeaderWatch;
 
 pub use lease_core;
 /// Which operation an [`Observer::on_error`] call is about.

@@ -306,3 +306,79 @@ async fn unreachable_backend_steps_down_by_the_deadline() {
     shutdown.cancel();
     run.await.unwrap().unwrap();
 }
+
+/// A `LeaderWatch` reports each change of leader (holder, token) without contending: nobody,
+/// then `a` with token 1, then, after `a` resigned and only `b` contends, `b` with token 2.
+#[tokio::test(start_paused = true)]
+async fn a_leader_watch_reports_each_change_without_contending() {
+    let clock = ManualClock::new();
+    let _bridge = bridge(clock.clone());
+    let backend = Arc::new(MemoryBackend::new(clock));
+    let mut watch = lease_tokio::LeaderWatch::new(Arc::clone(&backend), "jobs")
+        .unwrap()
+        .every(Duration::from_millis(50))
+        .unwrap();
+    let bounded = Duration::from_secs(10);
+    let first = tokio::time::timeout(bounded, watch.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.is_none(), "{first:?}");
+
+    let a = Elector::new(Arc::clone(&backend), config("a"));
+    let stop_a = CancellationToken::new();
+    let run_a = {
+        let (e, s) = (a.clone(), stop_a.clone());
+        tokio::spawn(async move { e.hold(s).await })
+    };
+    let seen = tokio::time::timeout(bounded, watch.changed())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (seen.instance_id.as_str(), seen.token.map(|t| t.get())),
+        ("a", Some(1))
+    );
+
+    stop_a.cancel();
+    tokio::time::timeout(bounded, run_a)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let gone = tokio::time::timeout(bounded, watch.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(gone.is_none(), "released on shutdown: {gone:?}");
+
+    let b = Elector::new(Arc::clone(&backend), config("b"));
+    let stop_b = CancellationToken::new();
+    let run_b = {
+        let (e, s) = (b.clone(), stop_b.clone());
+        tokio::spawn(async move { e.hold(s).await })
+    };
+    let mut from_b = b.watch();
+    let seen = tokio::time::timeout(bounded, watch.changed())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (seen.instance_id.as_str(), seen.token.map(|t| t.get())),
+        ("b", Some(2))
+    );
+    let same = tokio::time::timeout(bounded, from_b.changed())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(same.instance_id, "b");
+    stop_b.cancel();
+    tokio::time::timeout(bounded, run_b)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

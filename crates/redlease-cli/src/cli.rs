@@ -153,6 +153,13 @@ pub(crate) struct StatusArgs {
     /// eviction, replication); exit 78 when they let the fence keys be evicted or lost
     #[arg(long)]
     pub(crate) check: bool,
+    /// Keep watching NAME and print each change of leader (holder, token) until SIGINT or
+    /// SIGTERM (exit 0); one JSON object per line with --json
+    #[arg(long, requires = "name", conflicts_with = "check")]
+    pub(crate) watch: bool,
+    /// How often --watch polls
+    #[arg(long, value_parser = duration::parse, default_value = "500ms", requires = "watch")]
+    pub(crate) every: std::time::Duration,
 }
 
 #[derive(Debug, Args)]

@@ -4,7 +4,7 @@
 use redlease::StoreReport;
 use redlease::core::LeaseSpec;
 use redlease::redis::RedisBackend;
-use redlease::{ElectionConfig, LeaseBackend};
+use redlease::{ElectionConfig, LeaderWatch, LeaseBackend};
 
 use crate::cli::StatusArgs;
 use crate::exit::{self, Failure};
@@ -20,6 +20,11 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     }
     let connection = conn::connect(&ctx.redis_url).await?;
     let backend = RedisBackend::new(connection);
+    if args.watch
+        && let Some(name) = &args.name
+    {
+        return watch(ctx, backend, name, args.every).await;
+    }
     if let Some(name) = &args.name {
         election(ctx, &backend, name).await?;
     }
@@ -81,6 +86,54 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
     }
     for note in &report.notes {
         print_stdout(&format!("note:        {note}"));
+    }
+}
+
+/// Prints each change of leader of election `name` until SIGINT or SIGTERM. A failed poll is
+/// reported on stderr and polling goes on (Redis may come back).
+async fn watch(
+    ctx: &Ctx,
+    backend: Backend,
+    name: &str,
+    every: std::time::Duration,
+) -> Result<u8, Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigint = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
+    let mut sigterm = signal(SignalKind::terminate())
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
+    let mut leader = LeaderWatch::new(std::sync::Arc::new(backend), name)
+        .and_then(|w| w.every(every))
+        .map_err(|e| Failure::config(&e))?;
+    loop {
+        tokio::select! {
+            _ = sigint.recv() => return Ok(exit::OK),
+            _ = sigterm.recv() => return Ok(exit::OK),
+            change = leader.changed() => match change {
+                Ok(info) => {
+                    let holder = info.as_ref().map(|i| i.instance_id.clone());
+                    let token = info.as_ref().and_then(|i| i.token);
+                    if ctx.json {
+                        print_stdout(&object(&[
+                            ("event", Json::from("leader")),
+                            ("name", Json::from(name)),
+                            ("holder", Json::from(holder)),
+                            ("token", Json::from(token.map(|t| t.get()))),
+                        ]));
+                    } else {
+                        match (holder, token) {
+                            (Some(h), Some(t)) => print_stdout(&format!("leader: {h} (token {t})")),
+                            (Some(h), None) => print_stdout(&format!("leader: {h}")),
+                            (None, _) => print_stdout("leader: (none)"),
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("redlease: status --watch: {e} (still watching)");
+                    tokio::time::sleep(every).await;
+                }
+            },
+        }
     }
 }
 

@@ -57,8 +57,8 @@
 pub use lease_core::election::Op;
 pub use lease_core::{ElectionConfig, ElectionConfigBuilder, Role, StepDownReason};
 pub use lease_tokio::{
-    Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, NoopObserver, Observer, Term,
-    default_instance_id,
+    Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, LeaderWatch, NoopObserver,
+    Observer, Term, default_instance_id,
 };
 
 // Locks.

@@ -350,6 +350,12 @@ impl<B: LeaseBackend> Elector<B> {
         }))
     }
 
+    /// A [`crate::LeaderWatch`] of this election (polling every acquire interval): leader
+    /// changes, whether or not this elector runs.
+    pub fn watch(&self) -> crate::LeaderWatch<B> {
+        crate::LeaderWatch::for_config(Arc::clone(&self.inner.backend), &self.inner.config)
+    }
+
     /// What the store discloses about how long its tokens survive (see
     /// [`lease_core::preflight`]): one backend call, bounded by the acquire timeout. A run
     /// reads it when it starts, logs each risk as a `tracing` warning, and with
