@@ -368,6 +368,17 @@ where
         token: Token,
         writes: Vec<FencedWrite>,
     ) -> Result<FenceOutcome, RedisLeaseError> {
+        let result = self.run_inner(token, writes).await;
+        #[cfg(feature = "metrics")]
+        count(&self.mark_key, &result);
+        result
+    }
+
+    async fn run_inner(
+        &self,
+        token: Token,
+        writes: Vec<FencedWrite>,
+    ) -> Result<FenceOutcome, RedisLeaseError> {
         if writes.len() > 1 && writes.iter().any(|w| matches!(w, FencedWrite::Eval { .. })) {
             return Err(RedisLeaseError::InvalidWrite(
                 "an Eval write cannot be batched with other writes; apply it alone".into(),
@@ -475,6 +486,37 @@ where
     ) -> Result<FenceOutcome, RedisLeaseError> {
         self.run(token, vec![write]).await
     }
+}
+
+/// Counts a fenced write (feature `metrics`): `redlease_fenced_writes_total`, labelled `fence`
+/// (the mark key's hash tag, or its text before the first `:`: the election's name for an
+/// election's mark) and `outcome` (`applied`, `stale`, `not_applied`, `unknown`).
+#[cfg(feature = "metrics")]
+fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseError>) {
+    let outcome = match result {
+        Ok(FenceOutcome::Applied) => "applied",
+        Ok(_) => "stale",
+        Err(e) if e.is_outcome_unknown() => "unknown",
+        Err(_) => "not_applied",
+    };
+    metrics::counter!(
+        "redlease_fenced_writes_total",
+        "fence" => fence_label(mark_key),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// The `fence` label of a mark key: its hash tag when it starts with one, else the text
+/// before its first `:`.
+#[cfg(feature = "metrics")]
+fn fence_label(mark_key: &str) -> String {
+    if mark_key.starts_with('{')
+        && let Some(end) = mark_key.find('}')
+    {
+        return mark_key[..=end].to_owned();
+    }
+    mark_key.split(':').next().unwrap_or(mark_key).to_owned()
 }
 
 #[cfg(test)]
