@@ -124,7 +124,7 @@ impl RedlockConfig {
 /// ```
 #[derive(Clone)]
 pub struct RedlockBackend<N> {
-    nodes: Arc<[N]>,
+    nodes: Vec<N>,
     machine: Quorum,
     config: RedlockConfig,
 }
@@ -164,7 +164,7 @@ impl<N: QuorumNode> RedlockBackend<N> {
             return Err(ConfigError::ZeroOperationTimeout);
         }
         Ok(RedlockBackend {
-            nodes: nodes.into(),
+            nodes,
             machine,
             config,
         })
