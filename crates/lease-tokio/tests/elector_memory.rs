@@ -3,24 +3,16 @@
 //! These test the driver's own logic (one generic loop); the same scenarios against real Redis
 //! live in the `redlease` crate's integration tests.
 
+mod common;
+
+use common::bridge;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::election::Op;
 use lease_core::memory::{ManualClock, MemoryBackend};
-use lease_core::{BackendError, ElectionConfig, Instant, Role, StepDownReason, Token};
+use lease_core::{BackendError, ElectionConfig, Role, StepDownReason, Token};
 use lease_tokio::{CancellationToken, Elector, ElectorError, Observer};
-
-/// Keeps the backend's manual clock equal to tokio's (paused) clock.
-fn bridge(clock: ManualClock) -> tokio::task::JoinHandle<()> {
-    let origin = tokio::time::Instant::now();
-    tokio::spawn(async move {
-        loop {
-            clock.set(Instant::from_origin(tokio::time::Instant::now() - origin));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-}
 
 fn config(id: &str) -> ElectionConfig {
     ElectionConfig::builder("jobs", id)
@@ -307,6 +299,25 @@ async fn unreachable_backend_steps_down_by_the_deadline() {
     run.await.unwrap().unwrap();
 }
 
+/// An elector `id` holding in the background: the elector, its shutdown, its run.
+#[allow(clippy::type_complexity)]
+fn holding(
+    backend: &Arc<MemoryBackend>,
+    id: &str,
+) -> (
+    Elector<Arc<MemoryBackend>>,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), ElectorError>>,
+) {
+    let elector = Elector::new(Arc::clone(backend), config(id));
+    let stop = CancellationToken::new();
+    let run = {
+        let (e, s) = (elector.clone(), stop.clone());
+        tokio::spawn(async move { e.hold(s).await })
+    };
+    (elector, stop, run)
+}
+
 /// A `LeaderWatch` reports each change of leader (holder, token) without contending: nobody,
 /// then `a` with token 1, then, after `a` resigned and only `b` contends, `b` with token 2.
 #[tokio::test(start_paused = true)]
@@ -325,12 +336,7 @@ async fn a_leader_watch_reports_each_change_without_contending() {
         .unwrap();
     assert!(first.is_none(), "{first:?}");
 
-    let a = Elector::new(Arc::clone(&backend), config("a"));
-    let stop_a = CancellationToken::new();
-    let run_a = {
-        let (e, s) = (a.clone(), stop_a.clone());
-        tokio::spawn(async move { e.hold(s).await })
-    };
+    let (_a, stop_a, run_a) = holding(&backend, "a");
     let seen = tokio::time::timeout(bounded, watch.changed())
         .await
         .unwrap()
@@ -353,12 +359,7 @@ async fn a_leader_watch_reports_each_change_without_contending() {
         .unwrap();
     assert!(gone.is_none(), "released on shutdown: {gone:?}");
 
-    let b = Elector::new(Arc::clone(&backend), config("b"));
-    let stop_b = CancellationToken::new();
-    let run_b = {
-        let (e, s) = (b.clone(), stop_b.clone());
-        tokio::spawn(async move { e.hold(s).await })
-    };
+    let (b, stop_b, run_b) = holding(&backend, "b");
     let mut from_b = b.watch();
     let seen = tokio::time::timeout(bounded, watch.changed())
         .await

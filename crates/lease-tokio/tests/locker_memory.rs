@@ -1,21 +1,14 @@
 //! Locker tests over the in-memory backend on tokio's paused clock (driver logic only; the
 //! Redis versions live in the `redlease` crate's integration tests).
 
+mod common;
+
+use common::bridge;
 use std::time::Duration;
 
+use lease_core::RetryStrategy;
 use lease_core::memory::{ManualClock, MemoryBackend};
-use lease_core::{Instant, RetryStrategy};
 use lease_tokio::{LockError, LockOptions, Locker};
-
-fn bridge(clock: ManualClock) -> tokio::task::JoinHandle<()> {
-    let origin = tokio::time::Instant::now();
-    tokio::spawn(async move {
-        loop {
-            clock.set(Instant::from_origin(tokio::time::Instant::now() - origin));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-}
 
 fn setup() -> (
     Locker<MemoryBackend>,

@@ -1,35 +1,23 @@
 //! Feature `metrics`: what an election and a lock record, read back from the `metrics`
 //! project's debugging recorder. In-memory backend on tokio's paused clock.
 
+mod common;
+
+use common::bridge;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use lease_core::ElectionConfig;
 use lease_core::memory::{ManualClock, MemoryBackend};
-use lease_core::{ElectionConfig, Instant};
 use lease_tokio::{CancellationToken, Elector, LockOptions, Locker};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-
-/// Keeps the backend's manual clock equal to tokio's (paused) clock.
-fn bridge(clock: ManualClock) -> tokio::task::JoinHandle<()> {
-    let origin = tokio::time::Instant::now();
-    tokio::spawn(async move {
-        loop {
-            clock.set(Instant::from_origin(tokio::time::Instant::now() - origin));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-}
 
 /// Runs `f` on a current-thread runtime with paused time under a fresh recorder, and returns
 /// what was recorded: `name{label=value,...}` → value.
 fn recorded<F: std::future::Future<Output = ()>>(f: F) -> HashMap<String, DebugValue> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let runtime = common::paused_runtime();
     metrics::with_local_recorder(&recorder, || runtime.block_on(f));
     snapshotter
         .snapshot()

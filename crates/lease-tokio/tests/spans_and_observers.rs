@@ -3,13 +3,16 @@
 //! obtained / renewal failed / lost. In-memory backend on tokio's paused clock; a small
 //! recording `tracing` subscriber (no subscriber crate needed).
 
+mod common;
+
+use common::bridge;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::memory::{ManualClock, MemoryBackend};
-use lease_core::{BackendError, ElectionConfig, Instant, LossReason, Token};
+use lease_core::{BackendError, ElectionConfig, LossReason, Token};
 use lease_tokio::{CancellationToken, Elector, LockObserver, LockOptions, Locker};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -107,24 +110,9 @@ impl Recorder {
     }
 }
 
-/// Keeps the backend's manual clock equal to tokio's (paused) clock.
-fn bridge(clock: ManualClock) -> tokio::task::JoinHandle<()> {
-    let origin = tokio::time::Instant::now();
-    tokio::spawn(async move {
-        loop {
-            clock.set(Instant::from_origin(tokio::time::Instant::now() - origin));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-}
-
 /// Runs `f` on a current-thread runtime with paused time, under the recording subscriber.
 fn traced<F: std::future::Future<Output = ()>>(recorder: &Recorder, f: F) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let runtime = common::paused_runtime();
     tracing::subscriber::with_default(recorder.clone(), || runtime.block_on(f));
 }
 
