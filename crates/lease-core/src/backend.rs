@@ -6,10 +6,13 @@
 //! [`BackendError`]s. Every adapter implements the same semantics as the in-memory backend
 //! ([`crate::memory::MemoryBackend`]), which is the executable specification:
 //!
-//! - **acquire**: if every lock key is absent or holds this owner, lift the counter to the mark
-//!   when the mark is ahead (counter healing), `INCR` the counter to mint a token, stamp the mark
-//!   with it, then set every key to the owner value with the TTL. Same-owner takeover mints a
-//!   fresh token. Otherwise nothing changes and the outcome is [`AcquireOutcome::Held`].
+//! - **acquire**: if every lock key is absent or holds this owner, mint the next token above
+//!   the counter, the applied mark and the request's floor (the mark and the floor heal a counter
+//!   that went back), floored by the server's clock under
+//!   [`TokenScheme::ClockFloored`](crate::TokenScheme::ClockFloored), store it in counter and mark, create the fence epoch if absent, then
+//!   set every key to the owner value with the TTL. Same-owner takeover mints a fresh token.
+//!   Otherwise nothing changes and the outcome is [`AcquireOutcome::Held`]. Both outcomes report
+//!   the [`FenceState`] seen.
 //! - **renew**: if every key holds this owner, set the TTL on each; otherwise nothing changes.
 //! - **release**: delete every key that holds this owner (compare-and-delete), unless a `term`
 //!   is given and the counter has moved past it (a later term of the same owner).
@@ -23,7 +26,7 @@ use async_trait::async_trait;
 
 use crate::config::{ConfigError, MAX_ID_LEN, MAX_NAME_LEN, Ttl, check_text};
 use crate::preflight::StoreReport;
-use crate::token::{FenceMark, Token};
+use crate::token::{Epoch, FenceMark, FenceState, Token};
 
 /// The most keys one lease may span.
 pub const MAX_KEYS: usize = 64;
@@ -113,11 +116,21 @@ impl LeaseSpec {
     pub fn mark_key(&self) -> Option<String> {
         self.fence.as_deref().map(mark_key_of)
     }
+
+    /// The fence-epoch key, if fenced: `<fence>:epoch` (see [`Epoch`]).
+    pub fn epoch_key(&self) -> Option<String> {
+        self.fence.as_deref().map(epoch_key_of)
+    }
 }
 
 /// The applied-mark key of a fence counter key.
 pub fn mark_key_of(fence_key: &str) -> String {
     format!("{fence_key}:applied")
+}
+
+/// The fence-epoch key of a fence counter key: `<fence>:epoch`.
+pub fn epoch_key_of(fence_key: &str) -> String {
+    format!("{fence_key}:epoch")
 }
 
 fn check_key(what: &'static str, k: &str) -> Result<(), ConfigError> {
@@ -233,6 +246,11 @@ pub struct AcquireRequest {
     pub ttl: Ttl,
     /// Metadata stored with the owner.
     pub metadata: Metadata,
+    /// The highest token the acquirer has seen this store mint (its own grants, and holders'
+    /// tokens reported by refused acquires), or a durable floor from a fenced resource: the
+    /// store mints above it, whatever its counter says. This is how a store that lost its
+    /// counter is healed by the first instance that remembers more. `None`: no floor.
+    pub floor: Option<Token>,
 }
 
 /// Extend a lease this owner holds.
@@ -267,6 +285,9 @@ pub enum AcquireOutcome {
     Acquired {
         /// The fencing token of this acquisition.
         token: Option<Token>,
+        /// The fence state the token was minted above ([`FenceState::UNKNOWN`] when unfenced
+        /// or not reported).
+        fence: FenceState,
     },
     /// Someone else holds (at least one of) the keys; nothing was changed.
     Held {
@@ -274,6 +295,8 @@ pub enum AcquireOutcome {
         holder: Option<String>,
         /// The holder's remaining TTL, when the backend reports it.
         remaining: Option<Duration>,
+        /// The fence state now (the holder's token, the epoch), when reported.
+        fence: FenceState,
     },
 }
 
@@ -310,6 +333,8 @@ pub struct LeaseInfo {
     pub counter: Option<Token>,
     /// The applied mark.
     pub mark: FenceMark,
+    /// The store's fence epoch, when it keeps one (see [`Epoch`]).
+    pub epoch: Option<Epoch>,
 }
 
 /// A boxed error from an adapter.

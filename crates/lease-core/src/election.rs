@@ -40,7 +40,7 @@ use crate::config::ElectionConfig;
 use crate::lease::{HeldLease, LeaseEvent, LeaseTiming, LossReason};
 use crate::rng::SplitMix64;
 use crate::time::Instant;
-use crate::token::Token;
+use crate::token::{Epoch, FenceState, StoreLoss, Token};
 
 /// Jitter applied to acquire delays: up to this percentage shorter, never longer.
 pub const ACQUIRE_JITTER_PERCENT: u32 = 10;
@@ -189,6 +189,11 @@ pub enum Event {
         /// What the backend said.
         outcome: Option<ReleaseOutcome>,
     },
+    /// The store lost fence state that this instance had seen (a new epoch, or a counter below
+    /// a token it saw minted). Reported once per discovery; the next acquire by this instance
+    /// heals it (it carries the highest token seen as its floor). A term in progress is not
+    /// ended by it: the lease itself is judged by renewals.
+    StoreLost(StoreLoss),
     /// After [`Election::shutdown`]: everything is released; no more requests.
     Stopped,
 }
@@ -241,6 +246,13 @@ pub struct Election {
     contention_paused: bool,
     margin: Duration,
     highest_token: Option<Token>,
+    /// The highest token seen at the store: granted to this instance, reported as a holder's,
+    /// or given by [`Election::raise_floor`]. Every acquire asks the store to mint above it.
+    highest_seen: Option<Token>,
+    /// The store's fence epoch as last seen.
+    epoch: Option<Epoch>,
+    /// A loss was reported and the store has not caught up since.
+    loss_reported: bool,
     /// An acquire got no answer (timed out, or an error of unknown effect) and no later answer
     /// settled it: the lease may be ours at the store.
     maybe_won: bool,
@@ -273,6 +285,9 @@ impl Election {
             contention_paused: false,
             margin: Duration::ZERO,
             highest_token: None,
+            highest_seen: None,
+            epoch: None,
+            loss_reported: false,
             maybe_won: false,
             events: VecDeque::new(),
         }
@@ -408,6 +423,7 @@ impl Election {
                     owner: self.owner.clone(),
                     ttl: self.config.ttl(),
                     metadata: Metadata::default(),
+                    floor: self.highest_seen,
                 }),
                 sent_at: now,
                 deadline: now + self.config.acquire_timeout(),
@@ -491,8 +507,16 @@ impl Election {
             Some(Err(e)) => self.maybe_won || e.is_outcome_unknown(),
             None => true,
         };
+        if let Some(Ok(
+            AcquireOutcome::Acquired { fence, .. } | AcquireOutcome::Held { fence, .. },
+        )) = &result
+        {
+            self.note_fence(*fence);
+        }
         match result {
-            Some(Ok(AcquireOutcome::Acquired { token: Some(token) })) => {
+            Some(Ok(AcquireOutcome::Acquired {
+                token: Some(token), ..
+            })) => {
                 self.consecutive_errors = 0;
                 let expired = now >= self.timing().valid_until(sent_at);
                 if self.shutting_down || self.term.is_some() || expired {
@@ -522,13 +546,14 @@ impl Election {
                     });
                 }
                 self.highest_token = self.highest_token.max(Some(token));
+                self.highest_seen = self.highest_seen.max(Some(token));
                 let lease = HeldLease::new(self.timing(), Some(token), sent_at, now);
                 let valid_until = lease.valid_until();
                 self.term = Some(Leading { token, lease });
                 self.announced = Announced::Leader;
                 self.events.push_back(Event::Elected { token, valid_until });
             }
-            Some(Ok(AcquireOutcome::Acquired { token: None })) => {
+            Some(Ok(AcquireOutcome::Acquired { token: None, .. })) => {
                 self.consecutive_errors = self.consecutive_errors.saturating_add(1);
                 self.events.push_back(Event::Error {
                     op: Op::Acquire,
@@ -718,6 +743,43 @@ impl Election {
     /// The highest token this instance has been granted.
     pub fn highest_token(&self) -> Option<Token> {
         self.highest_token
+    }
+
+    /// The highest token this instance has seen at the store (its grants, holders' tokens
+    /// reported by refused acquires, [`Election::raise_floor`]): the floor of its acquires.
+    pub fn highest_seen(&self) -> Option<Token> {
+        self.highest_seen
+    }
+
+    /// Raises the floor of this instance's acquires to at least `floor`: the store will mint
+    /// the next term's token above it, whatever its counter says. Feed it a durable floor,
+    /// such as the highest token a fenced resource has accepted, so that a store that lost its
+    /// counter cannot hand out a token the resource refuses forever.
+    pub fn raise_floor(&mut self, floor: Token) {
+        self.highest_seen = self.highest_seen.max(Some(floor));
+    }
+
+    /// The store's fence epoch as last seen, if the backend reports one.
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.epoch
+    }
+
+    /// Compares what the store reported with what this instance saw before: reports a loss
+    /// once, then remembers the store's state.
+    fn note_fence(&mut self, fence: FenceState) {
+        match StoreLoss::detect(self.epoch, self.highest_seen, fence) {
+            // The same loss seen again (followers poll while the store is still behind).
+            Some(StoreLoss::CounterBehind { .. }) if self.loss_reported => {}
+            Some(loss) => {
+                self.loss_reported = true;
+                self.events.push_back(Event::StoreLost(loss));
+            }
+            None => self.loss_reported = false,
+        }
+        if fence.epoch.is_some() {
+            self.epoch = fence.epoch;
+        }
+        self.highest_seen = self.highest_seen.max(fence.counter);
     }
 
     /// Holds back (or allows again) new acquire requests, for example while the previous

@@ -60,7 +60,7 @@ pub use election::{Election, Event, Role, StepDownReason};
 pub use lease::{HeldLease, LeaseEvent, LossReason};
 pub use retry::{RetrySequence, RetryStrategy};
 pub use time::Instant;
-pub use token::{FenceMark, Token, TokenError};
+pub use token::{Epoch, FenceMark, FenceState, StoreLoss, Token, TokenError, TokenScheme};
 
 /// The wire-level request kinds the machines ask the driver to perform.
 pub use election::{Reply, Request, RequestId, RequestKind};

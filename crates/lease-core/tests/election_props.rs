@@ -288,6 +288,7 @@ impl World {
                             owner: self.rival.clone(),
                             ttl,
                             metadata: Metadata::default(),
+                            floor: None,
                         });
                     }
                     RivalOp::Renew => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lease_core::election::{Event, Op, Reply, RequestKind};
 use lease_core::memory::{ManualClock, MemoryBackend, MemoryWrite};
 use lease_core::{
-    AcquireOutcome, BackendError, Election, ElectionConfig, FenceOutcome, Instant, RenewOutcome,
+    AcquireOutcome, BackendError, FenceState, Election, ElectionConfig, FenceOutcome, Instant, RenewOutcome,
     Token,
 };
 
@@ -30,6 +30,7 @@ fn elect(m: &mut Election, now: Instant, token: u64) {
         req.id,
         Reply::Acquire(Ok(AcquireOutcome::Acquired {
             token: Some(Token::new(token).unwrap()),
+            fence: FenceState::UNKNOWN,
         })),
     );
     // Answer the immediate renewal so it is not in flight.

@@ -31,7 +31,7 @@ use lease_core::lock::{
     HeldLock, LockEvent, LockOptions, Obtain, RefreshReply, RefreshTurn, release_result,
 };
 use lease_core::{
-    AcquireOutcome, BackendError, Instant, ReleaseOutcome, RenewOutcome, RetryStrategy, Token, Ttl,
+    AcquireOutcome, BackendError, FenceState, Instant, ReleaseOutcome, RenewOutcome, RetryStrategy, Token, Ttl,
 };
 use proptest::prelude::*;
 
@@ -427,10 +427,10 @@ proptest! {
             let (g, after) = grants.next().unwrap_or((Grant::Held, 1));
             now = attempt.sent_at + ms(after).min(bound);
             match g {
-                Grant::Acquired => obtain.handle_reply(now, Ok(AcquireOutcome::Acquired { token: Token::new(9).ok() })),
+                Grant::Acquired => obtain.handle_reply(now, Ok(AcquireOutcome::Acquired { token: Token::new(9).ok(), fence: FenceState::UNKNOWN })),
                 Grant::Held => {
                     unknown = false;
-                    obtain.handle_reply(now, Ok(AcquireOutcome::Held { holder: None, remaining: None }))
+                    obtain.handle_reply(now, Ok(AcquireOutcome::Held { holder: None, remaining: None, fence: FenceState::UNKNOWN }))
                 }
                 Grant::Unavailable => obtain.handle_reply(now, Err(BackendError::Unavailable("down".into()))),
                 Grant::Refused => obtain.handle_reply(now, Err(BackendError::Refused("NOPERM".into()))),

@@ -498,7 +498,9 @@ impl Sim {
         let local = self.local(c);
         let attempt = self.clients[c].attempt;
         match verdict.into_acquire() {
-            Ok(AcquireOutcome::Acquired { token: Some(token) }) => {
+            Ok(AcquireOutcome::Acquired {
+                token: Some(token), ..
+            }) => {
                 let (Some(v), Some(valid_until)) = (round.validity(), round.valid_until()) else {
                     panic!("a granted round without validity");
                 };
@@ -566,6 +568,7 @@ impl Sim {
                     owner: cl.owner.clone(),
                     ttl: Ttl::new(self.p.ttl).expect("valid ttl"),
                     metadata: Metadata::default(),
+                    floor: None,
                 };
                 let round = self.quorum.acquire(req, self.p.op_timeout, local);
                 self.clients[c].phase = Phase::Acquiring(Box::new(round));

@@ -21,7 +21,7 @@ use lease_core::quorum::{
     Round, RoundFailure, RoundInputError, Verdict, drift, quorum, validity,
 };
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, Instant, LeaseSpec, Metadata, Owner,
+    AcquireOutcome, AcquireRequest, FenceState, BackendError, Instant, LeaseSpec, Metadata, Owner,
     ReleaseOutcome, RenewOutcome, RenewRequest, Token, Ttl,
 };
 use proptest::prelude::*;
@@ -69,6 +69,7 @@ fn acquire_req(spec: &Arc<LeaseSpec>, ttl: Duration) -> AcquireRequest {
         owner: Owner::new("me").expect("valid"),
         ttl: Ttl::new(ttl).expect("valid"),
         metadata: Metadata::default(),
+        floor: None,
     }
 }
 
@@ -80,10 +81,12 @@ fn acquire_reply(a: &Ans) -> NodeReply {
     match a {
         Ans::Grant(t) => NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
             token: Token::new(*t).ok(),
+            fence: FenceState::UNKNOWN,
         })),
         Ans::Held(h) => NodeReply::Acquire(Ok(AcquireOutcome::Held {
             holder: Some(format!("other-{h}")),
             remaining: Some(Duration::from_millis(500)),
+            fence: FenceState::UNKNOWN,
         })),
         Ans::Unavailable => NodeReply::Acquire(Err(BackendError::Unavailable("down".into()))),
         Ans::TimedOut => NodeReply::TimedOut,
@@ -213,7 +216,7 @@ proptest! {
 
         if granted {
             let verdict = round.poll_verdict();
-            let ok = matches!(verdict, Some(Verdict::Acquire(Ok(AcquireOutcome::Acquired { token }))) if token.is_some() == fenced);
+            let ok = matches!(verdict, Some(Verdict::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))) if token.is_some() == fenced);
             prop_assert!(ok, "granted");
             prop_assert_eq!(round.valid_until(), Some(start + (ttl - drift(ttl, factor))));
             prop_assert!(round.validity().is_some_and(|v| !v.is_zero()));
@@ -317,7 +320,10 @@ proptest! {
         prop_assert_eq!(round.phase(), Phase::Cleanup, "every node timed out: no quorum");
         let late = round.handle_reply(
             requests[0].id,
-            NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: None })),
+            NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
+                token: None,
+                fence: FenceState::UNKNOWN,
+            })),
             Instant::ZERO + BOUND,
         );
         prop_assert_eq!(late, Err(RoundInputError::UnknownRequest(requests[0].id)));
@@ -335,7 +341,10 @@ fn the_round_never_reads_a_clock_it_is_not_given() {
             Instant::ZERO,
         );
         for r in drain(&mut round) {
-            let reply = NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: None }));
+            let reply = NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
+                token: None,
+                fence: FenceState::UNKNOWN,
+            }));
             round
                 .handle_reply(r.id, reply, Instant::ZERO + Duration::from_millis(50))
                 .expect("awaited");

@@ -3,53 +3,85 @@
 KEYS[1..n]  lock keys (n = ARGV[4])
 KEYS[n+1]   fence counter key         (only when fenced)
 KEYS[n+2]   applied-mark key          (only when fenced)
+KEYS[n+3]   fence-epoch key           (only when fenced)
 ARGV[1]     owner (never contains NUL)
 ARGV[2]     stored value: the owner, or owner .. "\0" .. metadata
 ARGV[3]     TTL in whole milliseconds (>= 1)
-ARGV[4]     n, the number of lock keys; the lease is fenced iff #KEYS == n + 2
+ARGV[4]     n, the number of lock keys; the lease is fenced iff #KEYS == n + 3
+ARGV[5]     floor: mint above this token ('0': none)          (read only when fenced)
+ARGV[6]     scheme: 'clock' (floor by TIME in µs) or 'counter' (read only when fenced)
 
 Every lock key is checked before any key is changed (all-or-nothing). A key holding a value
 whose owner part (the text before the first NUL) differs from ARGV[1] means "held": nothing is
-changed. Otherwise, when fenced, the next token is max(counter, mark) + 1 (counter healing: a
-mark ahead of the counter lifts it); it is checked against 2^53 before anything is written, and
-stored in both counter and mark as a decimal string formatted from an exact integer. Then every
-lock key is SET to ARGV[2] with PX ARGV[3]. Same-owner takeover mints a fresh token.
+changed. Otherwise, when fenced, the next token is max(counter, mark, floor) + 1 (the mark and
+the floor heal a counter that went back), and under 'clock' at least the server's TIME in µs;
+it is checked against 2^53 before anything is written and stored in counter and mark. The
+epoch key, when absent, is created with TIME in µs. Then every lock key is SET to ARGV[2] with
+PX ARGV[3]. Same-owner takeover mints a fresh token.
 
 Returns
-  {1, token}          acquired; token is the minted token as a decimal string ('0' unfenced)
-  {0, holder, pttl}   held: the holder's owner part and its PTTL in ms (-1: no expiry)
+  {1, token, before, epoch}       acquired; token '0' when unfenced; before: max(counter, mark)
+                                  before this call; epoch: the fence epoch ('' when unfenced)
+  {0, holder, pttl, now, epoch}   held: the holder's owner part, its PTTL in ms (-1: no expiry),
+                                  max(counter, mark) and the epoch ('' when absent)
 Errors (nothing changed)
   TOKEN_EXHAUSTED ... the next token would exceed 2^53
-  ERR ...             the counter or the mark is not a decimal integer
+  ERR ...             the counter, the mark or the floor is not a decimal integer
   WRONGTYPE ...       a key holds a value that is not a string
 ]]
 local owner, value, ttl = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
+local fenced = #KEYS == n + 3
+
+-- max(counter, mark) and the epoch ('' when absent); nil when a value is not an integer.
+local function fence_state()
+  if not fenced then return '0', '' end
+  local counter, mark = read_int(KEYS[n + 1]), read_int(KEYS[n + 2])
+  if not counter or not mark then return nil end
+  if less(counter, mark) then counter = mark end
+  return counter, redis.call('GET', KEYS[n + 3]) or ''
+end
 
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
   if v and owner_of(v) ~= owner then
-    return {0, owner_of(v), redis.call('PTTL', KEYS[i])}
+    local now, epoch = fence_state()
+    if not now then return redis.error_reply(NOT_AN_INTEGER) end
+    return {0, owner_of(v), redis.call('PTTL', KEYS[i]), now, epoch}
   end
 end
 
-local token = '0'
-if #KEYS == n + 2 then
-  local counter_key, mark_key = KEYS[n + 1], KEYS[n + 2]
-  local counter, mark = read_int(counter_key), read_int(mark_key)
-  if not counter or not mark then return redis.error_reply(NOT_AN_INTEGER) end
-  local base = counter
-  if less(counter, mark) then base = mark end
+local token, before, epoch = '0', '0', ''
+if fenced then
+  before, epoch = fence_state()
+  local floor = canon(ARGV[5])
+  if not before or not floor then return redis.error_reply(NOT_AN_INTEGER) end
+  local base = before
+  if less(base, floor) then base = floor end
   if not less(base, MAX_TOKEN) then
-    return redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. counter_key .. ' would pass 2^53')
+    return redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. KEYS[n + 1] .. ' would pass 2^53')
   end
-  -- base < 2^53, so tonumber(base) + 1 is exact and '%d' prints it exactly.
-  token = string.format('%d', tonumber(base) + 1)
-  redis.call('SET', counter_key, token)
-  redis.call('SET', mark_key, token)
+  -- base < 2^53 and TIME in µs (about 1.8e15) are exact as Lua numbers.
+  local next = tonumber(base) + 1
+  local now
+  if ARGV[6] == 'clock' or epoch == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if ARGV[6] == 'clock' and next < now then next = now end
+  if next > 9007199254740992 then
+    return redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. KEYS[n + 1] .. ' would pass 2^53')
+  end
+  token = string.format('%d', next)
+  redis.call('SET', KEYS[n + 1], token)
+  redis.call('SET', KEYS[n + 2], token)
+  if epoch == '' then
+    epoch = string.format('%d', now)
+    redis.call('SET', KEYS[n + 3], epoch)
+  end
 end
 
 for i = 1, n do
   redis.call('SET', KEYS[i], value, 'PX', ttl)
 end
-return {1, token}
+return {1, token, before, epoch}

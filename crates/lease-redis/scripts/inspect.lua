@@ -1,21 +1,23 @@
 --[[ inspect.lua: who holds a lease, and its fence counter and mark (read only).
 
 KEYS[1]  the first lock key
-KEYS[2]  fence counter key (optional, with KEYS[3])
-KEYS[3]  applied-mark key  (optional, with KEYS[2])
+KEYS[2]  fence counter key (optional, with KEYS[3] and KEYS[4])
+KEYS[3]  applied-mark key  (optional)
+KEYS[4]  fence-epoch key   (optional)
 ARGV     none
 
-Returns {has_value, value, pttl, has_counter, counter, has_mark, mark}
+Returns {has_value, value, pttl, has_counter, counter, has_mark, mark, epoch}
   has_value    1 if KEYS[1] exists, else 0 (then value = '' and pttl = -2)
   value        the raw stored value (owner, or owner .. "\0" .. metadata)
   pttl         PTTL of KEYS[1] in ms (-1: no expiry)
   has_counter  1 if KEYS[2] exists, else 0; counter is its raw value ('' if absent)
   has_mark     1 if KEYS[3] exists, else 0; mark is its raw value ('' if absent)
+  epoch        the raw value of KEYS[4] ('' if absent or not given)
 Raw values are returned unparsed; the client validates them.
 Errors
   WRONGTYPE ...  a key holds a value that is not a string
 ]]
-local out = {0, '', -2, 0, '', 0, ''}
+local out = {0, '', -2, 0, '', 0, '', ''}
 local v = redis.call('GET', KEYS[1])
 if v then
   out[1], out[2], out[3] = 1, v, redis.call('PTTL', KEYS[1])
@@ -25,5 +27,6 @@ if #KEYS >= 3 then
   if c then out[4], out[5] = 1, c end
   local m = redis.call('GET', KEYS[3])
   if m then out[6], out[7] = 1, m end
+  out[8] = redis.call('GET', KEYS[4]) or ''
 end
 return out

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::backend::mark_key_of;
+use lease_core::backend::{epoch_key_of, mark_key_of};
 use lease_core::preflight::StoreReport;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, Fencing, LeaseBackend, LeaseInfo, LeaseSpec,
-    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
+    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
+    LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
+    TokenScheme,
 };
 use redis::aio::ConnectionLike;
 
@@ -42,8 +43,9 @@ use crate::topology::{Topology, check_mark_key};
 ///     owner: Owner::new("host-a-1")?,
 ///     ttl: Ttl::new(Duration::from_secs(5))?,
 ///     metadata: Metadata::default(),
+///     floor: None,
 /// };
-/// if let AcquireOutcome::Acquired { token } = backend.acquire(&req).await? {
+/// if let AcquireOutcome::Acquired { token, .. } = backend.acquire(&req).await? {
 ///     println!("leader with token {token:?}");
 /// }
 /// # Ok(()) }
@@ -54,6 +56,7 @@ pub struct RedisBackend<C> {
     topology: Topology,
     bodies: Arc<BodyCache>,
     fence_timeout: Duration,
+    scheme: TokenScheme,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -62,6 +65,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("topology", &self.topology)
             .field("cached_bodies", &self.bodies.len())
             .field("fence_timeout", &self.fence_timeout)
+            .field("scheme", &self.scheme)
             .finish_non_exhaustive()
     }
 }
@@ -89,7 +93,23 @@ where
             topology,
             bodies: Arc::default(),
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
+            scheme: TokenScheme::default(),
         }
+    }
+
+    /// How tokens are minted (default [`TokenScheme::ClockFloored`]: `max(counter + 1, server
+    /// time in µs)`, strict across a counter loss; [`TokenScheme::Counter`]: `counter + 1`).
+    /// Clients of one fence counter may mix schemes without breaking monotonicity (both mint
+    /// above the counter); the floor then protects only the acquisitions of clock-floored
+    /// clients. See `docs/fencing.md`.
+    pub fn with_token_scheme(mut self, scheme: TokenScheme) -> RedisBackend<C> {
+        self.scheme = scheme;
+        self
+    }
+
+    /// The token scheme.
+    pub fn token_scheme(&self) -> TokenScheme {
+        self.scheme
     }
 
     /// The bound of each fenced write of the fencers this backend hands out (default
@@ -211,7 +231,10 @@ where
                 .await
                 .map_err(crate::error::backend_error)?;
             if set.is_some() {
-                return Ok(AcquireOutcome::Acquired { token: None });
+                return Ok(AcquireOutcome::Acquired {
+                    token: None,
+                    fence: FenceState::UNKNOWN,
+                });
             }
         }
         let mut call = Call::new();
@@ -219,12 +242,21 @@ where
             call.key(k);
         }
         if let Some(fence) = spec.fence_key() {
-            call.key(fence).key(mark_key_of(fence));
+            call.key(fence)
+                .key(mark_key_of(fence))
+                .key(epoch_key_of(fence));
         }
         call.arg(req.owner.as_str())
             .arg(req.owner.stored_value(&req.metadata))
             .arg(req.ttl.as_millis())
             .arg(spec.keys().len());
+        if spec.fence_key().is_some() {
+            call.arg(req.floor.map_or(0, Token::get))
+                .arg(match self.scheme {
+                    TokenScheme::Counter => "counter",
+                    _ => "clock",
+                });
+        }
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_ACQUIRE).await?;
         reply::acquire(&v, spec.fence_key().is_some())
@@ -290,7 +322,9 @@ where
         let mut call = Call::new();
         call.key(first);
         if let Some(fence) = spec.fence_key() {
-            call.key(fence).key(mark_key_of(fence));
+            call.key(fence)
+                .key(mark_key_of(fence))
+                .key(epoch_key_of(fence));
         }
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_INSPECT).await?;

@@ -45,8 +45,9 @@
 //!     owner: Owner::new("host-a-1")?,
 //!     ttl: Ttl::new(Duration::from_secs(5))?,
 //!     metadata: Metadata::default(),
+//!     floor: None,
 //! };
-//! if let AcquireOutcome::Acquired { token: Some(token) } = backend.acquire(&req).await? {
+//! if let AcquireOutcome::Acquired { token: Some(token), .. } = backend.acquire(&req).await? {
 //!     let fencer = backend.fencer(&LeaseSpec::election_mark_key("{jobs}"), token);
 //!     let outcome = fencer.hset("{jobs}:state", "owner", "host-a-1").await?;
 //!     assert!(outcome.is_applied());

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lease_core::backend::split_stored;
 use lease_core::{
-    AcquireOutcome, BackendError, FenceMark, FenceOutcome, LeaseInfo, ReleaseOutcome, RenewOutcome,
-    Token,
+    AcquireOutcome, BackendError, Epoch, FenceMark, FenceOutcome, FenceState, LeaseInfo,
+    ReleaseOutcome, RenewOutcome, Token,
 };
 use redis::Value;
 
@@ -79,28 +79,52 @@ fn mark_text(what: &str, v: &Value) -> Result<FenceMark, BackendError> {
     })
 }
 
+/// An integer the scripts return as canonical decimal text ('0': none) as a token.
+fn token_text(what: &str, v: &Value) -> Result<Option<Token>, BackendError> {
+    let raw = bytes(what, v)?;
+    let n = std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| protocol(what, v))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    Token::new(n)
+        .map(Some)
+        .map_err(|e| BackendError::Protocol(format!("{what}: {e}")))
+}
+
+/// A fence epoch as the scripts return it: decimal text, '' when absent.
+fn epoch_text(what: &str, v: &Value) -> Result<Option<Epoch>, BackendError> {
+    let raw = bytes(what, v)?;
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(|e| Some(Epoch::new(e)))
+        .ok_or_else(|| protocol(what, v))
+}
+
 pub(crate) fn acquire(v: &Value, fenced: bool) -> Result<AcquireOutcome, BackendError> {
     const W: &str = "acquire";
     let a = array(W, v)?;
     match a {
-        [ok, token] if flag(W, ok)? => {
-            let raw = bytes(W, token)?;
-            let n = std::str::from_utf8(raw)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| protocol(W, v))?;
-            let token = if fenced {
-                Some(Token::new(n).map_err(|e| BackendError::Protocol(format!("{W}: {e}")))?)
-            } else if n == 0 {
-                None
-            } else {
+        [ok, token, before, epoch] if flag(W, ok)? => {
+            let token = token_text(W, token)?;
+            if fenced != token.is_some() {
                 return Err(protocol(W, v));
-            };
-            Ok(AcquireOutcome::Acquired { token })
+            }
+            Ok(AcquireOutcome::Acquired {
+                token,
+                fence: FenceState::new(token_text(W, before)?, epoch_text(W, epoch)?),
+            })
         }
-        [ok, holder, ttl] if !flag(W, ok)? => Ok(AcquireOutcome::Held {
+        [ok, holder, ttl, counter, epoch] if !flag(W, ok)? => Ok(AcquireOutcome::Held {
             holder: Some(String::from_utf8_lossy(bytes(W, holder)?).into_owned()),
             remaining: pttl(W, ttl)?,
+            fence: FenceState::new(token_text(W, counter)?, epoch_text(W, epoch)?),
         }),
         _ => Err(protocol(W, v)),
     }
@@ -141,7 +165,17 @@ pub(crate) fn remaining(v: &Value) -> Result<Option<Duration>, BackendError> {
 
 pub(crate) fn inspect(v: &Value, fenced: bool) -> Result<LeaseInfo, BackendError> {
     const W: &str = "inspect";
-    let [has_value, value, ttl, has_counter, counter, has_mark, mark] = array(W, v)? else {
+    let [
+        has_value,
+        value,
+        ttl,
+        has_counter,
+        counter,
+        has_mark,
+        mark,
+        epoch,
+    ] = array(W, v)?
+    else {
         return Err(protocol(W, v));
     };
     let mut info = LeaseInfo::default();
@@ -165,6 +199,7 @@ pub(crate) fn inspect(v: &Value, fenced: bool) -> Result<LeaseInfo, BackendError
         };
         info.counter = Token::new(c).ok();
         info.mark = Token::new(m).map(FenceMark::at).unwrap_or(FenceMark::NONE);
+        info.epoch = epoch_text(W, epoch)?;
     }
     Ok(info)
 }
@@ -196,51 +231,73 @@ mod tests {
 
     #[test]
     fn acquire_replies() {
-        let got = acquire(&arr(vec![Value::Int(1), b("42")]), true).unwrap();
+        let t = |v| Token::new(v).ok();
+        let got = acquire(&arr(vec![Value::Int(1), b("42"), b("41"), b("7")]), true).unwrap();
         assert_eq!(
             got,
             AcquireOutcome::Acquired {
-                token: Some(Token::new(42).unwrap())
+                token: t(42),
+                fence: FenceState::new(t(41), Some(Epoch::new(7))),
             }
         );
-        let got = acquire(&arr(vec![Value::Int(1), b("0")]), false).unwrap();
-        assert_eq!(got, AcquireOutcome::Acquired { token: None });
-        let got = acquire(&arr(vec![Value::Int(0), b("bob"), Value::Int(1500)]), true).unwrap();
+        let got = acquire(&arr(vec![Value::Int(1), b("0"), b("0"), b("")]), false).unwrap();
         assert_eq!(
             got,
+            AcquireOutcome::Acquired {
+                token: None,
+                fence: FenceState::UNKNOWN
+            }
+        );
+        let held = vec![Value::Int(0), b("bob"), Value::Int(1500), b("9"), b("7")];
+        assert_eq!(
+            acquire(&arr(held), true).unwrap(),
             AcquireOutcome::Held {
                 holder: Some("bob".into()),
-                remaining: Some(Duration::from_millis(1500))
+                remaining: Some(Duration::from_millis(1500)),
+                fence: FenceState::new(t(9), Some(Epoch::new(7))),
             }
         );
-        let got = acquire(&arr(vec![Value::Int(0), b("bob"), Value::Int(-1)]), true).unwrap();
+        let held = vec![Value::Int(0), b("bob"), Value::Int(-1), b("0"), b("")];
+        let got = acquire(&arr(held), true).unwrap();
         assert!(
-            matches!(got, AcquireOutcome::Held { remaining: Some(d), .. } if d == Duration::MAX)
+            matches!(got, AcquireOutcome::Held { remaining: Some(d), fence, .. } if d == Duration::MAX && fence == FenceState::UNKNOWN)
         );
-        let exact = acquire(&arr(vec![Value::Int(1), b("9007199254740992")]), true).unwrap();
-        assert_eq!(
-            exact,
+        let max = vec![Value::Int(1), b("9007199254740992"), b("5"), b("1")];
+        assert!(matches!(
+            acquire(&arr(max), true).unwrap(),
             AcquireOutcome::Acquired {
-                token: Some(Token::MAX)
+                token: Some(Token::MAX),
+                ..
             }
-        );
+        ));
     }
 
     #[test]
     fn malformed_acquire_replies_are_protocol_errors() {
+        let ok = |token: &str| arr(vec![Value::Int(1), b(token), b("0"), b("")]);
         for v in [
             Value::Nil,
             Value::Int(1),
             arr(vec![]),
             arr(vec![Value::Int(1)]),
-            arr(vec![Value::Int(2), b("1")]),
-            arr(vec![Value::Int(1), b("0")]), // fenced but token 0
-            arr(vec![Value::Int(1), b("1e15")]), // float formatting
-            arr(vec![Value::Int(1), b("9007199254740993")]), // above 2^53
-            arr(vec![Value::Int(1), Value::Int(5)]), // token must be text
+            arr(vec![Value::Int(1), b("1")]), // the old two-element shape
+            arr(vec![Value::Int(2), b("1"), b("0"), b("")]),
+            ok("0"),                                                // fenced but token 0
+            ok("1e15"),                                             // float formatting
+            ok("9007199254740993"),                                 // above 2^53
+            arr(vec![Value::Int(1), Value::Int(5), b("0"), b("")]), // token must be text
+            arr(vec![Value::Int(1), b("5"), b("x"), b("")]),
+            arr(vec![Value::Int(1), b("5"), b("4"), b("-1")]),
             arr(vec![Value::Int(0), b("x")]),
-            arr(vec![Value::Int(0), b("x"), Value::Int(-7)]),
-            arr(vec![Value::Int(0), Value::Nil, Value::Int(5)]),
+            arr(vec![Value::Int(0), b("x"), Value::Int(5)]), // the old three-element shape
+            arr(vec![Value::Int(0), b("x"), Value::Int(-7), b("0"), b("")]),
+            arr(vec![
+                Value::Int(0),
+                Value::Nil,
+                Value::Int(5),
+                b("0"),
+                b(""),
+            ]),
         ] {
             assert!(
                 matches!(acquire(&v, true), Err(BackendError::Protocol(_))),
@@ -248,7 +305,7 @@ mod tests {
             );
         }
         assert!(matches!(
-            acquire(&arr(vec![Value::Int(1), b("3")]), false),
+            acquire(&ok("3"), false),
             Err(BackendError::Protocol(_))
         ));
     }

@@ -133,12 +133,13 @@ pub fn check_same_slot<K: AsRef<[u8]>>(keys: &[K]) -> Result<(), CrossSlot> {
     Ok(())
 }
 
-/// Every key a lease's scripts touch: the lock keys, then the fence counter and mark.
+/// Every key a lease's scripts touch: the lock keys, then the fence counter, mark and epoch.
 pub fn spec_keys(spec: &LeaseSpec) -> Vec<String> {
     let mut keys = spec.keys().to_vec();
     if let Some(f) = spec.fence_key() {
         keys.push(f.to_owned());
         keys.push(lease_core::backend::mark_key_of(f));
+        keys.push(lease_core::backend::epoch_key_of(f));
     }
     keys
 }

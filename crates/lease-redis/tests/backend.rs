@@ -69,7 +69,9 @@ async fn held_lease_reports_holder_and_changes_nothing() {
     b.acquire(&acq_meta(&spec, "a", "host=1")).await.unwrap();
     let got = b.acquire(&acq(&spec, "b")).await.unwrap();
     match got {
-        AcquireOutcome::Held { holder, remaining } => {
+        AcquireOutcome::Held {
+            holder, remaining, ..
+        } => {
             assert_eq!(holder.as_deref(), Some("a"), "owner part only, no metadata");
             let r = remaining.unwrap();
             assert!(r > Duration::ZERO && r <= Duration::from_millis(LONG));

@@ -205,7 +205,9 @@ fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
 
 fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
     match r {
-        Ok(AcquireOutcome::Held { holder, remaining }) => {
+        Ok(AcquireOutcome::Held {
+            holder, remaining, ..
+        }) => {
             format!("held {holder:?} ttl={}", remaining.is_some())
         }
         other => norm(other),
@@ -240,7 +242,7 @@ impl Case<'_> {
                 let m = self.mem.acquire_now(&req);
                 let r = self.redis.acquire(&req).await;
                 prop_assert_eq!(norm_acquire(&r), norm_acquire(&m));
-                if let Ok(AcquireOutcome::Acquired { token }) = m {
+                if let Ok(AcquireOutcome::Acquired { token, .. }) = m {
                     self.last[*spec] = token;
                 }
             }
@@ -526,6 +528,7 @@ async fn expiry_case() -> Result<(), String> {
         owner: owner(who),
         ttl,
         metadata: lease_core::Metadata::new("").unwrap(),
+        floor: None,
     };
     let renew = |spec: &Arc<LeaseSpec>, who: &str| lease_core::RenewRequest {
         spec: spec.clone(),
@@ -545,7 +548,7 @@ async fn expiry_case() -> Result<(), String> {
         if norm_acquire(&r) != norm_acquire(&m) {
             return Err(format!("acquire spec {i}: redis {r:?}, memory {m:?}"));
         }
-        if let Ok(AcquireOutcome::Acquired { token }) = m {
+        if let Ok(AcquireOutcome::Acquired { token, .. }) = m {
             case.last[i] = token;
             held.push(i);
         }
@@ -652,7 +655,7 @@ async fn expiry_case() -> Result<(), String> {
                 "acquire by b of spec {i}: redis {r:?}, memory {m:?}"
             ));
         }
-        let Ok(AcquireOutcome::Acquired { token }) = m else {
+        let Ok(AcquireOutcome::Acquired { token, .. }) = m else {
             continue; // An overlapping spec b already holds: refused alike on both.
         };
         if s.fence_key().is_some() && token.is_none_or(|t| Some(t) <= case.last[i]) {

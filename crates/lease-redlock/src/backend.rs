@@ -115,9 +115,10 @@ impl RedlockConfig {
 ///     owner: Owner::new("host-1")?,
 ///     ttl: Ttl::new(Duration::from_secs(2))?,
 ///     metadata: Metadata::default(),
+///     floor: None,
 /// };
 /// let outcome = redlock.acquire(&req).await?;
-/// assert!(matches!(outcome, AcquireOutcome::Acquired { token: Some(t) } if t.get() == 1));
+/// assert!(matches!(outcome, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 1));
 /// // In production: `Node::connect(redis::Client::open(url)?)` per primary.
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();

@@ -65,6 +65,7 @@ fn acquire_req(spec: &Arc<LeaseSpec>, owner: &str, ttl_ms: u64) -> AcquireReques
         owner: Owner::new(owner).unwrap(),
         ttl: Ttl::new(MS(ttl_ms)).unwrap(),
         metadata: Metadata::default(),
+        floor: None,
     }
 }
 
@@ -90,7 +91,7 @@ fn election() -> Arc<LeaseSpec> {
 
 fn token(outcome: AcquireOutcome) -> Token {
     match outcome {
-        AcquireOutcome::Acquired { token: Some(t) } => t,
+        AcquireOutcome::Acquired { token: Some(t), .. } => t,
         other => panic!("expected a fenced acquisition, got {other:?}"),
     }
 }
@@ -161,7 +162,7 @@ async fn acquires_on_every_node_with_the_first_token() {
     // Another owner finds it held by a quorum: a lost race, not an error.
     let held = b.acquire(&acquire_req(&spec, "b", 1000)).await.unwrap();
     assert!(
-        matches!(&held, AcquireOutcome::Held { holder: Some(h), remaining: Some(_) } if h == "a"),
+        matches!(&held, AcquireOutcome::Held { holder: Some(h), remaining: Some(_), .. } if h == "a"),
         "{held:?}"
     );
     assert_eq!(c.owners("jobs:leader"), vec![Some("a".to_owned()); 3]);
@@ -173,7 +174,7 @@ async fn unfenced_locks_get_no_token() {
     let b = c.backend();
     let spec = Arc::new(LeaseSpec::lock(["k1", "k2"], None).unwrap());
     let out = b.acquire(&acquire_req(&spec, "a", 1000)).await.unwrap();
-    assert_eq!(out, AcquireOutcome::Acquired { token: None });
+    assert!(matches!(out, AcquireOutcome::Acquired { token: None, .. }));
     assert_eq!(c.owners("k2"), vec![Some("a".to_owned()); 3]);
 }
 
@@ -429,7 +430,7 @@ async fn split_votes_are_lost_races() {
         .unwrap();
     // Two nodes held by others: the most frequent holder (a tie: the lower node's).
     assert!(
-        matches!(&out, AcquireOutcome::Held { holder: Some(h), remaining: None } if h == "x"),
+        matches!(&out, AcquireOutcome::Held { holder: Some(h), remaining: None, .. } if h == "x"),
         "{out:?}"
     );
     assert_eq!(

@@ -254,7 +254,7 @@ async fn another_owners_value_is_never_deleted() {
 
     let got = b.acquire(&acq(&spec, "a", 2000)).await.unwrap();
     assert!(
-        matches!(&got, AcquireOutcome::Held { holder: Some(h), remaining: Some(_) } if h == "other"),
+        matches!(&got, AcquireOutcome::Held { holder: Some(h), remaining: Some(_), .. } if h == "other"),
         "{got:?}"
     );
     assert_eq!(

@@ -39,7 +39,7 @@ async fn fenced_quorum_tokens_strictly_increase_under_contention_and_pauses() {
             let owner = format!("contender-{c}");
             while !stop.is_cancelled() {
                 match backend.acquire(&acq(&spec, &owner, 2000)).await {
-                    Ok(AcquireOutcome::Acquired { token: Some(t) }) => {
+                    Ok(AcquireOutcome::Acquired { token: Some(t), .. }) => {
                         won += 1;
                         {
                             let mut h = history.lock().unwrap();

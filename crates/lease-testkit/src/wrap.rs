@@ -273,11 +273,12 @@ mod tests {
             owner: owner.clone(),
             ttl,
             metadata: Metadata::default(),
+            floor: None,
         };
         let got = tokio::time::timeout(bound, backend.acquire(&acquire)).await;
         assert!(matches!(
             got.unwrap(),
-            Ok(AcquireOutcome::Acquired { token: Some(_) })
+            Ok(AcquireOutcome::Acquired { token: Some(_), .. })
         ));
         let renew = RenewRequest {
             spec: spec.clone(),

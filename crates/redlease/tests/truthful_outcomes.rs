@@ -261,6 +261,7 @@ async fn a_connection_reset_mid_request_is_unknown() {
         owner: Owner::new("me").unwrap(),
         ttl: Ttl::new(ms(10_000)).unwrap(),
         metadata: Metadata::default(),
+        floor: None,
     };
     proxy.set_mode(Mode::DropReplies);
     let call = {

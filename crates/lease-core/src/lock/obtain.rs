@@ -109,7 +109,7 @@ impl Obtain {
             return;
         };
         let last = match reply {
-            Ok(AcquireOutcome::Acquired { token }) => {
+            Ok(AcquireOutcome::Acquired { token, .. }) => {
                 self.armed = false;
                 self.unknown = false;
                 self.state = State::Done(Some(Ok(Obtained { token, sent_at })));

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::{AcquireRequest, LeaseSpec, Metadata, Owner};
 use crate::config::{ConfigError, Ttl, check_operation_timeout, check_renew_interval};
 use crate::retry::RetryStrategy;
+use crate::token::Token;
 
 /// Auto-renewal settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +38,7 @@ pub struct LockOptions {
     wait: Option<Duration>,
     auto_renew: Option<AutoRenew>,
     operation_timeout: Option<Duration>,
+    fence_floor: Option<Token>,
 }
 
 impl LockOptions {
@@ -67,6 +69,14 @@ impl LockOptions {
     /// Cluster it must share the lock keys' hash slot).
     pub fn fence_key(mut self, key: impl Into<String>) -> Self {
         self.fence_key = Some(key.into());
+        self
+    }
+    /// The lowest token this obtain may be given, exclusive: the store mints above `floor`
+    /// whatever its counter says. Pass the highest token your fenced resource has accepted
+    /// (for example a Postgres mark, which is durable) so that a Redis that lost its counter
+    /// cannot hand out a token the resource will refuse. Needs [`fence_key`](Self::fence_key).
+    pub fn fence_floor(mut self, floor: Token) -> Self {
+        self.fence_floor = Some(floor);
         self
     }
     /// How long to keep retrying (default: one TTL): no attempt starts after this; an attempt
@@ -114,6 +124,11 @@ impl LockOptions {
     {
         let ttl = Ttl::new(ttl)?;
         let spec = Arc::new(LeaseSpec::lock(keys, self.fence_key.clone())?);
+        if self.fence_floor.is_some() && spec.fence_key().is_none() {
+            return Err(ConfigError::Invalid(
+                "a fence floor needs a fence key (LockOptions::fence_key)".into(),
+            ));
+        }
         let owner = match &self.owner {
             Some(t) => Owner::new(t)?,
             None => Owner::new(fresh_token())?,
@@ -131,6 +146,7 @@ impl LockOptions {
                 owner,
                 ttl,
                 metadata,
+                floor: self.fence_floor,
             },
             wait: self.wait.unwrap_or(ttl.get()),
             operation_timeout: self.operation_timeout,

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::store::{Entry, Faults, Store, Value};
+use super::store::{Entry, Faults, Scheme, Store, Value};
 use super::{ManualClock, MemoryWrite, lock};
 use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use crate::time::Instant;
-use crate::token::Token;
+use crate::token::{Token, TokenScheme};
 
 /// An in-memory lease store. Clones share the same data and clock.
 #[derive(Clone, Debug)]
@@ -29,6 +29,31 @@ impl MemoryBackend {
             store: Arc::new(Mutex::new(Store::default())),
             clock,
         }
+    }
+
+    /// Mints tokens by `scheme` from now on. The in-memory store defaults to
+    /// [`TokenScheme::Counter`] (tokens 1, 2, 3… read well in tests, and nothing is lost unless
+    /// a test says so); [`TokenScheme::ClockFloored`] floors each token by the "server time":
+    /// the clock's reading in µs since [`Instant::ZERO`] plus [`set_wall_offset`](Self::set_wall_offset).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::memory::{ManualClock, MemoryBackend};
+    /// use lease_core::TokenScheme;
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_secs(1));
+    /// let b = MemoryBackend::new(clock).with_token_scheme(TokenScheme::ClockFloored);
+    /// # let _ = b;
+    /// ```
+    pub fn with_token_scheme(self, scheme: TokenScheme) -> Self {
+        lock(&self.store).scheme = Scheme(scheme);
+        self
+    }
+
+    /// Sets how far the store's "server time" is from its clock's reading, in µs (negative: a
+    /// server whose clock is behind, as after a failover to a host with a slower clock).
+    pub fn set_wall_offset(&self, micros: i64) {
+        lock(&self.store).wall_offset_us = micros;
     }
 
     /// The clock.

@@ -23,12 +23,13 @@
 //!     owner: Owner::new("a")?,
 //!     ttl: Ttl::new(Duration::from_secs(1))?,
 //!     metadata: Metadata::default(),
+//!     floor: None,
 //! };
 //! let first = backend.acquire_now(&req)?;
-//! assert!(matches!(first, AcquireOutcome::Acquired { token: Some(t) } if t.get() == 1));
+//! assert!(matches!(first, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 1));
 //! clock.advance(Duration::from_secs(2)); // the lease expires
 //! let second = backend.acquire_now(&AcquireRequest { owner: Owner::new("b")?, ..req })?;
-//! assert!(matches!(second, AcquireOutcome::Acquired { token: Some(t) } if t.get() == 2));
+//! assert!(matches!(second, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 2));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -10,7 +10,7 @@ use crate::backend::{
     ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
 };
 use crate::time::Instant;
-use crate::token::{FenceMark, MAX_TOKEN, Token};
+use crate::token::{Epoch, FenceMark, FenceState, MAX_TOKEN, Token, TokenScheme};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Value {
@@ -42,6 +42,19 @@ pub(super) struct Store {
     pub(super) entries: HashMap<String, Entry>,
     pub(super) faults: Faults,
     pub(super) calls: u64,
+    pub(super) scheme: Scheme,
+    /// Added to the clock's reading (µs since [`Instant::ZERO`]) to give the "server time".
+    pub(super) wall_offset_us: i64,
+}
+
+/// The memory backend's token scheme: [`TokenScheme::Counter`] unless told otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Scheme(pub(super) TokenScheme);
+
+impl Default for Scheme {
+    fn default() -> Self {
+        Scheme(TokenScheme::Counter)
+    }
 }
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -105,6 +118,28 @@ impl Store {
         }
     }
 
+    /// The "server time" in µs: the clock's reading plus the offset (never below zero).
+    fn wall_us(&self, now: Instant) -> u64 {
+        let us = u64::try_from((now - Instant::ZERO).as_micros()).unwrap_or(u64::MAX);
+        us.saturating_add_signed(self.wall_offset_us)
+    }
+
+    /// The fence state of `spec` now: max(counter, mark) and the epoch (not created).
+    fn fence_state(&mut self, spec: &LeaseSpec, now: Instant) -> Result<FenceState, BackendError> {
+        let Some(fk) = spec.fence_key() else {
+            return Ok(FenceState::UNKNOWN);
+        };
+        let counter = self.get_int(fk, now)?.max(self.mark(spec, now)?);
+        let epoch = match spec.epoch_key() {
+            Some(k) => self.get_str(&k, now)?.and_then(|v| v.parse::<u64>().ok()),
+            None => None,
+        };
+        Ok(FenceState::new(
+            Token::new(counter).ok(),
+            epoch.map(Epoch::new),
+        ))
+    }
+
     pub(super) fn acquire(
         &mut self,
         req: &AcquireRequest,
@@ -116,20 +151,26 @@ impl Store {
                 && !req.owner.matches(&v)
             {
                 let remaining = self.pttl(k, now);
+                let fence = self.fence_state(&req.spec, now)?;
                 return Ok(AcquireOutcome::Held {
                     holder: Some(split_stored(&v).0.to_owned()),
                     remaining,
+                    fence,
                 });
             }
         }
-        let token = match req.spec.fence_key() {
-            None => None,
+        let (token, fence) = match req.spec.fence_key() {
+            None => (None, FenceState::UNKNOWN),
             Some(fk) => {
-                let counter = self.get_int(fk, now)?;
-                let mark = self.mark(&req.spec, now)?;
-                // Counter healing: never mint at or below a token already applied.
-                let base = counter.max(mark);
-                let next = base.saturating_add(1);
+                let before = self.fence_state(&req.spec, now)?;
+                // Counter healing: never mint at or below a token already applied (the mark)
+                // or one the acquirer saw minted (its floor).
+                let base = before.counter.max(req.floor).map_or(0, Token::get);
+                let mut next = base.saturating_add(1);
+                let wall = self.wall_us(now);
+                if self.scheme.0 == TokenScheme::ClockFloored {
+                    next = next.max(wall);
+                }
                 if next > MAX_TOKEN {
                     return Err(BackendError::TokenExhausted(format!(
                         "counter {fk} would pass 2^53"
@@ -139,7 +180,15 @@ impl Store {
                 if let Some(mk) = req.spec.mark_key() {
                     self.set_str(&mk, next.to_string(), None);
                 }
-                Some(Token::new(next).map_err(|e| BackendError::Protocol(e.to_string()))?)
+                let mut fence = before;
+                if fence.epoch.is_none()
+                    && let Some(ek) = req.spec.epoch_key()
+                {
+                    self.set_str(&ek, wall.to_string(), None);
+                    fence.epoch = Some(Epoch::new(wall));
+                }
+                let token = Token::new(next).map_err(|e| BackendError::Protocol(e.to_string()))?;
+                (Some(token), fence)
             }
         };
         let value = req.owner.stored_value(&req.metadata);
@@ -147,7 +196,7 @@ impl Store {
         for k in req.spec.keys() {
             self.set_str(k, value.clone(), Some(expires));
         }
-        Ok(AcquireOutcome::Acquired { token })
+        Ok(AcquireOutcome::Acquired { token, fence })
     }
 
     fn all_ours(
@@ -239,6 +288,7 @@ impl Store {
             info.mark = Token::new(self.mark(spec, now)?)
                 .map(FenceMark::at)
                 .unwrap_or(FenceMark::NONE);
+            info.epoch = self.fence_state(spec, now)?.epoch;
         }
         Ok(info)
     }

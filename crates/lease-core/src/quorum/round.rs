@@ -58,7 +58,9 @@
 //! ```
 //! use std::{sync::Arc, time::Duration};
 //! use lease_core::quorum::{NodeReply, NodeRequestKind, Quorum, Verdict};
-//! use lease_core::{AcquireOutcome, AcquireRequest, Instant, LeaseSpec, Metadata, Owner, Token, Ttl};
+//! use lease_core::{
+//!     AcquireOutcome, AcquireRequest, FenceState, Instant, LeaseSpec, Metadata, Owner, Token, Ttl,
+//! };
 //!
 //! let quorum = Quorum::new(&["a:6379", "b:6379", "c:6379"], 0.01)?;
 //! let req = AcquireRequest {
@@ -66,6 +68,7 @@
 //!     owner: Owner::new("host-1")?,
 //!     ttl: Ttl::new(Duration::from_secs(1))?,
 //!     metadata: Metadata::default(),
+//!     floor: None,
 //! };
 //! let bound = Duration::from_millis(200);
 //! let mut round = quorum.acquire(req, bound, Instant::ZERO);
@@ -75,8 +78,14 @@
 //! assert_eq!(requests.len(), 3);
 //! for r in &requests {
 //!     let reply = match r.node {
-//!         0 => NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: Token::new(4).ok() })),
-//!         1 => NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: Token::new(7).ok() })),
+//!         0 => NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
+//!             token: Token::new(4).ok(),
+//!             fence: FenceState::new(Token::new(3).ok(), None),
+//!         })),
+//!         1 => NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
+//!             token: Token::new(7).ok(),
+//!             fence: FenceState::new(Token::new(6).ok(), None),
+//!         })),
 //!         _ => NodeReply::TimedOut,
 //!     };
 //!     round.handle_reply(r.id, reply, t)?;
@@ -91,7 +100,8 @@
 //! let verdict = round.poll_verdict().expect("decided");
 //! assert!(matches!(
 //!     verdict,
-//!     Verdict::Acquire(Ok(AcquireOutcome::Acquired { token: Some(t) })) if t.get() == 7
+//!     Verdict::Acquire(Ok(AcquireOutcome::Acquired { token: Some(t), fence }))
+//!         if t.get() == 7 && fence.counter == Token::new(6).ok()
 //! ));
 //! // Valid until start + ttl − (ceil(1000 × 0.01) + 2) ms.
 //! assert_eq!(round.valid_until(), Some(Instant::ZERO + Duration::from_millis(988)));
@@ -111,7 +121,7 @@ use crate::backend::{
 };
 use crate::config::ConfigError;
 use crate::time::Instant;
-use crate::token::{FenceMark, Token};
+use crate::token::{FenceMark, FenceState, Token};
 
 /// A validated node set and drift factor: the maker of [`Round`]s.
 ///
@@ -546,6 +556,9 @@ pub struct Round {
     /// For a granted acquire or renew: `(decided at, validity)`.
     granted: Option<(Instant, Duration)>,
     token: Option<Token>,
+    /// The highest counter any node reported in the acquire phase (granted: before minting;
+    /// refused: the holder's). Per-node epochs are not comparable across nodes: not kept.
+    fence_seen: Option<Token>,
     elapsed: Option<Duration>,
 }
 
@@ -579,6 +592,7 @@ impl Round {
             verdict: None,
             granted: None,
             token: None,
+            fence_seen: None,
             elapsed: None,
         };
         round.start_phase(kinds, now);
@@ -794,7 +808,8 @@ impl Round {
         let mut held = Vec::new();
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token })) => {
+                NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
+                    self.fence_seen = self.fence_seen.max(fence.counter);
                     if fenced && token.is_none() {
                         NodeCause::Error(BackendError::Protocol(
                             "a fenced acquire granted no token".into(),
@@ -804,7 +819,12 @@ impl Round {
                         continue;
                     }
                 }
-                NodeReply::Acquire(Ok(AcquireOutcome::Held { holder, remaining })) => {
+                NodeReply::Acquire(Ok(AcquireOutcome::Held {
+                    holder,
+                    remaining,
+                    fence,
+                })) => {
+                    self.fence_seen = self.fence_seen.max(fence.counter);
                     held.push((holder.clone(), remaining));
                     NodeCause::Held { holder }
                 }
@@ -832,6 +852,7 @@ impl Round {
             self.granted = Some((now, v));
             return self.decide(Verdict::Acquire(Ok(AcquireOutcome::Acquired {
                 token: None,
+                fence: FenceState::UNKNOWN,
             })));
         } else {
             // Fenced: the token is the maximum minted by the granting nodes; the raise phase
@@ -886,8 +907,10 @@ impl Round {
         match validity {
             Some(v) if raised >= self.quorum.quorum => {
                 self.granted = Some((now, v));
+                let fence = FenceState::new(self.fence_seen, None);
                 self.decide(Verdict::Acquire(Ok(AcquireOutcome::Acquired {
                     token: Some(token),
+                    fence,
                 })));
             }
             _ => self.start_cleanup(
@@ -944,9 +967,11 @@ impl Round {
             let held = std::mem::take(held);
             let elapsed = *acquire_elapsed;
             let (holder, remaining) = self.dominant_holder(held, elapsed);
+            let fence = FenceState::new(self.fence_seen, None);
             return self.decide(Verdict::Acquire(Ok(AcquireOutcome::Held {
                 holder,
                 remaining,
+                fence,
             })));
         }
         let error = self.error(failure, successes, cleanup_failures);

@@ -390,7 +390,7 @@ impl Observer {
         match (op, d) {
             (
                 Op::Acquire,
-                Delivery::Reply(Ready::Acquire(Ok(AcquireOutcome::Acquired { token }))),
+                Delivery::Reply(Ready::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))),
             ) => match token {
                 Some(t) => {
                     self.acquire_errors = 0;

@@ -56,6 +56,7 @@ pub fn acq_meta(spec: &Arc<LeaseSpec>, who: &str, meta: &str) -> AcquireRequest 
         owner: owner(who),
         ttl: ttl_ms(LONG),
         metadata: Metadata::new(meta).expect("metadata"),
+        floor: None,
     }
 }
 
@@ -77,7 +78,7 @@ pub fn release(spec: &Arc<LeaseSpec>, who: &str, term: Option<Token>) -> Release
 
 pub fn acquired_token(o: &AcquireOutcome) -> Option<Token> {
     match o {
-        AcquireOutcome::Acquired { token } => *token,
+        AcquireOutcome::Acquired { token, .. } => *token,
         other => panic!("expected Acquired, got {other:?}"),
     }
 }

@@ -121,6 +121,7 @@ pub fn acq(spec: &Arc<LeaseSpec>, who: &str, ttl_ms: u64) -> AcquireRequest {
         owner: owner(who),
         ttl: ttl(ttl_ms),
         metadata: Metadata::default(),
+        floor: None,
     }
 }
 
@@ -142,7 +143,7 @@ pub fn release(spec: &Arc<LeaseSpec>, who: &str) -> ReleaseRequest {
 
 pub fn token_of(o: &AcquireOutcome) -> Token {
     match o {
-        AcquireOutcome::Acquired { token: Some(t) } => *t,
+        AcquireOutcome::Acquired { token: Some(t), .. } => *t,
         other => panic!("expected a fenced acquisition, got {other:?}"),
     }
 }

@@ -52,6 +52,7 @@ fn election_requests() -> (AcquireRequest, RenewRequest) {
             owner: owner.clone(),
             ttl,
             metadata: Metadata::default(),
+            floor: None,
         },
         RenewRequest { spec, owner, ttl },
     )
@@ -60,7 +61,7 @@ fn election_requests() -> (AcquireRequest, RenewRequest) {
 /// Acquire (same-owner takeover: the full success path, minting a token each time).
 pub(crate) async fn acquire(backend: &Backend, req: &AcquireRequest) -> Token {
     match backend.acquire(req).await.expect("acquire") {
-        AcquireOutcome::Acquired { token: Some(t) } => t,
+        AcquireOutcome::Acquired { token: Some(t), .. } => t,
         other => panic!("not acquired: {other:?}"),
     }
 }
@@ -212,6 +213,7 @@ fn bare_requests(key: &str) -> (AcquireRequest, ReleaseRequest) {
             owner: owner.clone(),
             ttl: Ttl::new(TTL).expect("ttl"),
             metadata: Metadata::default(),
+            floor: None,
         },
         ReleaseRequest {
             spec,
