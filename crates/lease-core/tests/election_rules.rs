@@ -6,8 +6,8 @@ use std::time::Duration;
 use lease_core::election::{Event, Op, Reply, RequestKind};
 use lease_core::memory::{ManualClock, MemoryBackend, MemoryWrite};
 use lease_core::{
-    AcquireOutcome, BackendError, FenceState, Election, ElectionConfig, FenceOutcome, Instant, RenewOutcome,
-    Token,
+    AcquireOutcome, BackendError, Election, ElectionConfig, FenceOutcome, FenceState, Instant,
+    RenewOutcome, Token,
 };
 
 fn ms(v: u64) -> Duration {

@@ -31,7 +31,8 @@ use lease_core::lock::{
     HeldLock, LockEvent, LockOptions, Obtain, RefreshReply, RefreshTurn, release_result,
 };
 use lease_core::{
-    AcquireOutcome, BackendError, FenceState, Instant, ReleaseOutcome, RenewOutcome, RetryStrategy, Token, Ttl,
+    AcquireOutcome, BackendError, FenceState, Instant, ReleaseOutcome, RenewOutcome, RetryStrategy,
+    Token, Ttl,
 };
 use proptest::prelude::*;
 

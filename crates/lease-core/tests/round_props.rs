@@ -21,7 +21,7 @@ use lease_core::quorum::{
     Round, RoundFailure, RoundInputError, Verdict, drift, quorum, validity,
 };
 use lease_core::{
-    AcquireOutcome, AcquireRequest, FenceState, BackendError, Instant, LeaseSpec, Metadata, Owner,
+    AcquireOutcome, AcquireRequest, BackendError, FenceState, Instant, LeaseSpec, Metadata, Owner,
     ReleaseOutcome, RenewOutcome, RenewRequest, Token, Ttl,
 };
 use proptest::prelude::*;

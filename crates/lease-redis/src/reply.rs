@@ -346,8 +346,10 @@ mod tests {
             b("7"),
             Value::Int(1),
             b("7"),
+            b("1764590400000000"),
         ]);
         let info = inspect(&v, true).unwrap();
+        assert_eq!(info.epoch, Some(Epoch::new(1_764_590_400_000_000)));
         assert_eq!(info.holder.as_deref(), Some("a"));
         assert_eq!(info.metadata.as_deref(), Some("meta"));
         assert_eq!(info.remaining, Some(Duration::from_millis(900)));
@@ -361,6 +363,7 @@ mod tests {
             b(""),
             Value::Int(0),
             b(""),
+            b(""),
         ]);
         assert_eq!(inspect(&empty, true).unwrap(), LeaseInfo::default());
         let garbage = arr(vec![
@@ -370,6 +373,7 @@ mod tests {
             Value::Int(1),
             b("x"),
             Value::Int(0),
+            b(""),
             b(""),
         ]);
         assert!(matches!(

@@ -271,11 +271,11 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 11] = [
-        ("acquire.lua", "79dfd01959e02228a034d12c169b3b891ce389ee"),
+        ("acquire.lua", "f5bbd20919cb1d4a038103b0bf4442f51e725bb7"),
         ("renew.lua", "70477c1f9bf0031b7d412385ca82c711a83b65d2"),
         ("release.lua", "86324e2951cbc3d8b99f92e12fecf49593407725"),
         ("pttl.lua", "fcbf4458d4dc74652bbb377a63a893650aaad193"),
-        ("inspect.lua", "f50f462abc3adf5fded69f7532b6d0aa5942df49"),
+        ("inspect.lua", "fe07020311c8b9037def2e02ba5958cc6eb73275"),
         ("raise.lua", "00339a762e5382f97e4b16b42c157fa685607634"),
         ("fence_set.lua", "a2b77f7974edea59ac90f2c8dc563efa25b77d47"),
         ("fence_hset.lua", "eacaa07e7011cdd3ac2bf65fa09c5c8c854111af"),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use lease_core::TokenScheme;
 use common::*;
 use lease_core::{
     AcquireOutcome, BackendError, FenceOutcome, Fencing, LeaseBackend, LeaseSpec, ReleaseOutcome,
@@ -30,7 +31,7 @@ async fn cget(conn: &mut ClusterConnection, key: &str) -> Option<String> {
 async fn a_hash_tagged_election_works_end_to_end() {
     let (_c, conn) = cluster().await;
     let mut raw = conn.clone();
-    let b = RedisBackend::cluster(conn);
+    let b = RedisBackend::cluster(conn).with_token_scheme(TokenScheme::Counter);
     // Two elections, in different slots (and, with 3 primaries, likely on different nodes).
     for name in ["{jobs}", "{reports}"] {
         let spec = election(name);
@@ -103,7 +104,7 @@ async fn a_hash_tagged_election_works_end_to_end() {
 async fn untagged_and_cross_slot_requests_are_refused_without_a_round_trip() {
     let (_c, conn) = cluster().await;
     let counting = Counting::new(conn);
-    let b = RedisBackend::cluster(counting.clone());
+    let b = RedisBackend::cluster(counting.clone()).with_token_scheme(TokenScheme::Counter);
 
     // An untagged election name.
     let untagged = election("jobs");
@@ -200,7 +201,7 @@ async fn untagged_and_cross_slot_requests_are_refused_without_a_round_trip() {
 #[tokio::test]
 async fn script_flush_on_every_node_is_survived() {
     let (c, conn) = cluster().await;
-    let b = RedisBackend::cluster(conn);
+    let b = RedisBackend::cluster(conn).with_token_scheme(TokenScheme::Counter);
     let spec = election("{n}");
     b.acquire(&acq(&spec, "a")).await.unwrap();
     let f = b.fencer(&LeaseSpec::election_mark_key("{n}"), token(1));

@@ -4,6 +4,7 @@
 
 mod common;
 
+use lease_core::TokenScheme;
 use lease_core::Effect;
 
 use common::*;
@@ -349,12 +350,12 @@ async fn a_failed_acquire_that_left_nothing_anywhere_is_not_applied() {
     };
     let mut nodes = vec![lease_redlock::Node::new(
         dead.to_string(),
-        lease_redis::RedisBackend::new(manager(format!("redis://{dead}/")).await),
+        lease_redis::RedisBackend::new(manager(format!("redis://{dead}/")).await).with_token_scheme(TokenScheme::Counter),
     )];
     for s in &servers {
         nodes.push(lease_redlock::Node::new(
             s.addr().to_string(),
-            lease_redis::RedisBackend::new(manager(s.url()).await),
+            lease_redis::RedisBackend::new(manager(s.url()).await).with_token_scheme(TokenScheme::Counter),
         ));
     }
     let b = redlock(nodes);

@@ -1,7 +1,7 @@
 //! Observer hooks: election and lock transitions for logs and metrics.
 
 use lease_core::election::Op;
-use lease_core::{BackendError, LossReason, StepDownReason, Token};
+use lease_core::{BackendError, LossReason, StepDownReason, StoreLoss, Token};
 
 /// Hooks called on election transitions.
 ///
@@ -48,6 +48,14 @@ pub trait Observer: Send + Sync + 'static {
     /// released) and the elector re-contends; see [`crate::Elector::run`].
     fn on_leader_panic(&self, token: Token, message: &str) {
         let _ = (token, message);
+    }
+    /// The store lost fence state this instance had seen: a new fence epoch (restart without
+    /// persistence, flush, eviction) or a counter below a token seen before (failover to a
+    /// lagging replica). The election goes on; its next acquire mints above the highest token
+    /// this instance has seen. Alert on it: fenced resources may refuse a term whose token was
+    /// minted by a store in that state elsewhere.
+    fn on_store_lost(&self, loss: &StoreLoss) {
+        let _ = loss;
     }
 }
 

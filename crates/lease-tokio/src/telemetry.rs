@@ -9,6 +9,7 @@
 //! | `redlease_election_stepdowns_total` | counter | `election`, `reason` |
 //! | `redlease_election_renew_seconds` | histogram (renewal round trip) | `election` |
 //! | `redlease_election_renew_failures_total` | counter | `election` |
+//! | `redlease_election_store_lost_total` | counter (a store that lost fence state, see `Observer::on_store_lost`) | `election`, `kind` (`new_epoch`, `counter_behind`) |
 //! | `redlease_lock_obtain_seconds` | histogram (obtain call, waiting included) | `lock` |
 //! | `redlease_lock_not_obtained_total` | counter | `lock` |
 //! | `redlease_lock_lost_total` | counter | `lock`, `reason` |
@@ -22,7 +23,7 @@
 
 use std::time::Duration;
 
-use lease_core::{LossReason, StepDownReason, Token};
+use lease_core::{LossReason, StepDownReason, StoreLoss, Token};
 
 /// The `lock` label of a lock whose first key is `key`.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -68,6 +69,18 @@ pub(crate) fn renew_failed(election: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlease_election_renew_failures_total", "election" => election.to_owned())
         .increment(1);
+}
+
+pub(crate) fn store_lost(election: &str, loss: &StoreLoss) {
+    #[cfg(feature = "metrics")]
+    {
+        let kind = match loss {
+            StoreLoss::NewEpoch { .. } => "new_epoch",
+            _ => "counter_behind",
+        };
+        let labels = [("election", election.to_owned()), ("kind", kind.to_owned())];
+        metrics::counter!("redlease_election_store_lost_total", &labels).increment(1);
+    }
 }
 
 pub(crate) fn lock_obtained(lock: &str, took: Duration) {

@@ -68,7 +68,10 @@ pub use lease_tokio::{
 };
 
 // Fencing tokens and fenced resources.
-pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Fencing, Token, TokenError};
+pub use lease_core::{
+    Epoch, FenceMark, FenceOutcome, FencedResource, Fencing, StoreLoss, Token, TokenError,
+    TokenScheme,
+};
 
 // Shared: configuration errors, TTLs, outcomes, the backend trait, cancellation.
 pub use lease_core::{BackendError, ConfigError, Effect, LeaseBackend, Ttl};
@@ -82,9 +85,10 @@ pub use lease_tokio::CancellationToken;
 pub mod core {
     // The backend contract.
     pub use lease_core::{
-        AcquireOutcome, AcquireRequest, BackendError, Effect, FenceMark, FenceOutcome,
-        FencedResource, Fencing, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
-        ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token, TokenError,
+        AcquireOutcome, AcquireRequest, BackendError, Effect, Epoch, FenceMark, FenceOutcome,
+        FenceState, FencedResource, Fencing, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
+        ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, StoreLoss, Token, TokenError,
+        TokenScheme,
     };
     // Configuration, time and retries.
     pub use lease_core::config::{MAX_TTL, MIN_INTERVAL};

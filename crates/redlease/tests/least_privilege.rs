@@ -17,8 +17,8 @@ use redlease::{
 };
 
 /// The commands redlease runs (directly, or from its scripts), as in `docs/production.md`.
-const COMMANDS: [&str; 9] = [
-    "+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+del", "+hset", "+type",
+const COMMANDS: [&str; 10] = [
+    "+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+del", "+hset", "+type", "+time",
 ];
 
 /// "At once": well below any retry schedule or TTL here.
@@ -184,8 +184,9 @@ async fn one_command_less_is_refused_at_once() {
         let key = format!("{{app}}:{user}");
         let started = Instant::now();
         let message = match missing {
-            // The fenced obtain runs the acquire script (EVALSHA, then EVAL; GET, SET inside).
-            "+evalsha" | "+eval" | "+get" => locker
+            // The fenced obtain runs the acquire script (EVALSHA, then EVAL; GET, SET and TIME
+            // inside: the clock floor and the fence epoch).
+            "+evalsha" | "+eval" | "+get" | "+time" => locker
                 .obtain(
                     &key,
                     ms(5_000),

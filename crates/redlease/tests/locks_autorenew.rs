@@ -10,6 +10,7 @@
 
 mod common;
 
+use redlease::TokenScheme;
 use common::locks::{
     Counted, SLACK, assert_not_obtained_by, counted_locker, fired, linear, locker, ms, proxied,
     within,
@@ -107,7 +108,7 @@ async fn auto_renew_loss_fires_by_the_local_deadline_while_redis_is_paused() {
         .get_multiplexed_async_connection_with_config(&cfg)
         .await
         .unwrap();
-    let counted = Counted::new(RedisBackend::new(conn));
+    let counted = Counted::new(RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter));
     let locker = Locker::new(counted.clone());
     let lock = locker
         .obtain("k", ms(600), LockOptions::new().auto_renew(ms(150)))

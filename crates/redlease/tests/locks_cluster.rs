@@ -5,6 +5,7 @@
 
 mod common;
 
+use redlease::TokenScheme;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -109,7 +110,7 @@ async fn start() -> RedisCluster {
 async fn hash_tagged_locks_work_end_to_end() {
     let cluster = start().await;
     let mut raw = cluster.connection().await.unwrap();
-    let locker = Locker::new(RedisBackend::cluster(cluster.connection().await.unwrap()));
+    let locker = Locker::new(RedisBackend::cluster(cluster.connection().await.unwrap()).with_token_scheme(TokenScheme::Counter));
     assert_ne!(key_slot("{orders}"), key_slot("{reports}"));
     for tag in ["{orders}", "{reports}"] {
         let keys = [format!("{tag}:a"), format!("{tag}:b")];
@@ -166,7 +167,7 @@ async fn hash_tagged_locks_work_end_to_end() {
 async fn keys_across_slots_are_refused_before_any_round_trip() {
     let cluster = start().await;
     let counting = Counting::new(cluster.connection().await.unwrap());
-    let locker = Locker::new(RedisBackend::cluster(counting.clone()));
+    let locker = Locker::new(RedisBackend::cluster(counting.clone()).with_token_scheme(TokenScheme::Counter));
     assert_ne!(key_slot("{a}1"), key_slot("{b}1"));
 
     let before = script_calls(&cluster).await;

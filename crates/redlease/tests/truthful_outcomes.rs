@@ -8,6 +8,7 @@
 
 mod common;
 
+use redlease::TokenScheme;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,7 @@ async fn proxied(
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
             .unwrap(),
-    )
+    ).with_token_scheme(TokenScheme::Counter)
 }
 
 /// Loads every script through `backend` while the network is healthy: a request whose reply

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests (real Redis from lease-testkit).
 #![allow(dead_code, unreachable_pub)]
 
+use lease_core::TokenScheme;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -21,7 +22,7 @@ pub async fn setup() -> (RedisServer, RedisBackend<Conn>, Conn) {
     let server = RedisServer::start().await.expect("redis server");
     let conn = server.connection().await.expect("connection");
     let raw = server.connection().await.expect("raw connection");
-    (server, RedisBackend::new(conn), raw)
+    (server, RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter), raw)
 }
 
 pub fn owner(s: &str) -> Owner {

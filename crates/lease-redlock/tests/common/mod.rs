@@ -1,6 +1,7 @@
 //! Helpers shared by the real-server tests.
 #![allow(dead_code, unreachable_pub)]
 
+use lease_core::TokenScheme;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,7 @@ pub async fn start(n: usize) -> Vec<RedisServer> {
 
 /// A node on `url`, named `id`.
 pub async fn node(id: impl Into<String>, url: &str) -> MNode {
-    Node::new(id, RedisBackend::new(conn(url).await))
+    Node::new(id, RedisBackend::new(conn(url).await).with_token_scheme(TokenScheme::Counter))
 }
 
 /// One node per server, connected directly.

@@ -142,6 +142,8 @@ struct Inner<B> {
     commands_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>,
     /// Refuse to contend on a store whose settings put the fence keys at risk.
     require_durable_store: bool,
+    /// A floor for the next terms' tokens given from outside ([`Elector::raise_floor`]); 0: none.
+    floor: std::sync::atomic::AtomicU64,
 }
 
 /// A leader elector over any [`LeaseBackend`].
@@ -247,6 +249,7 @@ impl<B: LeaseBackend> ElectorBuilder<B> {
                 commands_tx,
                 commands_rx: tokio::sync::Mutex::new(commands_rx),
                 require_durable_store: self.require_durable_store,
+                floor: std::sync::atomic::AtomicU64::new(0),
                 config: self.config,
             }),
         }
@@ -324,6 +327,18 @@ impl<B: LeaseBackend> Elector<B> {
     /// A subscription to role changes (a `watch` receiver: it sees the latest state).
     pub fn subscribe(&self) -> watch::Receiver<ElectorState> {
         self.inner.state.subscribe()
+    }
+
+    /// Raises the floor of this elector's future terms: the store will mint their tokens above
+    /// `floor`, whatever its counter says (see `docs/fencing.md`, "Tokens across a store that
+    /// loses data"). Give it a durable floor, such as the highest token your fenced resource has
+    /// accepted (a Postgres mark), before [`Elector::run`] and whenever you learn a higher one:
+    /// a store that lost its counter, on a server whose clock went back, then cannot hand this
+    /// elector a token the resource would refuse forever. Takes effect from the next acquire.
+    pub fn raise_floor(&self, floor: Token) {
+        self.inner
+            .floor
+            .fetch_max(floor.get(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Ends the current term voluntarily: the lease is released and the elector re-contends

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::election::{Event, Op, Reply, Request, RequestId, RequestKind};
-use lease_core::{BackendError, Election, LeaseBackend, Role, StepDownReason, Token};
+use lease_core::{BackendError, Election, LeaseBackend, Role, StepDownReason, StoreLoss, Token};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -39,6 +39,7 @@ pub(super) enum Notice {
     Error(Op, BackendError),
     Refused(Op, Arc<BackendError>),
     Panicked(Token, String),
+    StoreLost(StoreLoss),
 }
 
 /// The state of one run.
@@ -111,6 +112,14 @@ where
     }
 
     pub(super) fn send_requests(&mut self) {
+        let floor = self
+            .elector
+            .inner
+            .floor
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if let Ok(floor) = Token::new(floor) {
+            self.machine.raise_floor(floor);
+        }
         let now = self.clock.now();
         while let Some(req) = self.machine.poll_request(now) {
             let id = req.id;
@@ -153,6 +162,11 @@ where
                 }
                 Event::Released { token, outcome } => {
                     tracing::debug!(name = self.name(), ?token, ?outcome, "released");
+                }
+                Event::StoreLost(loss) => {
+                    tracing::error!(name = self.name(), %loss, highest_seen = ?self.machine.highest_seen(), "the store lost fence state; the next acquire mints above the highest token seen");
+                    telemetry::store_lost(self.name(), &loss);
+                    self.notify(Notice::StoreLost(loss));
                 }
                 Event::Stopped => stopped = true,
                 _ => {}
@@ -365,6 +379,7 @@ async fn observe(observer: Arc<dyn Observer>, mut rx: mpsc::UnboundedReceiver<No
             Notice::Error(op, e) => observer.on_error(op, &e),
             Notice::Refused(op, e) => observer.on_refused(op, &e),
             Notice::Panicked(t, m) => observer.on_leader_panic(t, &m),
+            Notice::StoreLost(loss) => observer.on_store_lost(&loss),
         }
     }
 }

@@ -70,6 +70,7 @@ impl RedisStore {
         }
         cmd.arg(format!("{name}:fence"))
             .arg(LeaseSpec::election_mark_key(name))
+            .arg(format!("{name}:fence:epoch"))
             .arg(report_key(name));
         let _ = tokio::time::timeout(conn::OP_TIMEOUT, cmd.query_async::<i64>(&mut conn)).await;
     }

@@ -1,6 +1,7 @@
 //! Shared helpers of the lock tests (`locks_*.rs`): a counting wrapper backend, lockers,
 //! waits on keys and signals, a proxied backend.
 
+use redlease::TokenScheme;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,7 +163,7 @@ pub async fn proxied(server: &RedisServer, proxy: &FaultProxy) -> Backend {
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
             .unwrap(),
-    )
+    ).with_token_scheme(TokenScheme::Counter)
 }
 
 /// Loads the scripts (a fenced obtain and a release on another key): a request whose reply

@@ -3,6 +3,7 @@
 
 pub mod locks;
 
+use redlease::TokenScheme;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ pub async fn redis() -> RedisServer {
 }
 
 pub async fn backend(server: &RedisServer) -> Backend {
-    RedisBackend::new(server.connection().await.expect("connect"))
+    RedisBackend::new(server.connection().await.expect("connect")).with_token_scheme(TokenScheme::Counter)
 }
 
 pub async fn backend_at(url: &str) -> Backend {
@@ -29,7 +30,7 @@ pub async fn backend_at(url: &str) -> Backend {
             .get_multiplexed_async_connection()
             .await
             .expect("connect"),
-    )
+    ).with_token_scheme(TokenScheme::Counter)
 }
 
 pub fn config(name: &str, id: &str, ttl_ms: u64) -> ElectionConfig {
@@ -71,6 +72,13 @@ impl Observer for Recorder {
         if let BackendError::TokenRegression { previous, minted } = error {
             v.push(format!("regression {previous} -> {minted}"));
         }
+    }
+    fn on_store_lost(&self, loss: &redlease::StoreLoss) {
+        let what = match loss {
+            redlease::StoreLoss::NewEpoch { .. } => "new epoch",
+            _ => "counter behind",
+        };
+        self.0.lock().unwrap().push(format!("store lost: {what}"));
     }
     fn on_refused(&self, op: Op, error: &BackendError) {
         self.0
