@@ -20,7 +20,7 @@
 //! `apply + delay2`, sometimes slower than the operation timeout), and node pauses (a paused node
 //! applies nothing until it resumes, then applies what arrived in order; its keys expire on its
 //! clock meanwhile). Nodes mint clock-floored tokens ([`TokenScheme::ClockFloored`]: at least the
-node's own clock reading in µs). No node loses data, except in the loss scenarios below.
+//! node's own clock reading in µs). No node loses data, except in the loss scenarios below.
 //!
 //! Checked for every seed: the tokens of successful acquisitions are unique and, ordered by
 //! success time, strictly increase; and the validity windows of successful acquisitions
@@ -528,7 +528,11 @@ impl Sim {
                         } else {
                             down + ttl * 4 + self.rand(ttl * 4)
                         };
-                        qlog!(self, "{:?} node{node} goes down empty for {down:?}; comes back {behind:?} behind", self.now);
+                        qlog!(
+                            self,
+                            "{:?} node{node} goes down empty for {down:?}; comes back {behind:?} behind",
+                            self.now
+                        );
                         self.nodes[node].down = true;
                         let n = &mut self.nodes[node];
                         n.wall_offset -= behind.as_micros() as i64;

@@ -1,15 +1,18 @@
 --[[ acquire.lua: acquire a lease, or take it over for the same owner, minting a fencing token.
 
-KEYS[1..n]  lock keys (n = ARGV[4])
+KEYS[1..n]  lock keys
 KEYS[n+1]   fence counter key         (only when fenced)
 KEYS[n+2]   applied-mark key          (only when fenced)
 KEYS[n+3]   fence-epoch key           (only when fenced)
-ARGV[1]     owner (never contains NUL)
-ARGV[2]     stored value: the owner, or owner .. "\0" .. metadata
-ARGV[3]     TTL in whole milliseconds (>= 1)
-ARGV[4]     n, the number of lock keys; the lease is fenced iff #KEYS == n + 3
-ARGV[5]     floor: mint above this token ('0': none)          (read only when fenced)
-ARGV[6]     scheme: 'clock' (floor by TIME in µs) or 'counter' (read only when fenced)
+ARGV[1]     stored value: the owner (never contains NUL), or owner .. "\0" .. metadata
+ARGV[2]     TTL in whole milliseconds (>= 1)
+ARGV[3]     only when fenced: '<scheme>:<floor>', scheme 'clock' (floor tokens by TIME in µs)
+            or 'counter', floor a token to mint above ('0': none). The lease is fenced iff
+            ARGV[3] is given (then n = #KEYS - 3).
+
+(Few arguments on purpose: Redis refuses a command of more than 10 elements from a client that
+has not authenticated with a protocol error and closes the connection, instead of answering
+NOAUTH; a fenced single-key acquire is exactly 10.)
 
 Every lock key is checked before any key is changed (all-or-nothing). A key holding a value
 whose owner part (the text before the first NUL) differs from ARGV[1] means "held": nothing is
@@ -29,9 +32,15 @@ Errors (nothing changed)
   ERR ...             the counter, the mark or the floor is not a decimal integer
   WRONGTYPE ...       a key holds a value that is not a string
 ]]
-local owner, value, ttl = ARGV[1], ARGV[2], ARGV[3]
-local n = tonumber(ARGV[4])
-local fenced = #KEYS == n + 3
+local value, ttl = ARGV[1], ARGV[2]
+local owner = owner_of(value)
+local fenced = #ARGV == 3
+local n = #KEYS
+local scheme, floor_arg
+if fenced then
+  n = n - 3
+  scheme, floor_arg = string.match(ARGV[3], '^(%a+):(.*)$')
+end
 
 -- max(counter, mark) and the epoch ('' when absent); nil when a value is not an integer.
 local function fence_state()
@@ -54,7 +63,7 @@ end
 local token, before, epoch = '0', '0', ''
 if fenced then
   before, epoch = fence_state()
-  local floor = canon(ARGV[5])
+  local floor = canon(floor_arg)
   if not before or not floor then return redis.error_reply(NOT_AN_INTEGER) end
   local base = before
   if less(base, floor) then base = floor end
@@ -64,11 +73,11 @@ if fenced then
   -- base < 2^53 and TIME in µs (about 1.8e15) are exact as Lua numbers.
   local next = tonumber(base) + 1
   local now
-  if ARGV[6] == 'clock' or epoch == '' then
+  if scheme == 'clock' or epoch == '' then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  if ARGV[6] == 'clock' and next < now then next = now end
+  if scheme == 'clock' and next < now then next = now end
   if next > 9007199254740992 then
     return redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. KEYS[n + 1] .. ' would pass 2^53')
   end

@@ -246,16 +246,14 @@ where
                 .key(mark_key_of(fence))
                 .key(epoch_key_of(fence));
         }
-        call.arg(req.owner.as_str())
-            .arg(req.owner.stored_value(&req.metadata))
-            .arg(req.ttl.as_millis())
-            .arg(spec.keys().len());
+        call.arg(req.owner.stored_value(&req.metadata))
+            .arg(req.ttl.as_millis());
         if spec.fence_key().is_some() {
-            call.arg(req.floor.map_or(0, Token::get))
-                .arg(match self.scheme {
-                    TokenScheme::Counter => "counter",
-                    _ => "clock",
-                });
+            let scheme = match self.scheme {
+                TokenScheme::Counter => "counter",
+                _ => "clock",
+            };
+            call.arg(format!("{scheme}:{}", req.floor.map_or(0, Token::get)));
         }
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_ACQUIRE).await?;

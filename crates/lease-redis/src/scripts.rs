@@ -271,7 +271,7 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 11] = [
-        ("acquire.lua", "f5bbd20919cb1d4a038103b0bf4442f51e725bb7"),
+        ("acquire.lua", "18c4a170cbc152bee17e922273eced8e4299ccbc"),
         ("renew.lua", "70477c1f9bf0031b7d412385ca82c711a83b65d2"),
         ("release.lua", "86324e2951cbc3d8b99f92e12fecf49593407725"),
         ("pttl.lua", "fcbf4458d4dc74652bbb377a63a893650aaad193"),

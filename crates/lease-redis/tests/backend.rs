@@ -440,7 +440,8 @@ async fn a_restarted_server_does_not_break_a_running_leader() {
         .await
         .unwrap();
     let client = server.client().unwrap();
-    let b = RedisBackend::new(client.get_connection_manager().await.unwrap()).with_token_scheme(TokenScheme::Counter);
+    let b = RedisBackend::new(client.get_connection_manager().await.unwrap())
+        .with_token_scheme(TokenScheme::Counter);
     let spec = election("{re}");
     let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()).unwrap();
     server.restart().await.unwrap();
@@ -490,7 +491,8 @@ async fn a_restarted_server_does_not_break_a_running_leader() {
 async fn works_over_a_connection_manager() {
     let server = RedisServer::start().await.unwrap();
     let client = server.client().unwrap();
-    let b = RedisBackend::new(client.get_connection_manager().await.unwrap()).with_token_scheme(TokenScheme::Counter);
+    let b = RedisBackend::new(client.get_connection_manager().await.unwrap())
+        .with_token_scheme(TokenScheme::Counter);
     let spec = election("{cm}");
     assert_eq!(
         acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()),
@@ -515,7 +517,8 @@ async fn works_over_a_connection_manager() {
 #[tokio::test]
 async fn a_dead_connection_is_unknown_and_a_refused_one_is_unavailable() {
     let server = RedisServer::start().await.unwrap();
-    let b = RedisBackend::new(server.connection().await.unwrap()).with_token_scheme(TokenScheme::Counter);
+    let b = RedisBackend::new(server.connection().await.unwrap())
+        .with_token_scheme(TokenScheme::Counter);
     let manager = RedisBackend::new(
         server
             .client()
@@ -523,7 +526,8 @@ async fn a_dead_connection_is_unknown_and_a_refused_one_is_unavailable() {
             .get_connection_manager()
             .await
             .unwrap(),
-    ).with_token_scheme(TokenScheme::Counter);
+    )
+    .with_token_scheme(TokenScheme::Counter);
     let spec = election("{u}");
     b.acquire(&acq(&spec, "a")).await.unwrap();
     server.kill().await.unwrap();

@@ -3,8 +3,8 @@
 
 mod common;
 
-use lease_core::TokenScheme;
 use common::*;
+use lease_core::TokenScheme;
 use lease_core::{
     AcquireOutcome, BackendError, FenceOutcome, Fencing, LeaseBackend, LeaseSpec, ReleaseOutcome,
     RenewOutcome,

@@ -204,11 +204,27 @@ fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
 }
 
 fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
+    // Epochs are server times: compare whether one is reported, not its value.
+    let epoch = |f: &lease_core::FenceState| f.epoch.is_some();
     match r {
+        Ok(AcquireOutcome::Acquired { token, fence }) => {
+            format!(
+                "acquired {token:?} before={:?} epoch={}",
+                fence.counter,
+                epoch(fence)
+            )
+        }
         Ok(AcquireOutcome::Held {
-            holder, remaining, ..
+            holder,
+            remaining,
+            fence,
         }) => {
-            format!("held {holder:?} ttl={}", remaining.is_some())
+            format!(
+                "held {holder:?} ttl={} counter={:?} epoch={}",
+                remaining.is_some(),
+                fence.counter,
+                epoch(fence)
+            )
         }
         other => norm(other),
     }
@@ -279,12 +295,13 @@ impl Case<'_> {
                 let r = self.redis.inspect(s).await;
                 let strip = |x: &Result<lease_core::LeaseInfo, BackendError>| match x {
                     Ok(i) => format!(
-                        "ok {:?} {:?} ttl={} {:?} {:?}",
+                        "ok {:?} {:?} ttl={} {:?} {:?} epoch={}",
                         i.holder,
                         i.metadata,
                         i.remaining.is_some(),
                         i.counter,
-                        i.mark
+                        i.mark,
+                        i.epoch.is_some()
                     ),
                     Err(e) => format!("err {}", kind(e)),
                 };

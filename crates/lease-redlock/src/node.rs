@@ -115,6 +115,21 @@ impl<B> Node<B> {
     }
 }
 
+impl<C> RedisNode<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// This node minting tokens by `scheme` (default [`lease_core::TokenScheme::ClockFloored`]:
+    /// a node that restarts without its counter still mints above what it minted before, see
+    /// [`RedisBackend::with_token_scheme`]).
+    pub fn with_token_scheme(self, scheme: lease_core::TokenScheme) -> Self {
+        Node {
+            id: self.id,
+            backend: self.backend.with_token_scheme(scheme),
+        }
+    }
+}
+
 /// The address of a client, as a node identity: `host:port` (or the socket path).
 ///
 /// Two clients of the same server through different host names (or a proxy) are not detected

@@ -4,8 +4,8 @@
 
 mod common;
 
-use lease_core::TokenScheme;
 use lease_core::Effect;
+use lease_core::TokenScheme;
 
 use common::*;
 use lease_core::{AcquireOutcome, BackendError, LeaseBackend, ReleaseOutcome, RenewOutcome};
@@ -350,12 +350,14 @@ async fn a_failed_acquire_that_left_nothing_anywhere_is_not_applied() {
     };
     let mut nodes = vec![lease_redlock::Node::new(
         dead.to_string(),
-        lease_redis::RedisBackend::new(manager(format!("redis://{dead}/")).await).with_token_scheme(TokenScheme::Counter),
+        lease_redis::RedisBackend::new(manager(format!("redis://{dead}/")).await)
+            .with_token_scheme(TokenScheme::Counter),
     )];
     for s in &servers {
         nodes.push(lease_redlock::Node::new(
             s.addr().to_string(),
-            lease_redis::RedisBackend::new(manager(s.url()).await).with_token_scheme(TokenScheme::Counter),
+            lease_redis::RedisBackend::new(manager(s.url()).await)
+                .with_token_scheme(TokenScheme::Counter),
         ));
     }
     let b = redlock(nodes);

@@ -200,7 +200,10 @@ async fn cmd_status_passes_through_and_the_lease_is_released() {
     let mark: u64 = json_field(&stdout(&status), "mark")
         .and_then(|m| m.parse().ok())
         .expect("a mark");
-    assert!(mark > 1_600_000_000_000_000, "a clock-floored token: {mark}");
+    assert!(
+        mark > 1_600_000_000_000_000,
+        "a clock-floored token: {mark}"
+    );
 
     let killed = output({
         let mut c = redlease(&url, d);

@@ -4,9 +4,9 @@
 
 mod common;
 
-use redlease::TokenScheme;
 use common::*;
 use lease_testkit::cluster::RedisCluster;
+use redlease::TokenScheme;
 use redlease::redis::{RedisBackend, RedisLeaseError};
 use redlease::{BackendError, CancellationToken, Elector, ElectorError, Role};
 
@@ -38,11 +38,13 @@ async fn script_calls(cluster: &RedisCluster) -> u64 {
 async fn hash_tagged_election_works_and_bad_keys_are_refused_without_a_round_trip() {
     let cluster = RedisCluster::start().await.unwrap();
     let a = Elector::new(
-        RedisBackend::cluster(cluster.connection().await.unwrap()).with_token_scheme(TokenScheme::Counter),
+        RedisBackend::cluster(cluster.connection().await.unwrap())
+            .with_token_scheme(TokenScheme::Counter),
         config("{orders}", "a", 1000),
     );
     let b = Elector::new(
-        RedisBackend::cluster(cluster.connection().await.unwrap()).with_token_scheme(TokenScheme::Counter),
+        RedisBackend::cluster(cluster.connection().await.unwrap())
+            .with_token_scheme(TokenScheme::Counter),
         config("{orders}", "b", 1000),
     );
     let (sa, sb) = (CancellationToken::new(), CancellationToken::new());
@@ -72,7 +74,8 @@ async fn hash_tagged_election_works_and_bad_keys_are_refused_without_a_round_tri
     assert!(matches!(err, RedisLeaseError::Slot(_)), "{err:?}");
     // An election name without a hash tag: run refuses at once, without contending.
     let untagged = Elector::new(
-        RedisBackend::cluster(cluster.connection().await.unwrap()).with_token_scheme(TokenScheme::Counter),
+        RedisBackend::cluster(cluster.connection().await.unwrap())
+            .with_token_scheme(TokenScheme::Counter),
         config("orders", "c", 1000),
     );
     let err = untagged.hold(CancellationToken::new()).await.unwrap_err();

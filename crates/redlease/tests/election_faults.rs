@@ -116,7 +116,10 @@ async fn blackholed_renewals_are_bounded_and_the_successor_takes_over() {
         .get_multiplexed_async_connection_with_config(&cfg)
         .await
         .unwrap();
-    let a = Elector::new(RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter), config("svc", "a", 600));
+    let a = Elector::new(
+        RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter),
+        config("svc", "a", 600),
+    );
     let b = Elector::new(backend(&server).await, config("svc", "b", 600));
     let shutdown = CancellationToken::new();
     let (run_a, mut rx) = spawn_reporting(&a, &shutdown);
@@ -156,9 +159,12 @@ async fn restart_with_aof_always_keeps_the_term_and_the_noscript_path_works() {
         .await
         .unwrap();
     let rec = Recorder::default();
-    let elector = Elector::builder(RedisBackend::new(manager).with_token_scheme(TokenScheme::Counter), config("svc", "a", 4000))
-        .observer(rec.clone())
-        .build();
+    let elector = Elector::builder(
+        RedisBackend::new(manager).with_token_scheme(TokenScheme::Counter),
+        config("svc", "a", 4000),
+    )
+    .observer(rec.clone())
+    .build();
     let shutdown = CancellationToken::new();
     let (run, mut rx) = spawn_reporting(&elector, &shutdown);
     let (t1, _) = next(&mut rx).await;
@@ -213,7 +219,10 @@ async fn restart_without_persistence_is_reported_and_tokens_stay_above() {
         recovery_bound(elector.config()),
         "the re-election",
     );
-    assert!(t3 > t2, "token {t3} after {t2}: the counter loss was not healed");
+    assert!(
+        t3 > t2,
+        "token {t3} after {t2}: the counter loss was not healed"
+    );
     let events = rec.events();
     assert!(
         events.iter().any(|e| e == "store lost: new epoch"),

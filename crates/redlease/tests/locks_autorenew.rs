@@ -10,13 +10,13 @@
 
 mod common;
 
-use redlease::TokenScheme;
 use common::locks::{
     Counted, SLACK, assert_not_obtained_by, counted_locker, fired, linear, locker, ms, proxied,
     within,
 };
 use common::{EVENTUALLY, get, raw};
 use lease_testkit::proxy::{FaultProxy, Mode};
+use redlease::TokenScheme;
 use redlease::redis::RedisBackend;
 use redlease::{LockError, LockOptions, Locker};
 

@@ -110,7 +110,10 @@ async fn start() -> RedisCluster {
 async fn hash_tagged_locks_work_end_to_end() {
     let cluster = start().await;
     let mut raw = cluster.connection().await.unwrap();
-    let locker = Locker::new(RedisBackend::cluster(cluster.connection().await.unwrap()).with_token_scheme(TokenScheme::Counter));
+    let locker = Locker::new(
+        RedisBackend::cluster(cluster.connection().await.unwrap())
+            .with_token_scheme(TokenScheme::Counter),
+    );
     assert_ne!(key_slot("{orders}"), key_slot("{reports}"));
     for tag in ["{orders}", "{reports}"] {
         let keys = [format!("{tag}:a"), format!("{tag}:b")];
@@ -167,7 +170,9 @@ async fn hash_tagged_locks_work_end_to_end() {
 async fn keys_across_slots_are_refused_before_any_round_trip() {
     let cluster = start().await;
     let counting = Counting::new(cluster.connection().await.unwrap());
-    let locker = Locker::new(RedisBackend::cluster(counting.clone()).with_token_scheme(TokenScheme::Counter));
+    let locker = Locker::new(
+        RedisBackend::cluster(counting.clone()).with_token_scheme(TokenScheme::Counter),
+    );
     assert_ne!(key_slot("{a}1"), key_slot("{b}1"));
 
     let before = script_calls(&cluster).await;

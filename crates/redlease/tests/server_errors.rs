@@ -78,7 +78,8 @@ async fn cmd<T: redis::FromRedisValue>(conn: &mut MultiplexedConnection, args: &
 
 async fn backend_at(url: &str) -> RedisBackend<MultiplexedConnection> {
     let client = redis::Client::open(url).unwrap();
-    RedisBackend::new(client.get_multiplexed_async_connection().await.unwrap()).with_token_scheme(TokenScheme::Counter)
+    RedisBackend::new(client.get_multiplexed_async_connection().await.unwrap())
+        .with_token_scheme(TokenScheme::Counter)
 }
 
 /// Script calls Redis received since the last `CONFIG RESETSTAT` (executed or rejected).

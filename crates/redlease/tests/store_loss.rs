@@ -294,5 +294,8 @@ async fn restarts_without_persistence_with_a_plain_counter_and_no_floors_are_cau
     let n = restarts();
     let f = measure(Setup::CounterWithoutFloors, n).await;
     eprintln!("counter without floors, {n} restarts: {f:?}");
-    assert!(f.regressions > 0, "the checker must catch regressions: {f:?}");
+    assert!(
+        f.regressions > 0,
+        "the checker must catch regressions: {f:?}"
+    );
 }

@@ -41,7 +41,8 @@ async fn proxied(
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
             .unwrap(),
-    ).with_token_scheme(TokenScheme::Counter)
+    )
+    .with_token_scheme(TokenScheme::Counter)
 }
 
 /// Loads every script through `backend` while the network is healthy: a request whose reply

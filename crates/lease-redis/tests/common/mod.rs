@@ -22,7 +22,11 @@ pub async fn setup() -> (RedisServer, RedisBackend<Conn>, Conn) {
     let server = RedisServer::start().await.expect("redis server");
     let conn = server.connection().await.expect("connection");
     let raw = server.connection().await.expect("raw connection");
-    (server, RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter), raw)
+    (
+        server,
+        RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter),
+        raw,
+    )
 }
 
 pub fn owner(s: &str) -> Owner {

@@ -67,7 +67,10 @@ pub async fn start(n: usize) -> Vec<RedisServer> {
 
 /// A node on `url`, named `id`.
 pub async fn node(id: impl Into<String>, url: &str) -> MNode {
-    Node::new(id, RedisBackend::new(conn(url).await).with_token_scheme(TokenScheme::Counter))
+    Node::new(
+        id,
+        RedisBackend::new(conn(url).await).with_token_scheme(TokenScheme::Counter),
+    )
 }
 
 /// One node per server, connected directly.

@@ -163,7 +163,8 @@ pub async fn proxied(server: &RedisServer, proxy: &FaultProxy) -> Backend {
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
             .unwrap(),
-    ).with_token_scheme(TokenScheme::Counter)
+    )
+    .with_token_scheme(TokenScheme::Counter)
 }
 
 /// Loads the scripts (a fenced obtain and a release on another key): a request whose reply

@@ -20,7 +20,8 @@ pub async fn redis() -> RedisServer {
 }
 
 pub async fn backend(server: &RedisServer) -> Backend {
-    RedisBackend::new(server.connection().await.expect("connect")).with_token_scheme(TokenScheme::Counter)
+    RedisBackend::new(server.connection().await.expect("connect"))
+        .with_token_scheme(TokenScheme::Counter)
 }
 
 pub async fn backend_at(url: &str) -> Backend {
@@ -30,7 +31,8 @@ pub async fn backend_at(url: &str) -> Backend {
             .get_multiplexed_async_connection()
             .await
             .expect("connect"),
-    ).with_token_scheme(TokenScheme::Counter)
+    )
+    .with_token_scheme(TokenScheme::Counter)
 }
 
 pub fn config(name: &str, id: &str, ttl_ms: u64) -> ElectionConfig {
