@@ -137,10 +137,6 @@ async fn fenced_quorum_tokens_strictly_increase_under_contention_and_pauses() {
     // (Strictly increasing was asserted at every push.)
 }
 
-async fn aof_nodes(servers: &[RedisServer]) -> Vec<RedisNode<ConnectionManager>> {
-    nodes_minting(servers, TokenScheme::default()).await
-}
-
 async fn nodes_minting(
     servers: &[RedisServer],
     scheme: TokenScheme,
