@@ -15,6 +15,7 @@ use lease_core::{
 use redis::aio::ConnectionLike;
 
 use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
+use crate::replica::ReplicaAck;
 use crate::reply;
 use crate::scripts::{BodyCache, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
 use crate::slot::{self, SlotError};
@@ -57,6 +58,7 @@ pub struct RedisBackend<C> {
     bodies: Arc<BodyCache>,
     fence_timeout: Duration,
     scheme: TokenScheme,
+    replica_ack: Option<ReplicaAck>,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -66,6 +68,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("cached_bodies", &self.bodies.len())
             .field("fence_timeout", &self.fence_timeout)
             .field("scheme", &self.scheme)
+            .field("replica_ack", &self.replica_ack)
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +97,33 @@ where
             bodies: Arc::default(),
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
             scheme: TokenScheme::default(),
+            replica_ack: None,
+        }
+    }
+
+    /// Replica acknowledgement (off by default): after every granted acquire, successful
+    /// renewal, counter raise and applied fenced write (of the fencers this backend hands
+    /// out), `WAIT` for `ack`'s replicas; too few in time → the call reports
+    /// [`BackendError::OutcomeUnknown`], never success. Costs one round trip per such call
+    /// plus the replicas' lag. See [`crate::replica`].
+    ///
+    /// On Redis Cluster, redis-rs sends `WAIT` to every primary and takes the minimum, so
+    /// every primary needs that many replicas.
+    pub fn with_replica_ack(mut self, ack: ReplicaAck) -> RedisBackend<C> {
+        self.replica_ack = Some(ack);
+        self
+    }
+
+    /// The replica acknowledgement, if any.
+    pub fn replica_ack(&self) -> Option<ReplicaAck> {
+        self.replica_ack
+    }
+
+    /// `WAIT` on `conn` when replica acknowledgement is on.
+    async fn acknowledge(&self, conn: &mut C) -> Result<(), BackendError> {
+        match &self.replica_ack {
+            Some(ack) => ack.wait(conn).await,
+            None => Ok(()),
         }
     }
 
@@ -168,7 +198,8 @@ where
             Arc::clone(&self.bodies),
             self.topology,
         )
-        .with_timeout(self.fence_timeout))
+        .with_timeout(self.fence_timeout)
+        .with_replica_ack_opt(self.replica_ack))
     }
 
     /// A fencer for election `name`'s term `token` (mark key `<name>:fence:applied`).
@@ -203,7 +234,11 @@ where
             .arg(spec.keys().len());
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_RAISE).await?;
-        reply::raise(&v)
+        let raised = reply::raise(&v)?;
+        if raised {
+            self.acknowledge(&mut conn).await?;
+        }
+        Ok(raised)
     }
 }
 
@@ -231,6 +266,7 @@ where
                 .await
                 .map_err(crate::error::backend_error)?;
             if set.is_some() {
+                self.acknowledge(&mut conn).await?;
                 return Ok(AcquireOutcome::Acquired {
                     token: None,
                     fence: FenceState::UNKNOWN,
@@ -257,7 +293,11 @@ where
         }
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_ACQUIRE).await?;
-        reply::acquire(&v, spec.fence_key().is_some())
+        let outcome = reply::acquire(&v, spec.fence_key().is_some())?;
+        if matches!(outcome, AcquireOutcome::Acquired { .. }) {
+            self.acknowledge(&mut conn).await?;
+        }
+        Ok(outcome)
     }
 
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
@@ -270,7 +310,11 @@ where
         call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_RENEW).await?;
-        reply::renew(&v)
+        let outcome = reply::renew(&v)?;
+        if outcome == RenewOutcome::Renewed {
+            self.acknowledge(&mut conn).await?;
+        }
+        Ok(outcome)
     }
 
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
@@ -365,5 +409,6 @@ where
             self.topology,
         )
         .with_timeout(self.fence_timeout)
+        .with_replica_ack_opt(self.replica_ack)
     }
 }

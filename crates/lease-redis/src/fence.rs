@@ -12,6 +12,7 @@ use redis::aio::ConnectionLike;
 use redis::{ToRedisArgs, ToSingleRedisArg};
 
 use crate::error::RedisLeaseError;
+use crate::replica::ReplicaAck;
 use crate::reply;
 use crate::scripts::{
     BodyCache, Call, LuaScript, S_FENCE_DEL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET,
@@ -175,6 +176,7 @@ pub struct RedisFencer<C> {
     bodies: Arc<BodyCache>,
     topology: Topology,
     timeout: Duration,
+    replica_ack: Option<ReplicaAck>,
 }
 
 impl<C> fmt::Debug for RedisFencer<C> {
@@ -184,6 +186,7 @@ impl<C> fmt::Debug for RedisFencer<C> {
             .field("token", &self.token)
             .field("topology", &self.topology)
             .field("timeout", &self.timeout)
+            .field("replica_ack", &self.replica_ack)
             .finish_non_exhaustive()
     }
 }
@@ -242,7 +245,28 @@ where
             bodies,
             topology,
             timeout: DEFAULT_FENCE_TIMEOUT,
+            replica_ack: None,
         }
+    }
+
+    /// The same fencer with replica acknowledgement: after each applied write, `WAIT` for
+    /// `ack`'s replicas; too few in time → the write reports
+    /// [`BackendError::OutcomeUnknown`](lease_core::BackendError::OutcomeUnknown) (applied on
+    /// the primary, possibly lost by a failover), never "applied". The `WAIT` is bounded by
+    /// the ack's timeout on top of [`with_timeout`](Self::with_timeout)'s. See
+    /// [`crate::replica`].
+    pub fn with_replica_ack(self, ack: ReplicaAck) -> RedisFencer<C> {
+        self.with_replica_ack_opt(Some(ack))
+    }
+
+    pub(crate) fn with_replica_ack_opt(mut self, ack: Option<ReplicaAck>) -> RedisFencer<C> {
+        self.replica_ack = ack;
+        self
+    }
+
+    /// The replica acknowledgement, if any.
+    pub fn replica_ack(&self) -> Option<ReplicaAck> {
+        self.replica_ack
     }
 
     /// The same fencer with each write bounded by `timeout` (default
@@ -461,6 +485,14 @@ where
             }
         };
         let outcome = reply::fence(&v)?;
+        if let (FenceOutcome::Applied, Some(ack)) = (&outcome, &self.replica_ack) {
+            // The reply of WAIT comes after at most the ack's timeout; the fencer's own bound
+            // covers the round trip on top of it.
+            match tokio::time::timeout(self.timeout + ack.timeout(), ack.wait(&mut conn)).await {
+                Ok(acked) => acked?,
+                Err(_) => return Err(BackendError::Timeout(self.timeout + ack.timeout()).into()),
+            }
+        }
         tracing::debug!(
             script = script.name,
             token = token.get(),

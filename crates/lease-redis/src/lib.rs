@@ -8,6 +8,10 @@
 //!   `cluster_async::ClusterConnection`.
 //! - [`RedisFencer`] applies fenced writes ([`FencedWrite`]: `SET`, `HSET`, `DEL`, a Lua body,
 //!   or several at once) and implements [`lease_core::FencedResource`].
+//! - [`ReplicaAck`] (`WAIT` after grants, renewals and fenced writes) makes a write that too
+//!   few replicas acknowledged an *unknown* outcome instead of a success; see [`replica`].
+//! - `SentinelConnection` (feature `sentinel`) follows the primary that Redis Sentinel names
+//!   across failovers.
 //! - [`slot`] computes Redis Cluster hash slots locally: on a cluster, keys that cannot share a
 //!   slot are refused before any round trip.
 //! - [`scripts`] holds the Lua sources: one file per script in `scripts/`, each documenting its
@@ -61,14 +65,20 @@ mod backend;
 pub mod error;
 mod fence;
 mod preflight;
+pub mod replica;
 mod reply;
 pub mod scripts;
+#[cfg(feature = "sentinel")]
+pub mod sentinel;
 pub mod slot;
 mod topology;
 
 pub use backend::RedisBackend;
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use replica::{NotAcknowledged, ReplicaAck};
 pub use scripts::BODY_CACHE_CAPACITY;
+#[cfg(feature = "sentinel")]
+pub use sentinel::SentinelConnection;
 pub use slot::{CrossSlot, SlotError};
 pub use topology::Topology;

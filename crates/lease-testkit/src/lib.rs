@@ -10,6 +10,8 @@
 //!   `pause`/`resume`, `kill`, `stop`, `restart`.
 //! * [`cluster::RedisCluster`]: a 3-primary Redis Cluster (processes).
 //! * [`postgres::Postgres`]: a Postgres server (`initdb` + `postgres`).
+//! * [`sentinel::SentinelGroup`]: a primary, replicas and sentinels (processes), with
+//!   forced failovers and a cut replication link.
 //! * [`proxy::FaultProxy`]: a TCP proxy with pass / latency / blackhole modes and
 //!   connection resets, for partition and slow-node tests.
 //! * [`wrap::Wrapped`]: a `LeaseBackend` that forwards every call to another and runs
@@ -38,6 +40,7 @@ pub mod proxy;
 pub mod reaper;
 pub mod redis;
 mod resp;
+pub mod sentinel;
 pub mod tempdir;
 pub mod wrap;
 
@@ -47,6 +50,7 @@ pub use crate::mode::ServerMode;
 pub use crate::postgres::Postgres;
 pub use crate::proxy::{FaultProxy, Mode};
 pub use crate::redis::{Persistence, RedisServer};
+pub use crate::sentinel::SentinelGroup;
 pub use crate::wrap::{Hooks, Wrapped};
 
 #[cfg(test)]

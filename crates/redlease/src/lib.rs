@@ -13,6 +13,7 @@
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
 //! | `fence` | `redlease::fence`: the resource-side types of fencing (the Redis fencer is in `redlease::redis`) |
 //! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
+//! | `sentinel` | `redlease::redis::connect_sentinel` and `SentinelConnection`: follow the primary Redis Sentinel names across failovers |
 //! | `metrics` | election and lock metrics through the `metrics` facade (your binary installs the recorder/exporter; names in `docs/production.md`) |
 //!
 //! The in-memory backend ([`memory`]) is always available, for your unit tests.
@@ -123,9 +124,11 @@ pub mod memory {
 pub mod redis {
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
-        DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisBackend, RedisFencer, RedisLeaseError,
-        TRANSIENT_CODES, Topology, backend_error,
+        DEFAULT_FENCE_TIMEOUT, FencedWrite, NotAcknowledged, RedisBackend, RedisFencer,
+        RedisLeaseError, ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
     };
+    #[cfg(feature = "sentinel")]
+    pub use lease_redis::SentinelConnection;
 
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;
@@ -156,6 +159,32 @@ pub mod redis {
             .set_number_of_retries(1);
         let manager = client::aio::ConnectionManager::new_with_config(client, config).await?;
         Ok(RedisBackend::new(manager))
+    }
+
+    /// Asks the sentinels at `sentinels` (their URLs, e.g. `redis://127.0.0.1:26379/`) for
+    /// the primary named `service`, connects to it, and wraps the connection, which follows
+    /// failovers ([`SentinelConnection`]), in a standalone [`RedisBackend`]. The same timeout
+    /// policy as [`connect`]. Add [`RedisBackend::with_replica_ack`] to have grants and
+    /// fenced writes acknowledged by replicas.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use redlease::redis::{ReplicaAck, connect_sentinel};
+    ///
+    /// let backend = connect_sentinel(&["redis://127.0.0.1:26379/"], "mymaster")
+    ///     .await?
+    ///     .with_replica_ack(ReplicaAck::new(1, Duration::from_millis(100))?);
+    /// # let _ = backend;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    pub async fn connect_sentinel(
+        sentinels: &[&str],
+        service: &str,
+    ) -> Result<RedisBackend<SentinelConnection>, client::RedisError> {
+        let conn = SentinelConnection::connect(sentinels.iter().copied(), service).await?;
+        Ok(RedisBackend::new(conn))
     }
 }
 

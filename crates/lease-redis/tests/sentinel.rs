@@ -1,0 +1,264 @@
+//! Redis Sentinel and replicas, on real processes (1 primary, 2 replicas, 3 sentinels):
+//!
+//! - a [`SentinelConnection`] follows `SENTINEL FAILOVER`, a killed primary and a paused one:
+//!   the call that meets the old primary fails with its truthful effect, later calls reach the
+//!   new primary, and clock-floored tokens keep rising;
+//! - [`ReplicaAck`]: with the replication links cut, a grant, a renewal and a fenced write are
+//!   reported as *outcome unknown* (applied on the primary, not on enough replicas), never as
+//!   success; with the links restored they succeed again; asking for more replicas than exist
+//!   is never acknowledged (the negative control of the check itself).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lease_core::{
+    AcquireOutcome, BackendError, Effect, LeaseBackend, RenewOutcome, Token,
+};
+use lease_redis::{NotAcknowledged, RedisBackend, ReplicaAck, SentinelConnection};
+use lease_testkit::sentinel::SentinelGroup;
+
+/// Bound of every wait for the topology (failover, settle).
+const TOPOLOGY: Duration = Duration::from_secs(60);
+/// Bound of one backend call in these tests (the driver's role).
+const CALL: Duration = Duration::from_secs(5);
+
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(CALL, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {CALL:?}"))
+}
+
+/// Acquires `spec` for `who` until granted (each attempt bounded), as the driver would retry
+/// after a failover; returns the token and how many attempts failed first.
+async fn acquire_until_granted(
+    b: &RedisBackend<SentinelConnection>,
+    spec: &std::sync::Arc<lease_core::LeaseSpec>,
+    who: &str,
+) -> (Token, usize) {
+    let deadline = Instant::now() + TOPOLOGY;
+    let mut failures = 0;
+    loop {
+        match tokio::time::timeout(CALL, b.acquire(&acq(spec, who))).await {
+            Ok(Ok(AcquireOutcome::Acquired { token: Some(t), .. })) => return (t, failures),
+            Ok(Ok(other)) => panic!("unexpected {other:?}"),
+            Ok(Err(e)) => {
+                assert!(e.is_transient(), "a failover error must be transient: {e}");
+                failures += 1;
+            }
+            Err(_) => failures += 1,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no grant within {TOPOLOGY:?} ({failures} failures)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn connect(group: &SentinelGroup) -> SentinelConnection {
+    bounded(
+        "connect through the sentinels",
+        SentinelConnection::connect(group.sentinel_urls(), group.name()),
+    )
+    .await
+    .expect("connect through the sentinels")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_forced_failover_and_tokens_keep_rising() {
+    let group = SentinelGroup::start("forced").await.expect("start the group");
+    let conn = connect(&group).await;
+    let first = group.primary_index().await.unwrap();
+    assert_eq!(
+        conn.primary_address(),
+        Some(group.server(first).unwrap().addr().to_string())
+    );
+    let b = RedisBackend::new(conn.clone());
+    let spec = election("{sentinel-forced}");
+    let (t1, _) = acquire_until_granted(&b, &spec, "a").await;
+
+    group.failover().await.expect("SENTINEL FAILOVER");
+    let second = group
+        .wait_new_primary(first, TOPOLOGY)
+        .await
+        .expect("a new primary");
+    // Until the sentinels reconfigure it, the old primary still accepts writes from clients
+    // connected to it (a write there is lost once it becomes a replica: what replica
+    // acknowledgement guards against). Once it is a replica, the first call meets READONLY
+    // (not applied) and the next one follows the sentinels.
+    assert_eq!(group.wait_settled(TOPOLOGY).await.unwrap(), second);
+    let (t2, _) = acquire_until_granted(&b, &spec, "a").await;
+    assert!(t2 > t1, "tokens keep rising across the failover: {t2} after {t1}");
+    assert_eq!(
+        conn.primary_address(),
+        Some(group.server(second).unwrap().addr().to_string()),
+        "the connection follows the primary the sentinels name"
+    );
+    assert!(conn.discoveries() >= 2, "{}", conn.discoveries());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_killed_primary_and_a_paused_one() {
+    let group = SentinelGroup::start("killed").await.expect("start the group");
+    let conn = connect(&group).await;
+    let b = RedisBackend::new(conn.clone());
+    let spec = election("{sentinel-killed}");
+    let (t1, _) = acquire_until_granted(&b, &spec, "a").await;
+
+    // kill -9: the sentinels notice after down-after (1 s) and promote a replica.
+    let first = group.primary_index().await.unwrap();
+    group.server(first).unwrap().kill().await.unwrap();
+    let second = group
+        .wait_new_primary(first, TOPOLOGY)
+        .await
+        .expect("a new primary after the kill");
+    let (t2, failures) = acquire_until_granted(&b, &spec, "a").await;
+    assert!(t2 > t1, "{t2} after {t1}");
+    assert!(failures >= 1 || conn.discoveries() >= 2);
+    assert_eq!(
+        conn.primary_address(),
+        Some(group.server(second).unwrap().addr().to_string())
+    );
+
+    // SIGSTOP: calls to the paused primary get no reply; the caller's timeout abandons them,
+    // which drops the connection, and later calls reach the primary promoted meanwhile.
+    group.server(second).unwrap().pause().await.unwrap();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        b.acquire(&acq(&spec, "c")),
+    )
+    .await;
+    assert!(abandoned.is_err(), "a paused primary cannot answer: {abandoned:?}");
+    let third = group
+        .wait_new_primary(second, TOPOLOGY)
+        .await
+        .expect("a new primary after the pause");
+    let (t3, _) = acquire_until_granted(&b, &election("{sentinel-paused}"), "c").await;
+    assert!(t3 > t2, "{t3} after {t2}");
+    assert_eq!(
+        conn.primary_address(),
+        Some(group.server(third).unwrap().addr().to_string())
+    );
+    group.server(second).unwrap().resume().await.unwrap();
+}
+
+fn not_acknowledged(e: &BackendError) -> &NotAcknowledged {
+    let BackendError::OutcomeUnknown(source) = e else {
+        panic!("expected an unknown outcome, got {e:?}");
+    };
+    source
+        .downcast_ref::<NotAcknowledged>()
+        .unwrap_or_else(|| panic!("expected NotAcknowledged, got {source:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_turns_unreplicated_writes_into_unknown_outcomes() {
+    let group = SentinelGroup::builder("ack")
+        .replication_proxy(true)
+        .start()
+        .await
+        .expect("start the group");
+    let conn = connect(&group).await;
+    let ack = ReplicaAck::new(2, Duration::from_millis(200)).unwrap();
+    let b = RedisBackend::new(conn.clone()).with_replica_ack(ack);
+    let mut raw = group.server(0).unwrap().connection().await.unwrap();
+
+    // Both replicas connected: granted, renewed, written.
+    let spec = election("{ack}");
+    let granted = bounded("acquire", b.acquire(&acq(&spec, "a")))
+        .await
+        .expect("acknowledged by both replicas");
+    let Some(t1) = acquired_token(&granted) else {
+        panic!("not granted: {granted:?}")
+    };
+    assert_eq!(
+        bounded("renew", b.renew(&renew(&spec, "a"))).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    let fencer = b.election_fencer("{ack}", t1).unwrap();
+    assert!(
+        bounded("write", fencer.set("{ack}:state", "one"))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+
+    // The replication links are cut: each write is applied on the primary but not
+    // acknowledged, so the caller is told "unknown", never "done".
+    group.partition_replication(true).await.unwrap();
+    let started = Instant::now();
+    let e = bounded("renew", b.renew(&renew(&spec, "a")))
+        .await
+        .expect_err("a renewal no replica holds is not a success");
+    assert_eq!(e.effect(), Effect::Unknown);
+    let na = not_acknowledged(&e);
+    assert_eq!((na.wanted, na.acknowledged), (2, 0), "{na}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let other = election("{ack-other}");
+    let e = bounded("acquire", b.acquire(&acq(&other, "b")))
+        .await
+        .expect_err("a grant no replica holds is not a success");
+    not_acknowledged(&e);
+    assert!(
+        exists(&mut raw, "{ack-other}:leader").await,
+        "applied on the primary: the outcome is unknown, not 'not applied'"
+    );
+    let e = bounded("write", fencer.set("{ack}:state", "two"))
+        .await
+        .expect_err("a write no replica holds is not a success");
+    assert!(e.is_outcome_unknown(), "{e:?}");
+    assert_eq!(get(&mut raw, "{ack}:state").await.as_deref(), Some("two"));
+
+    // Without replica acknowledgement the same backend reports success: the check is what
+    // made the difference.
+    let plain = RedisBackend::new(conn.clone());
+    assert!(
+        bounded("renew", plain.renew(&renew(&spec, "a")))
+            .await
+            .is_ok()
+    );
+
+    // Links restored: acknowledged again once the replicas caught up.
+    group.partition_replication(false).await.unwrap();
+    let deadline = Instant::now() + TOPOLOGY;
+    loop {
+        match bounded("renew", b.renew(&renew(&spec, "a"))).await {
+            Ok(RenewOutcome::Renewed) => break,
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => {
+                not_acknowledged(&e);
+                assert!(Instant::now() < deadline, "replicas never caught up");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    // Negative control: more replicas than exist are never acknowledged.
+    let three = RedisBackend::new(conn).with_replica_ack(
+        ReplicaAck::new(3, Duration::from_millis(100)).unwrap(),
+    );
+    let e = bounded("renew", three.renew(&renew(&spec, "a")))
+        .await
+        .expect_err("only two replicas exist");
+    assert_eq!(not_acknowledged(&e).acknowledged, 2);
+}
+
+#[tokio::test]
+async fn a_wrong_service_name_is_refused_at_connect() {
+    let group = SentinelGroup::builder("named")
+        .replicas(1)
+        .start()
+        .await
+        .expect("start the group");
+    let started = Instant::now();
+    let e = bounded(
+        "connect",
+        SentinelConnection::connect(group.sentinel_urls(), "no-such-service"),
+    )
+    .await
+    .expect_err("no such service");
+    assert!(started.elapsed() < CALL);
+    assert!(e.to_string().contains("no-such-service"), "{e}");
+}
