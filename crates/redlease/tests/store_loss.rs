@@ -97,12 +97,16 @@ impl<B: Fencing> Fencing for NoFloor<B> {
     }
 }
 
-/// What the run counted.
+/// What the run counted (read through `Debug`).
 #[derive(Debug, Default)]
+#[allow(dead_code)]
 struct Figures {
     faults: usize,
     terms: usize,
     regressions: usize,
+    /// Terms none of whose writes was applied (a regressed term is fenced out by the
+    /// deposed leader's higher token; a term cut short by a fault may also write nothing).
+    terms_without_writes: usize,
     writes_applied: usize,
     stale_accepted: usize,
     losses_reported: usize,
@@ -290,6 +294,10 @@ fn check(
             .rposition(|t| t.get() == token)
             .unwrap_or(usize::MAX)
     };
+    f.terms_without_writes = elections
+        .iter()
+        .filter(|t| !log.contains(&t.get()))
+        .count();
     let mut newest_written = 0usize;
     for &w in log {
         let r = rank(w);
@@ -322,13 +330,16 @@ enum Setup {
     CounterWithFloors,
     CounterWithoutFloors,
     DefaultWithReplicaAck,
+    CounterWithReplicaAck,
 }
 
 impl Setup {
     fn scheme(self) -> TokenScheme {
         match self {
             Setup::Default | Setup::DefaultWithReplicaAck => TokenScheme::ClockFloored,
-            Setup::CounterWithFloors | Setup::CounterWithoutFloors => TokenScheme::Counter,
+            Setup::CounterWithFloors
+            | Setup::CounterWithoutFloors
+            | Setup::CounterWithReplicaAck => TokenScheme::Counter,
         }
     }
 }
@@ -378,7 +389,7 @@ async fn with_failovers(setup: Setup) -> Figures {
         .expect("connect in time")
         .expect("connect through the sentinels");
         let mut backend = RedisBackend::new(conn).with_token_scheme(setup.scheme());
-        if let Setup::DefaultWithReplicaAck = setup {
+        if let Setup::DefaultWithReplicaAck | Setup::CounterWithReplicaAck = setup {
             backend = backend
                 .with_replica_ack(ReplicaAck::new(2, Duration::from_millis(100)).expect("ack"));
         }
@@ -387,13 +398,19 @@ async fn with_failovers(setup: Setup) -> Figures {
     let group = &group;
     let fault: Fault<'_> = Box::new(move || {
         Box::pin(async move {
+            let started = Instant::now();
             let old = group.primary_index().await.expect("the primary");
             group.failover().await.expect("SENTINEL FAILOVER");
             group
                 .wait_new_primary(old, WAIT)
                 .await
                 .expect("a new primary");
+            let promoted = started.elapsed();
             group.wait_settled(WAIT).await.expect("the group settles");
+            eprintln!(
+                "failover: new primary after {promoted:?}, settled after {:?}",
+                started.elapsed()
+            );
         })
     });
     let f = match setup {
@@ -448,14 +465,26 @@ async fn failovers_keep_tokens_strict_with_replica_acknowledgement() {
     assert_strict(&f);
 }
 
+/// Reported beside the others, not strict: a grant the old primary gave in the window before
+/// its demotion is lost with it, and only its holder saw that token, so another instance's
+/// floor does not cover it and the counter hands it out again. The clock floor is what keeps
+/// failovers strict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failovers_keep_tokens_strict_with_a_plain_counter_and_floors() {
+async fn failovers_with_a_plain_counter_and_floors() {
     let f = with_failovers(Setup::CounterWithFloors).await;
-    assert_strict(&f);
+    assert!(f.terms > f.faults, "{f:?}");
 }
 
-/// Reported beside the others; a graceful failover loses only what reached the old primary
-/// in the window before its demotion, so this may or may not regress in a given run.
+/// Reported beside the others: with `WAIT` a grant no replica holds is an unknown outcome, not
+/// a term, so the plain counter's lost grants are never acted on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_with_a_plain_counter_and_replica_acknowledgement() {
+    let f = with_failovers(Setup::CounterWithReplicaAck).await;
+    assert!(f.terms > f.faults, "{f:?}");
+}
+
+/// Reported beside the others (the behaviour before this work); failovers lose grants in the
+/// window before the old primary's demotion, so it regresses in most runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failovers_with_a_plain_counter_and_no_floors() {
     let f = with_failovers(Setup::CounterWithoutFloors).await;
@@ -472,4 +501,5 @@ fn the_checker_catches_a_regression_and_a_stale_write() {
     let f = check(&elections, &log, 1, &Shared::default(), Instant::now());
     assert_eq!(f.regressions, 1);
     assert_eq!(f.stale_accepted, 1);
+    assert_eq!(f.terms_without_writes, 0);
 }
