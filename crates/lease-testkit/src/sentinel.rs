@@ -128,7 +128,10 @@ impl SentinelGroupBuilder {
             let replica = RedisServer::builder()
                 .mode(ServerMode::Process)
                 .config("repl-diskless-sync-delay", "0")
-                .config("replicaof", format!("{} {}", upstream.ip(), upstream.port()))
+                .config(
+                    "replicaof",
+                    format!("{} {}", upstream.ip(), upstream.port()),
+                )
                 .start()
                 .await?;
             servers.push(replica);
@@ -407,19 +410,26 @@ impl SentinelGroup {
     /// The first word of server `i`'s `ROLE` reply (`master` or `slave`).
     pub async fn role(&self, i: usize) -> Result<String> {
         let server = self.server(i)?;
-        let reply = resp::probe(server.addr(), &ProbeAuth::default(), &["ROLE"], PROBE_TIMEOUT)
-            .await
-            .map_err(|e| Error::NotReady {
-                what: format!("ROLE of server {i}"),
-                waited: PROBE_TIMEOUT,
-                last_error: e,
-            })?;
+        let reply = resp::probe(
+            server.addr(),
+            &ProbeAuth::default(),
+            &["ROLE"],
+            PROBE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| Error::NotReady {
+            what: format!("ROLE of server {i}"),
+            waited: PROBE_TIMEOUT,
+            last_error: e,
+        })?;
         match reply {
             Reply::Array(Some(items)) => items
                 .first()
                 .and_then(Reply::text)
                 .ok_or_else(|| Error::InvalidState(format!("unexpected ROLE reply {items:?}"))),
-            other => Err(Error::InvalidState(format!("unexpected ROLE reply {other:?}"))),
+            other => Err(Error::InvalidState(format!(
+                "unexpected ROLE reply {other:?}"
+            ))),
         }
     }
 
@@ -473,8 +483,7 @@ impl SentinelGroup {
                 .await?;
                 return Ok(false);
             }
-            if field("master_port") != p.port().to_string() || field("master_link_status") != "up"
-            {
+            if field("master_port") != p.port().to_string() || field("master_link_status") != "up" {
                 return Ok(false);
             }
         }
@@ -482,9 +491,7 @@ impl SentinelGroup {
             .servers
             .iter()
             .enumerate()
-            .filter(|(i, s)| {
-                *i != primary && s.state() == crate::redis::ServerState::Running
-            })
+            .filter(|(i, s)| *i != primary && s.state() == crate::redis::ServerState::Running)
             .count();
         // Sentinels refresh a primary's replica list every 10 s; one good replica known to
         // each of them is what the next failover needs.

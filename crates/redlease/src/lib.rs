@@ -122,13 +122,13 @@ pub mod memory {
 /// The Redis backend: the lease backend, the fencer, slot checks and error mapping.
 #[cfg(feature = "redis")]
 pub mod redis {
+    #[cfg(feature = "sentinel")]
+    pub use lease_redis::SentinelConnection;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
         DEFAULT_FENCE_TIMEOUT, FencedWrite, NotAcknowledged, RedisBackend, RedisFencer,
         RedisLeaseError, ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
     };
-    #[cfg(feature = "sentinel")]
-    pub use lease_redis::SentinelConnection;
 
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;

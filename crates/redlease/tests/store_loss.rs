@@ -143,7 +143,13 @@ where
                 let terms = terms.clone();
                 async move {
                     let token = term.token();
-                    shared.elections.lock().unwrap().push(token);
+                    // The term's rank: its place in the order of elections. Each write
+                    // carries it, so two terms that got the same token stay distinct.
+                    let rank = {
+                        let mut elections = shared.elections.lock().unwrap();
+                        elections.push(token);
+                        elections.len() - 1
+                    };
                     terms.send_modify(|n| *n += 1);
                     let fencer = RedisFencer::new(resource, MARK, token);
                     let ended = term.cancellation_token();
@@ -157,7 +163,7 @@ where
                                 fencer.eval(
                                     "redis.call('RPUSH', KEYS[2], ARGV[2])",
                                     [LOG],
-                                    [token.to_string()],
+                                    [format!("{token}:{rank}")],
                                 ),
                             )
                             .await;
@@ -253,7 +259,7 @@ where
     }
 
     let mut conn = resource;
-    let log: Vec<u64> = redis::cmd("LRANGE")
+    let log: Vec<String> = redis::cmd("LRANGE")
         .arg(LOG)
         .arg(0)
         .arg(-1)
@@ -261,12 +267,22 @@ where
         .await
         .expect("read the log");
     let elections = shared.elections.lock().unwrap().clone();
+    let log: Vec<usize> = log
+        .iter()
+        .map(|w| {
+            w.split_once(':')
+                .and_then(|(_, rank)| rank.parse().ok())
+                .unwrap_or_else(|| panic!("a log entry without a rank: {w:?}"))
+        })
+        .collect();
     check(&elections, &log, faults, &shared, started)
 }
 
+/// Checks the elections (tokens in election order) against the log (the rank of each applied
+/// write's term, in the order the resource applied them).
 fn check(
     elections: &[Token],
-    log: &[u64],
+    log: &[usize],
     faults: usize,
     shared: &Shared,
     started: Instant,
@@ -286,25 +302,16 @@ fn check(
         }
         highest = highest.max(t.get());
     }
-    // A term's rank: the index of its (last) election. A write applied after a write of a
-    // later-elected term is stale.
-    let rank = |token: u64| {
-        elections
-            .iter()
-            .rposition(|t| t.get() == token)
-            .unwrap_or(usize::MAX)
-    };
-    f.terms_without_writes = elections
-        .iter()
-        .filter(|t| !log.contains(&t.get()))
+    f.terms_without_writes = (0..elections.len())
+        .filter(|rank| !log.contains(rank))
         .count();
+    // A write applied after a write of a later-elected term is stale.
     let mut newest_written = 0usize;
-    for &w in log {
-        let r = rank(w);
-        if r < newest_written {
+    for &rank in log {
+        if rank < newest_written {
             f.stale_accepted += 1;
         }
-        newest_written = newest_written.max(r);
+        newest_written = newest_written.max(rank);
     }
     f
 }
@@ -435,14 +442,20 @@ fn assert_strict(f: &Figures) {
 async fn restarts_keep_tokens_strict_with_the_default_scheme() {
     let f = with_restarts(Setup::Default).await;
     assert_strict(&f);
-    assert!(f.losses_reported >= f.faults, "every loss is reported: {f:?}");
+    assert!(
+        f.losses_reported >= f.faults,
+        "every loss is reported: {f:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_keep_tokens_strict_with_a_plain_counter_and_floors() {
     let f = with_restarts(Setup::CounterWithFloors).await;
     assert_strict(&f);
-    assert!(f.losses_reported >= f.faults, "every loss is reported: {f:?}");
+    assert!(
+        f.losses_reported >= f.faults,
+        "every loss is reported: {f:?}"
+    );
 }
 
 /// The negative control: the plain counter without floors (before this work) must be caught
@@ -450,7 +463,10 @@ async fn restarts_keep_tokens_strict_with_a_plain_counter_and_floors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_with_a_plain_counter_and_no_floors_are_caught() {
     let f = with_restarts(Setup::CounterWithoutFloors).await;
-    assert!(f.regressions > 0, "the checker must catch regressions: {f:?}");
+    assert!(
+        f.regressions > 0,
+        "the checker must catch regressions: {f:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -495,11 +511,13 @@ async fn failovers_with_a_plain_counter_and_no_floors() {
 #[test]
 fn the_checker_catches_a_regression_and_a_stale_write() {
     let t = |n| Token::new(n).unwrap();
-    let elections = [t(5), t(6), t(4)];
-    // 6 writes, then 4 (the regressed third term), then 6 again: the last is stale.
-    let log = [5, 6, 4, 6];
+    // The third term got the second's token again; the fourth a lower one.
+    let elections = [t(5), t(6), t(6), t(4)];
+    // Term 0 writes, term 2 writes, then term 1 (same token as term 2: the resource cannot
+    // tell them apart) writes again: stale. Term 3 never writes (fenced out).
+    let log = [0, 1, 2, 1];
     let f = check(&elections, &log, 1, &Shared::default(), Instant::now());
-    assert_eq!(f.regressions, 1);
+    assert_eq!(f.regressions, 2);
     assert_eq!(f.stale_accepted, 1);
-    assert_eq!(f.terms_without_writes, 0);
+    assert_eq!(f.terms_without_writes, 1);
 }
