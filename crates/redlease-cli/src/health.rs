@@ -727,7 +727,10 @@ mod tests {
         );
         assert_eq!(head("GET http://host HTTP/1.1\r\n\r\n"), Ok(get("/")));
         // Bare LF line ends.
-        assert_eq!(head("GET /healthz HTTP/1.1\nHost: x\n\n"), Ok(get("/healthz")));
+        assert_eq!(
+            head("GET /healthz HTTP/1.1\nHost: x\n\n"),
+            Ok(get("/healthz"))
+        );
         assert_eq!(
             head("DELETE /leader HTTP/1.1\r\n\r\n").map(|h| h.method),
             Ok("DELETE".to_owned())
@@ -769,7 +772,10 @@ mod tests {
             head("GET /healthz HTTP/0.9\r\n\r\n"),
             Err(HeadError::Version)
         );
-        let huge = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        let huge = format!(
+            "GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD)
+        );
         assert_eq!(head(&huge), Err(HeadError::TooLarge));
     }
 
@@ -825,7 +831,14 @@ mod tests {
             "127.0.0.1:9100".parse::<SocketAddr>().unwrap()
         );
         assert_eq!(parse_addr("[::1]:0").unwrap().port(), 0);
-        for bad in ["", "9100", ":9100", "localhost:9100", "127.0.0.1", "1.2.3.4:99999"] {
+        for bad in [
+            "",
+            "9100",
+            ":9100",
+            "localhost:9100",
+            "127.0.0.1",
+            "1.2.3.4:99999",
+        ] {
             let e = parse_addr(bad).err().unwrap();
             assert_eq!(e.code, exit::INVALID, "{bad}");
             assert!(e.message.contains("--health-addr"), "{}", e.message);

@@ -162,8 +162,7 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
     fn is_name(s: &str, colon: bool) -> bool {
         let mut chars = s.chars();
         let ok_first = |c: char| c.is_ascii_alphabetic() || c == '_' || (colon && c == ':');
-        chars.next().is_some_and(ok_first)
-            && chars.all(|c| ok_first(c) || c.is_ascii_digit())
+        chars.next().is_some_and(ok_first) && chars.all(|c| ok_first(c) || c.is_ascii_digit())
     }
     fn value(s: &str) -> Option<f64> {
         match s {
@@ -187,8 +186,7 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
                     assert_eq!(words.len(), 3, "TYPE line: {line:?}");
                     assert!(is_name(words[1], true), "TYPE name: {line:?}");
                     assert!(
-                        ["counter", "gauge", "histogram", "summary", "untyped"]
-                            .contains(&words[2]),
+                        ["counter", "gauge", "histogram", "summary", "untyped"].contains(&words[2]),
                         "TYPE kind: {line:?}"
                     );
                     let previous = types.insert(words[1].to_owned(), words[2].to_owned());
@@ -639,8 +637,7 @@ async fn bad_or_busy_addresses_are_refused() {
         let taken = busy.local_addr().unwrap().to_string();
         let out = output({
             let mut c = redlease(nowhere, d);
-            c.args(target)
-                .args(["--health-addr", &taken, "--", "true"]);
+            c.args(target).args(["--health-addr", &taken, "--", "true"]);
             c
         })
         .await;
