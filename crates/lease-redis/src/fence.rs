@@ -539,6 +539,16 @@ fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseError>) {
     .increment(1);
 }
 
+/// Describes `redlease_fenced_writes_total` (help text) to the installed recorder; call it
+/// once after installing one (feature `metrics`).
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "redlease_fenced_writes_total",
+        "Redis fenced writes, by outcome (applied, stale, not_applied, unknown)"
+    );
+}
+
 /// The `fence` label of a mark key: its hash tag when it starts with one, else the text
 /// before its first `:`.
 #[cfg(feature = "metrics")]

@@ -75,6 +75,8 @@ mod topology;
 
 pub use backend::RedisBackend;
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
+#[cfg(feature = "metrics")]
+pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
 pub use replica::{NotAcknowledged, ReplicaAck};
 pub use scripts::BODY_CACHE_CAPACITY;

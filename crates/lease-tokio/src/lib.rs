@@ -32,6 +32,8 @@ pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInf
 pub use ids::{default_instance_id, random_token};
 pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
 pub use observer::{LockObserver, NoopObserver, Observer};
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 pub use watch::LeaderWatch;
 
 pub use lease_core;

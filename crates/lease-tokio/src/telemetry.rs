@@ -36,6 +36,60 @@ pub(crate) fn lock_label(key: &str) -> String {
     key.split(':').next().unwrap_or(key).to_owned()
 }
 
+/// Describes the election and lock metrics (unit and help text) to the installed recorder;
+/// call it once after installing one. Without it the metrics still work, only undescribed
+/// (no `# HELP` lines in a Prometheus exposition).
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(
+        "redlease_election_is_leader",
+        "1 while this instance leads the election, 0 otherwise"
+    );
+    describe_gauge!(
+        "redlease_election_token",
+        "the fencing token of this instance's current or last term"
+    );
+    describe_counter!(
+        "redlease_elections_won_total",
+        "terms this instance has won"
+    );
+    describe_counter!(
+        "redlease_election_stepdowns_total",
+        "terms this instance has ended, by reason"
+    );
+    describe_histogram!(
+        "redlease_election_renew_seconds",
+        Unit::Seconds,
+        "round trip of each successful renewal"
+    );
+    describe_counter!(
+        "redlease_election_renew_failures_total",
+        "renewals that failed (errors and timeouts)"
+    );
+    describe_counter!(
+        "redlease_election_store_lost_total",
+        "discoveries that the store lost its fence state, by kind"
+    );
+    describe_histogram!(
+        "redlease_lock_obtain_seconds",
+        Unit::Seconds,
+        "obtain calls that got the lock, waiting included"
+    );
+    describe_counter!(
+        "redlease_lock_not_obtained_total",
+        "obtain calls that gave up without the lock"
+    );
+    describe_counter!(
+        "redlease_lock_lost_total",
+        "held locks lost before release, by reason"
+    );
+    describe_counter!(
+        "redlease_lock_refresh_failures_total",
+        "failed refreshes and auto-renewals"
+    );
+}
+
 /// A run started: the is-leader gauge exists (at 0) before a first term, so a follower
 /// reports 0 rather than nothing.
 pub(crate) fn contending(election: &str) {

@@ -122,6 +122,7 @@ fn install_recorder() -> Result<PrometheusHandle, Failure> {
         .build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| software(&e))?;
+    redlease::describe_metrics();
     Ok(handle)
 }
 

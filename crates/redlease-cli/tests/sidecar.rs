@@ -414,6 +414,10 @@ async fn leader_role_flips_on_failover_and_metrics_parse() {
         text.contains("# TYPE redlease_election_is_leader gauge"),
         "{text}"
     );
+    assert!(
+        text.contains("# HELP redlease_election_is_leader "),
+        "metrics are described: {text}"
+    );
 
     // HEAD, unknown paths, other methods.
     let head = http(&addr_b, "HEAD", "/metrics").await;

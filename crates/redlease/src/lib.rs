@@ -81,6 +81,21 @@ pub use lease_core::{BackendError, ConfigError, Effect, LeaseBackend, Ttl};
 pub use lease_core::preflight::{StoreReport, StoreRisk};
 pub use lease_tokio::CancellationToken;
 
+/// Describes every redlease metric (unit and help text) to the installed `metrics` recorder;
+/// call it once, after installing your recorder (feature `metrics`). Without it the metrics
+/// are recorded all the same, only without descriptions.
+///
+/// ```
+/// // After e.g. `metrics::set_global_recorder(..)`:
+/// redlease::describe_metrics();
+/// ```
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    lease_tokio::describe_metrics();
+    #[cfg(feature = "redis")]
+    lease_redis::describe_metrics();
+}
+
 /// The sans-IO core, for adapter authors and simulations: the backend contract and the
 /// machines the driver runs (the same items as the `lease-core` crate's, listed by name).
 pub mod core {
