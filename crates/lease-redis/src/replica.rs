@@ -38,7 +38,7 @@ impl ReplicaAck {
                 "replica acknowledgement needs at least one replica".into(),
             ));
         }
-        if timeout < Duration::from_millis(1) || timeout.subsec_nanos() % 1_000_000 != 0 {
+        if timeout < Duration::from_millis(1) || !timeout.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(ConfigError::Invalid(format!(
                 "replica acknowledgement timeout {timeout:?} must be a positive whole number of milliseconds"
             )));
@@ -124,6 +124,9 @@ mod tests {
         assert!(ReplicaAck::new(1, Duration::ZERO).is_err());
         assert!(ReplicaAck::new(1, Duration::from_micros(1500)).is_err());
         let ack = ReplicaAck::new(2, Duration::from_millis(250)).unwrap();
-        assert_eq!((ack.replicas(), ack.timeout()), (2, Duration::from_millis(250)));
+        assert_eq!(
+            (ack.replicas(), ack.timeout()),
+            (2, Duration::from_millis(250))
+        );
     }
 }
