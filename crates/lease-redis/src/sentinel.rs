@@ -87,10 +87,7 @@ impl fmt::Debug for SentinelConnection {
         let current = self.shared.current.lock().ok();
         f.debug_struct("SentinelConnection")
             .field("service", &self.shared.service)
-            .field(
-                "primary",
-                &current.as_ref().and_then(|c| c.address.clone()),
-            )
+            .field("primary", &current.as_ref().and_then(|c| c.address.clone()))
             .finish_non_exhaustive()
     }
 }
@@ -110,7 +107,8 @@ impl SentinelConnection {
         for s in sentinels {
             addrs.push(s.into_connection_info()?.addr().clone());
         }
-        let client = SentinelClientBuilder::new(addrs, service, SentinelServerType::Master)?.build()?;
+        let client =
+            SentinelClientBuilder::new(addrs, service, SentinelServerType::Master)?.build()?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(None);
@@ -307,10 +305,7 @@ impl<'a> Abandoned<'a> {
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let cause = RedisError::from((
-                ErrorKind::Io,
-                "a call was abandoned before its reply",
-            ));
+            let cause = RedisError::from((ErrorKind::Io, "a call was abandoned before its reply"));
             self.shared.forget(self.generation, &cause);
         }
     }

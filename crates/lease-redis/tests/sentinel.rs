@@ -13,9 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lease_core::{
-    AcquireOutcome, BackendError, Effect, LeaseBackend, RenewOutcome, Token,
-};
+use lease_core::{AcquireOutcome, BackendError, Effect, LeaseBackend, RenewOutcome, Token};
 use lease_redis::{NotAcknowledged, RedisBackend, ReplicaAck, SentinelConnection};
 use lease_testkit::sentinel::SentinelGroup;
 
@@ -68,7 +66,9 @@ async fn connect(group: &SentinelGroup) -> SentinelConnection {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_a_forced_failover_and_tokens_keep_rising() {
-    let group = SentinelGroup::start("forced").await.expect("start the group");
+    let group = SentinelGroup::start("forced")
+        .await
+        .expect("start the group");
     let conn = connect(&group).await;
     let first = group.primary_index().await.unwrap();
     assert_eq!(
@@ -90,7 +90,10 @@ async fn follows_a_forced_failover_and_tokens_keep_rising() {
     // (not applied) and the next one follows the sentinels.
     assert_eq!(group.wait_settled(TOPOLOGY).await.unwrap(), second);
     let (t2, _) = acquire_until_granted(&b, &spec, "a").await;
-    assert!(t2 > t1, "tokens keep rising across the failover: {t2} after {t1}");
+    assert!(
+        t2 > t1,
+        "tokens keep rising across the failover: {t2} after {t1}"
+    );
     assert_eq!(
         conn.primary_address(),
         Some(group.server(second).unwrap().addr().to_string()),
@@ -101,7 +104,9 @@ async fn follows_a_forced_failover_and_tokens_keep_rising() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_a_killed_primary_and_a_paused_one() {
-    let group = SentinelGroup::start("killed").await.expect("start the group");
+    let group = SentinelGroup::start("killed")
+        .await
+        .expect("start the group");
     let conn = connect(&group).await;
     let b = RedisBackend::new(conn.clone());
     let spec = election("{sentinel-killed}");
@@ -125,12 +130,12 @@ async fn follows_a_killed_primary_and_a_paused_one() {
     // SIGSTOP: calls to the paused primary get no reply; the caller's timeout abandons them,
     // which drops the connection, and later calls reach the primary promoted meanwhile.
     group.server(second).unwrap().pause().await.unwrap();
-    let abandoned = tokio::time::timeout(
-        Duration::from_millis(300),
-        b.acquire(&acq(&spec, "c")),
-    )
-    .await;
-    assert!(abandoned.is_err(), "a paused primary cannot answer: {abandoned:?}");
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(300), b.acquire(&acq(&spec, "c"))).await;
+    assert!(
+        abandoned.is_err(),
+        "a paused primary cannot answer: {abandoned:?}"
+    );
     let third = group
         .wait_new_primary(second, TOPOLOGY)
         .await
@@ -236,9 +241,8 @@ async fn replica_ack_turns_unreplicated_writes_into_unknown_outcomes() {
     }
 
     // Negative control: more replicas than exist are never acknowledged.
-    let three = RedisBackend::new(conn).with_replica_ack(
-        ReplicaAck::new(3, Duration::from_millis(100)).unwrap(),
-    );
+    let three = RedisBackend::new(conn)
+        .with_replica_ack(ReplicaAck::new(3, Duration::from_millis(100)).unwrap());
     let e = bounded("renew", three.renew(&renew(&spec, "a")))
         .await
         .expect_err("only two replicas exist");

@@ -124,7 +124,10 @@ impl SentinelGroupBuilder {
         for _ in 0..self.replicas {
             let replica = RedisServer::builder()
                 .mode(ServerMode::Process)
-                .config("replicaof", format!("{} {}", upstream.ip(), upstream.port()))
+                .config(
+                    "replicaof",
+                    format!("{} {}", upstream.ip(), upstream.port()),
+                )
                 .start()
                 .await?;
             servers.push(replica);
@@ -403,19 +406,26 @@ impl SentinelGroup {
     /// The first word of server `i`'s `ROLE` reply (`master` or `slave`).
     pub async fn role(&self, i: usize) -> Result<String> {
         let server = self.server(i)?;
-        let reply = resp::probe(server.addr(), &ProbeAuth::default(), &["ROLE"], PROBE_TIMEOUT)
-            .await
-            .map_err(|e| Error::NotReady {
-                what: format!("ROLE of server {i}"),
-                waited: PROBE_TIMEOUT,
-                last_error: e,
-            })?;
+        let reply = resp::probe(
+            server.addr(),
+            &ProbeAuth::default(),
+            &["ROLE"],
+            PROBE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| Error::NotReady {
+            what: format!("ROLE of server {i}"),
+            waited: PROBE_TIMEOUT,
+            last_error: e,
+        })?;
         match reply {
             Reply::Array(Some(items)) => items
                 .first()
                 .and_then(Reply::text)
                 .ok_or_else(|| Error::InvalidState(format!("unexpected ROLE reply {items:?}"))),
-            other => Err(Error::InvalidState(format!("unexpected ROLE reply {other:?}"))),
+            other => Err(Error::InvalidState(format!(
+                "unexpected ROLE reply {other:?}"
+            ))),
         }
     }
 
@@ -469,8 +479,7 @@ impl SentinelGroup {
                 .await?;
                 return Ok(false);
             }
-            if field("master_port") != p.port().to_string() || field("master_link_status") != "up"
-            {
+            if field("master_port") != p.port().to_string() || field("master_link_status") != "up" {
                 return Ok(false);
             }
         }
@@ -478,9 +487,7 @@ impl SentinelGroup {
             .servers
             .iter()
             .enumerate()
-            .filter(|(i, s)| {
-                *i != primary && s.state() == crate::redis::ServerState::Running
-            })
+            .filter(|(i, s)| *i != primary && s.state() == crate::redis::ServerState::Running)
             .count();
         for s in &self.sentinels {
             let good = self.good_replicas(s.addr()).await?;
