@@ -53,7 +53,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         ));
     }
 
-    let connection = conn::connect_managed(&ctx.redis_url).await?;
+    let connection = conn::connect_managed(ctx).await?;
     let locker = Locker::new(RedisBackend::new(connection));
     progress.event(
         "obtaining",

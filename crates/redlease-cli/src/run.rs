@@ -55,7 +55,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
 
-    let connection = conn::connect_managed(&ctx.redis_url).await?;
+    let connection = conn::connect_managed(ctx).await?;
     let backend = RedisBackend::new(connection);
     let elector = Elector::builder(backend, config)
         .observer(ProgressObserver::new(Arc::clone(&progress)))
