@@ -109,15 +109,21 @@ fn rcgen_error(e: rcgen::Error) -> Error {
 }
 
 impl TestPki {
-    /// A new CA ("redlease test CA", valid 2020-2099) with its certificate written to
+    /// A new CA ("redlease test CA <pid>-<n>", a name of its own; valid 2020-2099) with its certificate written to
     /// [`ca_file`](Self::ca_file).
     pub fn new() -> Result<Self> {
         let dir = Arc::new(TempDir::new("pki")?);
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "redlease test CA");
+        // A name of its own: TLS stacks look an issuer up by name, so two test CAs with one
+        // name would look like one CA with a bad signature, not an unknown CA.
+        static CAS: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "redlease test CA {}-{}",
+            std::process::id(),
+            CAS.fetch_add(1, Ordering::Relaxed)
+        );
+        params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
