@@ -161,6 +161,7 @@ impl From<ConnectError> for BackendError {
 /// | `InvalidCertificate(NotValidForName..)` | [`TlsFailure::NameMismatch`] |
 /// | alert `CertificateRequired`, `BadCertificate`, `CertificateUnknown`, `HandshakeFailure` after a certificate request | [`TlsFailure::ClientCertificateRefused`] |
 /// | `InvalidMessage(InvalidContentType)`, `InvalidMessage(..)`, `InappropriateMessage` before the handshake ends | [`TlsFailure::NotTls`] |
+/// | (a handshake that timed out on a port that answers a plain `PING`: see `is_plain_redis`) | [`TlsFailure::NotTls`] |
 /// | any other rustls error | [`TlsFailure::Handshake`] |
 ///
 /// [`TlsFailure::PlainTcpToTlsPort`] cannot be seen in an error alone (a plain client sees
@@ -260,14 +261,49 @@ async fn managed(
         // unreachable server or a TLS failure is reported at once; later reconnects happen on
         // the next call, which the driver retries within the lease's bounds anyway.
         .set_number_of_retries(1);
+    #[cfg(feature = "tls")]
+    let addr = client.get_connection_info().addr().clone();
     match ConnectionManager::new_with_config(client, config).await {
         Ok(manager) => Ok(RedisBackend::new(manager)),
         Err(e) => {
+            #[cfg(feature = "tls")]
+            if tls && e.is_timeout() && is_plain_redis(&addr).await {
+                return Err(ConnectError::Tls {
+                    failure: TlsFailure::NotTls,
+                    source: e,
+                });
+            }
             let e = connect_failure(e, tls);
             tracing::debug!(error = %e, "connecting to Redis failed");
             Err(e)
         }
     }
+}
+
+/// Whether the `rediss://` address `addr` answers plain RESP: a TLS handshake with a plain
+/// Redis port does not fail, it times out (Redis waits for the end of an "inline command" that
+/// never comes), so after a timed-out handshake [`connect_tls`] asks the port a plain `PING`
+/// (bounded by 500 ms). `true` when the answer starts like a RESP reply (`+PONG`, or an error
+/// such as `-NOAUTH`).
+#[cfg(feature = "tls")]
+pub async fn is_plain_redis(addr: &redis::ConnectionAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = addr else {
+        return false;
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 1];
+        let n = stream.read(&mut reply).await.ok()?;
+        Some(n == 1 && matches!(reply[0], b'+' | b'-'))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), probe).await,
+        Ok(Some(true))
+    )
 }
 
 /// A plain connection that a TLS port met: Redis's TLS port reads the plain request as a

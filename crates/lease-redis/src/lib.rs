@@ -84,7 +84,7 @@ pub use connect::{
     CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
 };
 #[cfg(feature = "tls")]
-pub use connect::{connect_tls, tls_client};
+pub use connect::{connect_tls, is_plain_redis, tls_client};
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
 pub use replica::{NotAcknowledged, ReplicaAck};

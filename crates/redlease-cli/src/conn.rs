@@ -8,7 +8,7 @@ use redlease::redis::client::RedisError;
 use redlease::redis::client::aio::{
     ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
-use redlease::redis::{ConnectError, TlsConfigError, connect_failure};
+use redlease::redis::{ConnectError, TlsConfigError, TlsFailure, connect_failure, is_plain_redis};
 
 use crate::Ctx;
 use crate::exit::{Failure, INVALID, UNAVAILABLE};
@@ -77,17 +77,30 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure>
         // Every round trip is bounded by the library (or by OP_TIMEOUT here).
         .set_response_timeout(None);
     let attempt = client.get_multiplexed_async_connection_with_config(&config);
-    let mut conn =
-        match tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(250), attempt).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(connect_error(url, &format!("cannot connect to {url}"), e)),
-            Err(_) => {
-                return Err(Failure::new(
-                    UNAVAILABLE,
-                    format!("cannot connect to {url}: timed out after {CONNECT_TIMEOUT:?}"),
-                ));
-            }
-        };
+    let outcome = tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(250), attempt).await;
+    let timed_out = match &outcome {
+        Ok(Err(e)) => e.is_timeout(),
+        Err(_) => true,
+        Ok(Ok(_)) => false,
+    };
+    // A TLS handshake with a plain Redis port times out: say so when the port answers a plain
+    // PING.
+    if timed_out && is_tls(url) && is_plain_redis(client.get_connection_info().addr()).await {
+        return Err(Failure::new(
+            UNAVAILABLE,
+            format!("cannot connect to {url}: TLS: {}", TlsFailure::NotTls),
+        ));
+    }
+    let mut conn = match outcome {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(connect_error(url, &format!("cannot connect to {url}"), e)),
+        Err(_) => {
+            return Err(Failure::new(
+                UNAVAILABLE,
+                format!("cannot connect to {url}: timed out after {CONNECT_TIMEOUT:?}"),
+            ));
+        }
+    };
     let ping_cmd = redlease::redis::client::cmd("PING");
     let ping = ping_cmd.query_async::<String>(&mut conn);
     match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {

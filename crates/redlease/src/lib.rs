@@ -135,7 +135,7 @@ pub mod redis {
     #[cfg(feature = "tls")]
     pub use lease_redis::{
         CONNECT_TIMEOUT, ConnectError, TlsConfig, TlsConfigError, TlsFailure, connect_failure,
-        tls_client, tls_failure,
+        is_plain_redis, tls_client, tls_failure,
     };
     #[cfg(not(feature = "tls"))]
     pub use lease_redis::{
