@@ -109,8 +109,8 @@ fn rcgen_error(e: rcgen::Error) -> Error {
 }
 
 impl TestPki {
-    /// A new CA ("redlease test CA <pid>-<n>", a name of its own; valid 2020-2099) with its certificate written to
-    /// [`ca_file`](Self::ca_file).
+    /// A new CA (`redlease test CA <pid>-<n>`, a name of its own; valid 2020-2099) with its
+    /// certificate written to [`ca_file`](Self::ca_file).
     pub fn new() -> Result<Self> {
         let dir = Arc::new(TempDir::new("pki")?);
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
