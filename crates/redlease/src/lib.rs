@@ -147,7 +147,7 @@ pub mod redis {
 
     /// Connects to the Redis at `url` with a reconnecting [`client::aio::ConnectionManager`]
     /// and wraps it in a standalone [`RedisBackend`]. `rediss://` needs feature `tls` (and
-    /// trusts the system's roots; [`connect_tls`] takes a CA and a client certificate).
+    /// trusts the system's roots; `connect_tls` takes a CA and a client certificate).
     ///
     /// **Timeout policy** (the same for this function, the CLI and Redlock nodes): connecting
     /// is bounded by 1 s (retried once); the connection has **no response timeout** (redis-rs's default of
