@@ -1,4 +1,4 @@
-//! Connecting to Redis, and what a failed connection means: [`connect`], [`connect_tls`]
+//! Connecting to Redis, and what a failed connection means: [`connect`], `connect_tls`
 //! (feature `tls`), [`ConnectError`], and the classification of TLS failures
 //! ([`TlsFailure`], [`tls_failure`], [`connect_failure`]).
 //!
