@@ -173,12 +173,35 @@ impl SentinelConnection {
         Ok(pinned)
     }
 
-    fn after<T>(&mut self, generation: u64, result: &RedisResult<T>) {
-        if let Err(e) = result
-            && primary_lost(e)
-        {
+    fn after(&mut self, generation: u64, result: &RedisResult<Value>) {
+        let lost = match result {
+            Err(e) => primary_lost(e),
+            // A server's error reply arrives as a value; it becomes an `Err` only when the
+            // caller converts it.
+            Ok(Value::ServerError(e)) => e.kind().is_some_and(demoted),
+            Ok(_) => false,
+        };
+        if lost {
             self.pinned = None;
-            self.shared.forget(generation, e);
+            let cause = match result {
+                Err(e) => e.clone(),
+                Ok(v) => RedisError::from((ErrorKind::Client, "primary lost", format!("{v:?}"))),
+            };
+            self.shared.forget(generation, &cause);
+        }
+    }
+
+    fn after_all(&mut self, generation: u64, result: &RedisResult<Vec<Value>>) {
+        match result {
+            Err(e) => self.after(generation, &Err(e.clone())),
+            Ok(values) => {
+                if let Some(v) = values
+                    .iter()
+                    .find(|v| matches!(v, Value::ServerError(e) if e.kind().is_some_and(demoted)))
+                {
+                    self.after(generation, &Ok(v.clone()));
+                }
+            }
         }
     }
 }
@@ -268,14 +291,15 @@ fn primary_lost(e: &RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_unrecoverable_error()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading
-            )
-        )
+        || matches!(e.kind(), ErrorKind::Server(kind) if demoted(kind))
+}
+
+/// Whether a server's error says it is no longer (or not yet) a usable primary.
+fn demoted(kind: ServerErrorKind) -> bool {
+    matches!(
+        kind,
+        ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading
+    )
 }
 
 /// Drops the connection of a call abandoned before its reply (the caller's timeout fired):
@@ -334,7 +358,7 @@ impl ConnectionLike for SentinelConnection {
             let guard = Abandoned::new(&self.shared, generation);
             let result = conn.req_packed_commands(pipeline, offset, count).await;
             guard.disarm();
-            self.after(generation, &result);
+            self.after_all(generation, &result);
             result
         })
     }

@@ -37,6 +37,7 @@ async fn acquire_until_granted(
 ) -> (Token, usize) {
     let deadline = Instant::now() + TOPOLOGY;
     let mut failures = 0;
+    let mut last = String::new();
     loop {
         match tokio::time::timeout(CALL, b.acquire(&acq(spec, who))).await {
             Ok(Ok(AcquireOutcome::Acquired { token: Some(t), .. })) => return (t, failures),
@@ -44,12 +45,20 @@ async fn acquire_until_granted(
             Ok(Err(e)) => {
                 assert!(e.is_transient(), "a failover error must be transient: {e}");
                 failures += 1;
+                let now = format!("{e:?}");
+                if now != last {
+                    eprintln!("acquire failed: {now}");
+                    last = now;
+                }
             }
-            Err(_) => failures += 1,
+            Err(_) => {
+                failures += 1;
+                last = "no answer within the call bound".to_owned();
+            }
         }
         assert!(
             Instant::now() < deadline,
-            "no grant within {TOPOLOGY:?} ({failures} failures)"
+            "no grant within {TOPOLOGY:?} ({failures} failures; last: {last})"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -89,6 +98,12 @@ async fn follows_a_forced_failover_and_tokens_keep_rising() {
     // acknowledgement guards against). Once it is a replica, the first call meets READONLY
     // (not applied) and the next one follows the sentinels.
     assert_eq!(group.wait_settled(TOPOLOGY).await.unwrap(), second);
+    // The demoted primary answers READONLY: refused, provably not applied, and transient.
+    let first_call = bounded("acquire", b.acquire(&acq(&spec, "a"))).await;
+    if let Err(e) = &first_call {
+        assert_eq!(e.effect(), Effect::NotApplied, "{e}");
+        assert!(e.is_transient(), "{e}");
+    }
     let (t2, _) = acquire_until_granted(&b, &spec, "a").await;
     assert!(
         t2 > t1,

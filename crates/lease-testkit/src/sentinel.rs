@@ -110,8 +110,11 @@ impl SentinelGroupBuilder {
             &[],
             "install Redis (Debian/Ubuntu: `apt-get install redis-server`, or run scripts/install-deps.sh)",
         )?;
+        // Redis 7 delays a diskless full sync by 5 s to wait for more replicas; every server
+        // may become a primary that syncs a demoted one, so none waits.
         let primary = RedisServer::builder()
             .mode(ServerMode::Process)
+            .config("repl-diskless-sync-delay", "0")
             .start()
             .await?;
         let proxy = if self.replication_proxy {
@@ -124,6 +127,7 @@ impl SentinelGroupBuilder {
         for _ in 0..self.replicas {
             let replica = RedisServer::builder()
                 .mode(ServerMode::Process)
+                .config("repl-diskless-sync-delay", "0")
                 .config(
                     "replicaof",
                     format!("{} {}", upstream.ip(), upstream.port()),
@@ -432,8 +436,8 @@ impl SentinelGroup {
     /// Waits until the sentinels agree on a primary that answers as one, every other
     /// running server replicates from it with its link up (a server still a primary is
     /// pointed at it with `REPLICAOF`, as the sentinels would do a few seconds later), and
-    /// every sentinel has seen each replica as such, so the next failover finds a good
-    /// replica. Returns the primary's index.
+    /// every sentinel knows at least one replica in good health, so the next failover finds
+    /// one. Returns the primary's index.
     pub async fn wait_settled(&self, deadline: Duration) -> Result<usize> {
         let started = Instant::now();
         loop {
@@ -489,9 +493,12 @@ impl SentinelGroup {
             .enumerate()
             .filter(|(i, s)| *i != primary && s.state() == crate::redis::ServerState::Running)
             .count();
+        // Sentinels refresh a primary's replica list every 10 s; one good replica known to
+        // each of them is what the next failover needs.
+        let wanted = running.min(1);
         for s in &self.sentinels {
             let good = self.good_replicas(s.addr()).await?;
-            if good < running {
+            if good < wanted {
                 return Ok(false);
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `redlease_election_is_leader` | gauge (1 leading, 0 not) | `election` |
+//! | `redlease_election_is_leader` | gauge (1 leading, 0 not; 0 from the start of a run) | `election` |
 //! | `redlease_election_token` | gauge (the current term's token) | `election` |
 //! | `redlease_elections_won_total` | counter | `election` |
 //! | `redlease_election_stepdowns_total` | counter | `election`, `reason` |
@@ -34,6 +34,13 @@ pub(crate) fn lock_label(key: &str) -> String {
         return key[..=end].to_owned();
     }
     key.split(':').next().unwrap_or(key).to_owned()
+}
+
+/// A run started: the is-leader gauge exists (at 0) before a first term, so a follower
+/// reports 0 rather than nothing.
+pub(crate) fn contending(election: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("redlease_election_is_leader", "election" => election.to_owned()).set(0.0);
 }
 
 pub(crate) fn elected(election: &str, token: Token) {

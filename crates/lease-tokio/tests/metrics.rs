@@ -141,3 +141,37 @@ fn a_lock_records_obtains_misses_failures_and_loss() {
         1
     );
 }
+
+#[test]
+fn the_leader_gauge_is_zero_from_the_start_of_a_run() {
+    let m = recorded(async {
+        let clock = ManualClock::new();
+        let _bridge = bridge(clock.clone());
+        let backend = MemoryBackend::new(clock);
+        // Never elected: every acquire fails.
+        backend.set_unavailable(true);
+        let config = ElectionConfig::builder("idle", "a")
+            .ttl(Duration::from_millis(900))
+            .build()
+            .unwrap();
+        let elector = Elector::new(backend, config);
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let run = elector.hold(shutdown);
+        let stopper = async {
+            tokio::time::sleep(Duration::from_millis(2_000)).await;
+            stop.cancel();
+        };
+        let (result, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(run, stopper)
+        })
+        .await
+        .unwrap();
+        result.unwrap();
+    });
+    assert_eq!(gauge(&m, "redlease_election_is_leader{election=idle}"), 0.0);
+    assert!(
+        !m.contains_key("redlease_elections_won_total{election=idle}"),
+        "never elected"
+    );
+}

@@ -85,8 +85,21 @@ contends again with --keep-running). When CMD exits, the lease is released and r
 with CMD's status (or contends again with --keep-running). On SIGINT/SIGTERM, CMD is stopped
 the same way, the lease released, and redlease exits with 130/143.
 
+With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (an IP
+address and a port; port 0 picks a free one, and the address bound is printed on stderr):
+  GET /healthz  200 \"ok\" while the supervisor is healthy; 503 and the reason when it is
+                shutting down, its election has stopped, or (not leading) Redis has not
+                answered for longer than the TTL
+  GET /leader   JSON: name, instance, role (leader|follower|unknown), is_leader, and as
+                stored in Redis: holder, token, remaining_ttl_ms (error: why Redis did not
+                answer, else null)
+  GET /metrics  Prometheus text: redlease_election_* metrics (is-leader gauge, token,
+                elections won, step-downs, renew latency and failures)
+Other paths: 404; other methods: 405. An address that cannot be bound: exit 74.
+
 Example:
   redlease run --name report-builder --ttl 5s -- ./build-reports.sh
+  redlease run --name report-builder --health-addr 127.0.0.1:9100 -- ./build-reports.sh
 
 Exit codes: see `redlease --help`.";
 
@@ -96,6 +109,12 @@ the counter <KEY>:fence and passed as REDLEASE_TOKEN (fenced writes check the ma
 <KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL. If the lock is
 lost while CMD runs, CMD is stopped (SIGTERM, then SIGKILL after --grace) and redlease exits
 with 72; if the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
+
+With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (port 0
+picks a free port, printed on stderr): GET /healthz (200 while obtaining or holding the
+lock; 503 once lost, released or shutting down), GET /leader (JSON: key, state
+(obtaining|held|lost|released), held, token) and GET /metrics (Prometheus text:
+redlease_lock_* metrics). An address that cannot be bound: exit 74.
 
 Example:
   redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh
@@ -131,6 +150,10 @@ pub(crate) struct RunArgs {
     /// Contend again after CMD exits or leadership is lost, instead of exiting
     #[arg(long)]
     pub(crate) keep_running: bool,
+    /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
+    /// printed on stderr)
+    #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
+    pub(crate) health_addr: Option<String>,
     /// The command to run while leader, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) cmd: Vec<OsString>,
@@ -154,6 +177,10 @@ pub(crate) struct LockArgs {
     /// Time between SIGTERM and SIGKILL when CMD must stop
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub(crate) grace: Duration,
+    /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
+    /// printed on stderr)
+    #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
+    pub(crate) health_addr: Option<String>,
     /// The command to run under the lock, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) cmd: Vec<OsString>,

@@ -27,6 +27,9 @@ pub(crate) const SOFTWARE: u8 = 70;
 pub(crate) const NOT_OBTAINED: u8 = 71;
 /// `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped.
 pub(crate) const LOST: u8 = 72;
+/// `run`/`lock --health-addr`: the address cannot be bound (in use, not an address of this
+/// host, a privileged port).
+pub(crate) const CANNOT_LISTEN: u8 = 74;
 /// The request may have reached Redis and no reply was seen (timeout or connection lost
 /// after sending): it may or may not have been applied (`fence`: the write may have landed;
 /// `lock`: the lock may be held until its TTL; a cleanup was attempted).
@@ -58,6 +61,7 @@ Exit codes:
   70       Redis error or unexpected reply (authentication, WRONGTYPE, script error)
   71       lock: not obtained within --wait (held by someone else)
   72       run/lock: leadership or the lock was lost while CMD ran; CMD was stopped
+  74       run/lock: --health-addr cannot be bound (in use, not local, privileged port)
   75       outcome unknown: the request may have reached Redis but no reply was seen (fence:
            the write may have been applied; lock: it may be held until its TTL)
   78       status --check: the server's settings let fence keys be evicted or lost
@@ -65,7 +69,7 @@ Exit codes:
   127      CMD not found
   130, 143 redlease itself got SIGINT / SIGTERM: CMD was stopped and the lease released
 
-The CLI's own codes (2, 3, 64-72, 75, 78, 126, 127) overlap with statuses CMD may return; with --json
+The CLI's own codes (2, 3, 64-72, 74, 75, 78, 126, 127) overlap with statuses CMD may return; with --json
 the final `exit` event on stderr says which it was (`\"cause\"`).";
 
 /// A failure: an exit code and one line for stderr.
@@ -218,6 +222,7 @@ mod tests {
             SOFTWARE,
             NOT_OBTAINED,
             LOST,
+            CANNOT_LISTEN,
             OUTCOME_UNKNOWN,
             CANNOT_EXECUTE,
             NOT_FOUND,

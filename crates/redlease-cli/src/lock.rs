@@ -11,7 +11,7 @@ use crate::child::{Cmd, terminate};
 use crate::cli::LockArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
-use crate::{Ctx, conn, duration};
+use crate::{Ctx, conn, duration, health};
 
 pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     Cmd {
@@ -53,8 +53,15 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         ));
     }
 
+    // The health address is checked and bound before connecting: a bad one fails fast.
+    let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
+    let view = health::LockSource::new(args.key.clone());
+
     let connection = conn::connect_managed(ctx).await?;
     let locker = Locker::new(RedisBackend::new(connection));
+    if let Some(sidecar) = sidecar {
+        sidecar.serve(view.clone());
+    }
     progress.event(
         "obtaining",
         &format!(
@@ -73,6 +80,10 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let lock = obtained
         .map_err(|e| not_obtained(&args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e)))?;
     let token = lock.fence_token();
+    view.set(health::LockPhase::Held {
+        token,
+        lost: lock.lost(),
+    });
     progress.event(
         "obtained",
         &match token {
@@ -129,6 +140,9 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
             Err(e) => return Err(Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}"))),
         },
     };
+    if let End::Signal(_) = end {
+        view.stopping();
+    }
     let (code, cause) = match end {
         End::Exited(status) => {
             let code = exit::status_code(status);
@@ -137,6 +151,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
                 &format!("CMD {}; releasing the lock", exit::describe_status(status)),
                 &[("status", Json::from(u64::from(code)))],
             );
+            view.set(health::LockPhase::Released);
             match lock.release().await {
                 Ok(()) => {}
                 Err(e) => progress.event(

@@ -4,8 +4,10 @@
 //! ```text
 //! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] <command>
 //!
-//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace 10s] [--keep-running] -- CMD [ARGS...]
-//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace 10s] -- CMD [ARGS...]
+//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace 10s] [--keep-running]
+//!          [--health-addr ADDR] -- CMD [ARGS...]
+//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace 10s] [--health-addr ADDR]
+//!          -- CMD [ARGS...]
 //!   status --name NAME
 //!   fence  set|hset|del --name NAME --token T ARGS...
 //!   demo   [--redis URL]
@@ -31,6 +33,8 @@
 //! - `lock`: CMD runs under the lock KEY, renewed every TTL/3; with `--fence` a token is minted
 //!   from `<KEY>:fence` and passed as `REDLEASE_TOKEN`. Lost while CMD runs: CMD is stopped,
 //!   exit 72. Not obtained within `--wait`: exit 71.
+//! - `run`/`lock --health-addr ADDR` (or `REDLEASE_HEALTH_ADDR`): the sidecar endpoint,
+//!   `GET /healthz`, `/leader` and `/metrics` (see `health.rs` and `docs/production.md`).
 //! - `fence`: a fenced `SET`/`HSET`/`DEL` against the election's mark `<NAME>:fence:applied`.
 //! - `demo`: three contenders, one elected, the leader stalls, a successor is elected with a
 //!   higher token, the stale leader's write is refused. In-memory unless `--redis` is given.
@@ -49,6 +53,7 @@
 //! | 70 | Redis error or unexpected reply (authentication, WRONGTYPE, script error) |
 //! | 71 | `lock`: not obtained within `--wait` |
 //! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
+//! | 74 | `run`/`lock`: `--health-addr` cannot be bound (in use, not local, privileged port) |
 //! | 75 | outcome unknown: the request may have reached Redis and no reply was seen (`fence`: the write may have been applied; `lock`: it may be held until its TTL) |
 //! | 78 | `status --check`: the server's settings let the fence keys be evicted or lost |
 //! | 126 | CMD could not be executed |
@@ -64,6 +69,7 @@ mod demo;
 mod duration;
 mod exit;
 mod fence;
+mod health;
 mod lock;
 mod output;
 mod run;

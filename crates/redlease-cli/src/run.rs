@@ -17,7 +17,7 @@ use crate::child::{Cmd, terminate};
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
-use crate::{Ctx, conn, duration};
+use crate::{Ctx, conn, duration, health};
 
 type Backend = RedisBackend<ConnectionManager>;
 
@@ -55,6 +55,9 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
 
+    // The health address is checked and bound before connecting: a bad one fails fast.
+    let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
+
     let connection = conn::connect_managed(ctx).await?;
     let backend = RedisBackend::new(connection);
     let elector = Elector::builder(backend, config)
@@ -81,6 +84,16 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let (child_running_tx, mut child_running) = watch::channel(false);
     let child_running_tx = Arc::new(child_running_tx);
     let (ends_tx, mut ends) = mpsc::unbounded_channel::<TermEnd>();
+    if let Some(sidecar) = sidecar {
+        // Shutting down: `shutdown` (CMD exited, leadership lost) or `stop_child` (a signal).
+        let source = health::ElectionSource::new(
+            elector.clone(),
+            args.ttl,
+            vec![shutdown.clone(), stop_child.clone()],
+        );
+        source.spawn_probe();
+        sidecar.serve(source);
+    }
 
     let work = Work {
         cmd: Cmd {

@@ -76,6 +76,7 @@ where
         let clock = Clock::new();
         let mut machine = Election::new(inner.config.clone(), inner.seed, clock.now());
         machine.set_validity_margin(inner.backend.validity_margin(inner.config.ttl()));
+        telemetry::contending(inner.config.name());
         Run {
             elector,
             leader_fn,
