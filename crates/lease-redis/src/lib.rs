@@ -12,6 +12,9 @@
 //!   few replicas acknowledged an *unknown* outcome instead of a success; see [`replica`].
 //! - `SentinelConnection` (feature `sentinel`) follows the primary that Redis Sentinel names
 //!   across failovers.
+//! - [`connect()`] (and, with feature `tls`, `connect_tls` for `rediss://` with a custom CA
+//!   and client certificates, see the `tls` module) builds a backend over a reconnecting connection;
+//!   a failure is a [`ConnectError`] that names TLS failures ([`TlsFailure`]).
 //! - [`slot`] computes Redis Cluster hash slots locally: on a cluster, keys that cannot share a
 //!   slot are refused before any round trip.
 //! - [`scripts`] holds the Lua sources: one file per script in `scripts/`, each documenting its
@@ -62,6 +65,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod backend;
+pub mod connect;
 pub mod error;
 mod fence;
 mod preflight;
@@ -71,9 +75,16 @@ pub mod scripts;
 #[cfg(feature = "sentinel")]
 pub mod sentinel;
 pub mod slot;
+#[cfg(feature = "tls")]
+pub mod tls;
 mod topology;
 
 pub use backend::RedisBackend;
+pub use connect::{
+    CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
+};
+#[cfg(feature = "tls")]
+pub use connect::{connect_tls, is_plain_redis, tls_client};
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
 pub use fence::describe_metrics;
@@ -83,4 +94,6 @@ pub use scripts::BODY_CACHE_CAPACITY;
 #[cfg(feature = "sentinel")]
 pub use sentinel::SentinelConnection;
 pub use slot::{CrossSlot, SlotError};
+#[cfg(feature = "tls")]
+pub use tls::{TlsConfig, TlsConfigError};
 pub use topology::Topology;

@@ -14,6 +14,8 @@
 //!   forced failovers and a cut replication link.
 //! * [`proxy::FaultProxy`]: a TCP proxy with pass / latency / blackhole modes and
 //!   connection resets, for partition and slow-node tests.
+//! * [`tls::TestPki`]: a test CA, server certificates (current or expired) and client
+//!   certificates; [`redis::RedisServerBuilder::tls`] starts a server with a TLS port.
 //! * [`wrap::Wrapped`]: a `LeaseBackend` that forwards every call to another and runs
 //!   [`wrap::Hooks`] around each (count calls, delay a request or a reply, watch errors).
 //!
@@ -42,6 +44,7 @@ pub mod redis;
 mod resp;
 pub mod sentinel;
 pub mod tempdir;
+pub mod tls;
 pub mod wrap;
 
 pub use crate::cluster::RedisCluster;

@@ -1,6 +1,7 @@
 //! The command line (clap derive).
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -35,6 +36,20 @@ pub(crate) struct Cli {
     /// Redis URL [default: redis://127.0.0.1:6379]
     #[arg(long, global = true, env = "REDLEASE_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
+
+    /// With a rediss:// URL: trust this CA (PEM) besides the system's roots (SSL_CERT_FILE
+    /// replaces the system's roots when set)
+    #[arg(long, global = true, env = "REDLEASE_TLS_CA", value_name = "FILE")]
+    pub(crate) tls_ca: Option<PathBuf>,
+
+    /// With a rediss:// URL: present this client certificate (PEM) for mutual TLS; needs
+    /// --tls-key
+    #[arg(long, global = true, env = "REDLEASE_TLS_CERT", value_name = "FILE")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert
+    #[arg(long, global = true, env = "REDLEASE_TLS_KEY", value_name = "FILE")]
+    pub(crate) tls_key: Option<PathBuf>,
 
     /// Machine-readable output: JSON objects on stdout, progress as JSON lines on stderr
     #[arg(long, global = true)]

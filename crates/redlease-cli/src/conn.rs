@@ -1,48 +1,111 @@
-//! Connecting to Redis: fail fast (about one second) when it is unreachable.
+//! Connecting to Redis: fail fast (about one second) when it is unreachable; over TLS for
+//! `rediss://` URLs (the system's roots or `SSL_CERT_FILE`, plus `--tls-ca`; `--tls-cert` and
+//! `--tls-key` for mutual TLS), naming a TLS failure when there is one.
 
 use std::time::Duration;
 
+use redlease::redis::client::RedisError;
 use redlease::redis::client::aio::{
     ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
+use redlease::redis::{ConnectError, TlsConfigError, TlsFailure, connect_failure, is_plain_redis};
 
-use crate::exit::{Failure, UNAVAILABLE};
+use crate::Ctx;
+use crate::exit::{Failure, INVALID, UNAVAILABLE};
 
 /// How long one connection attempt may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The bound of a one-shot command's round trip (`status`, `fence`).
 pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Parses the URL (exit 64 when malformed).
-pub(crate) fn client(url: &str) -> Result<redlease::redis::client::Client, Failure> {
-    redlease::redis::client::Client::open(url).map_err(|e| Failure::invalid("--redis URL", e))
+/// Whether `url` asks for TLS.
+pub(crate) fn is_tls(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+/// Parses the URL (exit 64 when malformed) and, for `rediss://`, reads and checks the TLS
+/// files (exit 64 when one is unusable).
+pub(crate) fn client(ctx: &Ctx) -> Result<redlease::redis::client::Client, Failure> {
+    let url = ctx.redis_url.as_str();
+    if !is_tls(url) {
+        if ctx.tls_given {
+            return Err(Failure::new(
+                INVALID,
+                "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
+            ));
+        }
+        return redlease::redis::client::Client::open(url)
+            .map_err(|e| Failure::invalid("--redis URL", e));
+    }
+    match redlease::redis::tls_client(url, &ctx.tls) {
+        Ok(client) => Ok(client),
+        Err(ConnectError::InvalidUrl(m)) => Err(Failure::invalid("--redis URL", m)),
+        // Nothing to verify the server with (no --tls-ca, and no system roots): as with an
+        // untrusted server, the connection cannot be made.
+        Err(
+            e @ ConnectError::TlsConfig(
+                TlsConfigError::NoTrustAnchors | TlsConfigError::SystemRoots(_),
+            ),
+        ) => Err(Failure::new(
+            UNAVAILABLE,
+            format!("cannot connect to {url}: {e} (give --tls-ca)"),
+        )),
+        Err(e) => Err(Failure::new(INVALID, e.to_string())),
+    }
+}
+
+/// A failed connection attempt: a TLS failure is named (exit 69), anything else as before.
+fn connect_error(url: &str, context: &str, e: RedisError) -> Failure {
+    match connect_failure(e, is_tls(url)) {
+        ConnectError::Tls { failure, source } => {
+            Failure::new(UNAVAILABLE, format!("{context}: TLS: {failure}: {source}"))
+        }
+        ConnectError::InvalidUrl(m) => Failure::invalid("--redis URL", m),
+        ConnectError::Redis(e) => Failure::redis(context, &e),
+        other => Failure::new(UNAVAILABLE, format!("{context}: {other}")),
+    }
 }
 
 /// One multiplexed connection, checked with a PING (both bounded by [`CONNECT_TIMEOUT`]).
 /// For one-shot commands.
-pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection, Failure> {
-    let client = client(url)?;
+pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure> {
+    let url = ctx.redis_url.as_str();
+    let client = client(ctx)?;
     let config = redlease::redis::client::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         // Every round trip is bounded by the library (or by OP_TIMEOUT here).
         .set_response_timeout(None);
     let attempt = client.get_multiplexed_async_connection_with_config(&config);
-    let mut conn =
-        match tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(250), attempt).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(Failure::redis(&format!("cannot connect to {url}"), &e)),
-            Err(_) => {
-                return Err(Failure::new(
-                    UNAVAILABLE,
-                    format!("cannot connect to {url}: timed out after {CONNECT_TIMEOUT:?}"),
-                ));
-            }
-        };
+    let outcome = tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(250), attempt).await;
+    let timed_out = match &outcome {
+        Ok(Err(e)) => e.is_timeout(),
+        Err(_) => true,
+        Ok(Ok(_)) => false,
+    };
+    // A TLS handshake with a plain Redis port times out: say so when the port answers a plain
+    // PING.
+    if timed_out && is_tls(url) && is_plain_redis(client.get_connection_info().addr()).await {
+        return Err(Failure::new(
+            UNAVAILABLE,
+            format!("cannot connect to {url}: TLS: {}", TlsFailure::NotTls),
+        ));
+    }
+    let mut conn = match outcome {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(connect_error(url, &format!("cannot connect to {url}"), e)),
+        Err(_) => {
+            return Err(Failure::new(
+                UNAVAILABLE,
+                format!("cannot connect to {url}: timed out after {CONNECT_TIMEOUT:?}"),
+            ));
+        }
+    };
     let ping_cmd = redlease::redis::client::cmd("PING");
     let ping = ping_cmd.query_async::<String>(&mut conn);
     match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(conn),
-        Ok(Err(e)) => Err(Failure::redis(&format!("Redis at {url}"), &e)),
+        Ok(Err(e)) => Err(connect_error(url, &format!("Redis at {url}"), e)),
         Err(_) => Err(Failure::new(
             UNAVAILABLE,
             format!("Redis at {url} did not answer PING within {CONNECT_TIMEOUT:?}"),
@@ -53,18 +116,19 @@ pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection, Failure>
 /// A connection manager (reconnects after Redis restarts), for the long-running commands.
 /// The server is checked first with [`connect`], so an unreachable server fails fast with
 /// its real cause.
-pub(crate) async fn connect_managed(url: &str) -> Result<ConnectionManager, Failure> {
-    drop(connect(url).await?);
+pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<ConnectionManager, Failure> {
+    let url = ctx.redis_url.as_str();
+    drop(connect(ctx).await?);
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(None)
         .set_number_of_retries(3)
         .set_max_delay(Duration::from_secs(1));
-    let client = client(url)?;
+    let client = client(ctx)?;
     let attempt = client.get_connection_manager_with_config(config);
     match tokio::time::timeout(OP_TIMEOUT, attempt).await {
         Ok(Ok(m)) => Ok(m),
-        Ok(Err(e)) => Err(Failure::redis(&format!("cannot connect to {url}"), &e)),
+        Ok(Err(e)) => Err(connect_error(url, &format!("cannot connect to {url}"), e)),
         Err(_) => Err(Failure::new(
             UNAVAILABLE,
             format!("cannot connect to {url}: timed out"),

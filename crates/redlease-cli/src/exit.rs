@@ -13,9 +13,12 @@ pub(crate) const USAGE: u8 = 2;
 /// `fence`: the write was refused because the token is stale (a newer term exists).
 pub(crate) const STALE: u8 = 3;
 /// A value was refused: name, key or instance id empty, too long or with a NUL byte; TTL or
-/// interval out of range; token outside `1..=2^53`; malformed Redis URL.
+/// interval out of range; token outside `1..=2^53`; malformed Redis URL; an unreadable or
+/// unusable TLS file, `--tls-cert` without `--tls-key`, a `--tls-*` option with `redis://`.
 pub(crate) const INVALID: u8 = 64;
-/// Redis cannot be reached (connection refused or timed out, name resolution, no reply).
+/// Redis cannot be reached (connection refused or timed out, name resolution, no reply), or
+/// the TLS handshake failed (unknown CA, expired certificate, wrong host name, client
+/// certificate required, not a TLS port).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// Redis answered with an error or an unexpected reply (authentication, WRONGTYPE, script
 /// error), or another internal failure.
@@ -50,8 +53,11 @@ Exit codes:
   2        usage: unknown option, missing argument, missing `--` or CMD, malformed duration
   3        fence: refused, the token is stale (a newer term exists); nothing was written
   64       invalid value: name/key/instance id empty, too long or with NUL; TTL or interval
-           out of range; token not in 1..=2^53; malformed Redis URL
-  69       Redis unreachable (refused, timed out after ~1 s, unknown host, no reply)
+           out of range; token not in 1..=2^53; malformed Redis URL; unusable TLS file,
+           --tls-cert without --tls-key (or the reverse), --tls-* with a redis:// URL
+  69       Redis unreachable (refused, timed out after ~1 s, unknown host, no reply), or
+           TLS failed (unknown CA, expired certificate, wrong host name, client
+           certificate required, not a TLS port)
   70       Redis error or unexpected reply (authentication, WRONGTYPE, script error)
   71       lock: not obtained within --wait (held by someone else)
   72       run/lock: leadership or the lock was lost while CMD ran; CMD was stopped

@@ -18,7 +18,7 @@ pub(crate) async fn fence(ctx: &Ctx, command: FenceCommand) -> Result<u8, Failur
         FenceCommand::Del { target, keys } => (target, format!("DEL {}", keys.join(" "))),
     };
     let token = validate(target)?;
-    let connection = conn::connect(&ctx.redis_url).await?;
+    let connection = conn::connect(ctx).await?;
     // The fencer bounds the write itself (its error then says "outcome unknown"); the outer
     // timeout below only guards against a hang elsewhere.
     let fencer =

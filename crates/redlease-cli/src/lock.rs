@@ -57,7 +57,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
     let view = health::LockSource::new(args.key.clone());
 
-    let connection = conn::connect_managed(&ctx.redis_url).await?;
+    let connection = conn::connect_managed(ctx).await?;
     let locker = Locker::new(RedisBackend::new(connection));
     if let Some(sidecar) = sidecar {
         sidecar.serve(view.clone());

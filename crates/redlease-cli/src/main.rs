@@ -2,7 +2,7 @@
 //! shell. Built on the public API of the [`redlease`] facade.
 //!
 //! ```text
-//! redlease [--redis URL] [--json] <command>
+//! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] <command>
 //!
 //!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace 10s] [--keep-running]
 //!          [--health-addr ADDR] -- CMD [ARGS...]
@@ -15,6 +15,13 @@
 //!
 //! - `--redis` defaults to `redis://127.0.0.1:6379`, or `REDLEASE_REDIS_URL`. A connection
 //!   attempt gives up after about one second.
+//! - `rediss://` URLs connect over TLS, trusting the system's roots (or the bundle named by
+//!   `SSL_CERT_FILE` / `SSL_CERT_DIR`, which replace them, as with OpenSSL) plus `--tls-ca`
+//!   (`REDLEASE_TLS_CA`); `--tls-cert` and `--tls-key` (`REDLEASE_TLS_CERT`,
+//!   `REDLEASE_TLS_KEY`, both or neither) present a client certificate (mutual TLS). A TLS
+//!   failure exits 69 with the reason (unknown CA, expired certificate, wrong host name,
+//!   client certificate required, not a TLS port); an unreadable or unusable TLS file, or a
+//!   `--tls-*` option with a plain `redis://` URL, exits 64.
 //! - Progress is printed on stderr (`redlease +1.234s: ...`), as JSON lines with `--json`;
 //!   results (`status`, `fence`) go to stdout, as one JSON object with `--json`.
 //! - `run`: while elected leader of NAME, CMD runs with `REDLEASE_TOKEN` (the term's fencing
@@ -41,8 +48,8 @@
 //! | 1–255 | `run`/`lock`: CMD's own exit status, passed through; 128+N when CMD was killed by signal N |
 //! | 2 | usage: unknown option, missing argument, missing `--` or CMD, malformed duration |
 //! | 3 | `fence`: refused, the token is stale (a newer term exists); nothing was written |
-//! | 64 | invalid value: name/key/instance id empty, too long or with NUL; TTL or interval out of range; token not in 1..=2^53; malformed Redis URL |
-//! | 69 | Redis unreachable (refused, timed out after ~1 s, unknown host, no reply) |
+//! | 64 | invalid value: name/key/instance id empty, too long or with NUL; TTL or interval out of range; token not in 1..=2^53; malformed Redis URL; an unusable TLS file, `--tls-cert` without `--tls-key` (or the reverse), a `--tls-*` option with `redis://` |
+//! | 69 | Redis unreachable (refused, timed out after ~1 s, unknown host, no reply), or TLS failed (unknown CA, expired certificate, wrong host name, client certificate required, not a TLS port) |
 //! | 70 | Redis error or unexpected reply (authentication, WRONGTYPE, script error) |
 //! | 71 | `lock`: not obtained within `--wait` |
 //! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
@@ -76,6 +83,7 @@ use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, Command, DEFAULT_REDIS_URL};
 use crate::exit::{Failure, USAGE};
+use redlease::redis::TlsConfig;
 
 /// What every command gets.
 #[derive(Debug)]
@@ -86,6 +94,11 @@ pub(crate) struct Ctx {
     pub(crate) redis_explicit: bool,
     /// `--json`.
     pub(crate) json: bool,
+    /// The TLS configuration for a `rediss://` URL: the system's roots (or `SSL_CERT_FILE`),
+    /// plus `--tls-ca`; `--tls-cert`/`--tls-key`.
+    pub(crate) tls: TlsConfig,
+    /// Whether any `--tls-*` option (or its variable) was given: refused with a plain URL.
+    pub(crate) tls_given: bool,
 }
 
 fn main() -> ExitCode {
@@ -104,6 +117,10 @@ fn main() -> ExitCode {
             .or_else(|| matches.value_source("redis")),
         Some(ValueSource::CommandLine)
     );
+    let (tls, tls_given) = match tls_config(&cli) {
+        Ok(t) => t,
+        Err(f) => return fail(&f, cli.json),
+    };
     let ctx = Ctx {
         redis_url: cli
             .redis
@@ -111,6 +128,8 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
         redis_explicit,
         json: cli.json,
+        tls,
+        tls_given,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -132,6 +151,34 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(f) => fail(&f, ctx.json),
     }
+}
+
+/// The TLS options: `--tls-cert` and `--tls-key` go together (exit 64 otherwise). The
+/// system's roots are trusted (`SSL_CERT_FILE` / `SSL_CERT_DIR` replace them when set, as
+/// with OpenSSL), plus `--tls-ca`.
+fn tls_config(cli: &Cli) -> Result<(TlsConfig, bool), Failure> {
+    let mut tls = TlsConfig::new().system_roots(true);
+    if let Some(ca) = &cli.tls_ca {
+        tls = tls.ca_file(ca);
+    }
+    match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => tls = tls.client_identity_files(cert, key),
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(Failure::new(
+                exit::INVALID,
+                "--tls-cert needs --tls-key (the client certificate's private key)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Failure::new(
+                exit::INVALID,
+                "--tls-key needs --tls-cert (the client certificate)",
+            ));
+        }
+    }
+    let given = cli.tls_ca.is_some() || cli.tls_cert.is_some();
+    Ok((tls, given))
 }
 
 async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {

@@ -58,7 +58,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     // The health address is checked and bound before connecting: a bad one fails fast.
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
 
-    let connection = conn::connect_managed(&ctx.redis_url).await?;
+    let connection = conn::connect_managed(ctx).await?;
     let backend = RedisBackend::new(connection);
     let elector = Elector::builder(backend, config)
         .observer(ProgressObserver::new(Arc::clone(&progress)))

@@ -18,7 +18,7 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
             .build()
             .map_err(|e| Failure::config(&e))?;
     }
-    let connection = conn::connect(&ctx.redis_url).await?;
+    let connection = conn::connect(ctx).await?;
     let backend = RedisBackend::new(connection);
     if args.watch
         && let Some(name) = &args.name

@@ -13,6 +13,7 @@
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
 //! | `fence` | `redlease::fence`: the resource-side types of fencing (the Redis fencer is in `redlease::redis`) |
 //! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
+//! | `tls` | `rediss://` URLs over rustls: `redlease::redis::connect_tls` and `TlsConfig` (a custom CA, client certificates for mutual TLS) |
 //! | `sentinel` | `redlease::redis::connect_sentinel` and `SentinelConnection`: follow the primary Redis Sentinel names across failovers |
 //! | `metrics` | election and lock metrics through the `metrics` facade (your binary installs the recorder/exporter; names in `docs/production.md`) |
 //!
@@ -145,11 +146,23 @@ pub mod redis {
         RedisLeaseError, ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
     };
 
+    // Connecting, and TLS (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub use lease_redis::{
+        CONNECT_TIMEOUT, ConnectError, TlsConfig, TlsConfigError, TlsFailure, connect_failure,
+        is_plain_redis, tls_client, tls_failure,
+    };
+    #[cfg(not(feature = "tls"))]
+    pub use lease_redis::{
+        CONNECT_TIMEOUT, ConnectError, TlsFailure, connect_failure, tls_failure,
+    };
+
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;
 
     /// Connects to the Redis at `url` with a reconnecting [`client::aio::ConnectionManager`]
-    /// and wraps it in a standalone [`RedisBackend`].
+    /// and wraps it in a standalone [`RedisBackend`]. `rediss://` needs feature `tls` (and
+    /// trusts the system's roots; `connect_tls` takes a CA and a client certificate).
     ///
     /// **Timeout policy** (the same for this function, the CLI and Redlock nodes): connecting
     /// is bounded by 1 s (retried once); the connection has **no response timeout** (redis-rs's default of
@@ -159,21 +172,38 @@ pub mod redis {
     /// client-side timeout would cut valid replies short and turn them into unknown outcomes.
     /// Build your own connection with a response timeout if you call it directly.
     ///
-    /// For Redis Cluster, build a `client::cluster_async::ClusterConnection` and use
-    /// [`RedisBackend::cluster`].
+    /// A failure is a [`ConnectError`]; a plain URL that reached a TLS port says so
+    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, build a
+    /// `client::cluster_async::ClusterConnection` and use [`RedisBackend::cluster`].
     pub async fn connect(
         url: &str,
-    ) -> Result<RedisBackend<client::aio::ConnectionManager>, client::RedisError> {
-        let client = client::Client::open(url)?;
-        let config = client::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(1)))
-            .set_response_timeout(None)
-            // One quick retry, not redis-rs's six with backoff (~6 s): a wrong password or an
-            // unreachable server is reported at once; later reconnects happen on the next call,
-            // which the driver retries within the lease's bounds anyway.
-            .set_number_of_retries(1);
-        let manager = client::aio::ConnectionManager::new_with_config(client, config).await?;
-        Ok(RedisBackend::new(manager))
+    ) -> Result<RedisBackend<client::aio::ConnectionManager>, ConnectError> {
+        lease_redis::connect(url).await
+    }
+
+    /// Connects to the Redis at `url` (`rediss://`) over TLS, trusting the CA and presenting
+    /// the client certificate of `config` (checked before any round trip), like [`connect`].
+    /// A failed handshake is [`ConnectError::Tls`] with a [`TlsFailure`] that says why
+    /// (unknown CA, expired certificate, wrong host name, client certificate required, not a
+    /// TLS port).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redlease::redis::{TlsConfig, connect_tls};
+    ///
+    /// let tls = TlsConfig::new()
+    ///     .ca_file("/etc/redis/tls/ca.crt")
+    ///     .client_identity_files("/etc/redis/tls/client.crt", "/etc/redis/tls/client.key");
+    /// let backend = connect_tls("rediss://redis.internal:6380/", &tls).await?;
+    /// # let _ = backend;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        url: &str,
+        config: &TlsConfig,
+    ) -> Result<RedisBackend<client::aio::ConnectionManager>, ConnectError> {
+        lease_redis::connect_tls(url, config).await
     }
 
     /// Asks the sentinels at `sentinels` (their URLs, e.g. `redis://127.0.0.1:26379/`) for

@@ -287,7 +287,7 @@ async fn noauth_and_wrongpass_are_refused_at_once() {
     let started = Instant::now();
     let e = redlease::redis::connect(&wrong).await.unwrap_err();
     assert!(started.elapsed() < ms(2_000));
-    let b = redlease::redis::backend_error(e);
+    let b = e.into_backend_error();
     assert!(
         matches!(&b, BackendError::Refused(m) if m.contains("authentication failed")),
         "{b:?}"

@@ -2,10 +2,25 @@
 //! arguments and connection URLs.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::RedisServer;
 use crate::mode::ServerMode;
+use crate::tempdir::TempDir;
+use crate::tls::{ClientAuth, ServerCert};
 use crate::{Error, Result};
+
+/// A TLS port's files and client authentication.
+#[derive(Debug, Clone)]
+pub(crate) struct TlsOptions {
+    pub(super) cert_file: PathBuf,
+    pub(super) key_file: PathBuf,
+    pub(super) ca_file: PathBuf,
+    pub(super) client_auth: ClientAuth,
+    // Keeps the certificate files while the server may read them (restarts).
+    _dir: Arc<TempDir>,
+}
 
 /// Redis persistence settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,6 +58,7 @@ pub(crate) struct RedisOptions {
     pub(super) extra: Vec<ConfigEntry>,
     pub(super) mode: Option<ServerMode>,
     pub(crate) cluster: bool,
+    pub(crate) tls: Option<TlsOptions>,
 }
 
 /// Builder for a [`RedisServer`]; see [`RedisServer::builder`].
@@ -105,6 +121,25 @@ impl RedisServerBuilder {
         self
     }
 
+    /// A TLS port besides the plain one (`--tls-port`), serving `cert` (signed by its test
+    /// CA, also the CA client certificates are checked against), not asking for client
+    /// certificates. See [`RedisServer::tls_url`]. TLS servers run as processes only.
+    pub fn tls(self, cert: &ServerCert) -> Self {
+        self.tls_with(cert, ClientAuth::None)
+    }
+
+    /// Like [`tls`](Self::tls), with `tls-auth-clients` set by `client_auth` (mutual TLS).
+    pub fn tls_with(mut self, cert: &ServerCert, client_auth: ClientAuth) -> Self {
+        self.opts.tls = Some(TlsOptions {
+            cert_file: cert.cert_file().to_path_buf(),
+            key_file: cert.key_file().to_path_buf(),
+            ca_file: cert.ca_file().to_path_buf(),
+            client_auth,
+            _dir: cert.dir.clone(),
+        });
+        self
+    }
+
     /// Forces the mode for this server, overriding `REDLEASE_TEST_SERVERS`.
     pub fn mode(mut self, mode: ServerMode) -> Self {
         self.opts.mode = Some(mode);
@@ -121,6 +156,7 @@ impl RedisServerBuilder {
 pub(super) fn redis_args(
     opts: &RedisOptions,
     port: u16,
+    tls_port: Option<u16>,
     bus_port: Option<u16>,
     dir: &str,
     bind: &str,
@@ -162,6 +198,30 @@ pub(super) fn redis_args(
     if let Some(user) = &opts.acl_user {
         let password = format!(">{}", user.password);
         push(&["--user", &user.name, "on", &password, "~*", "&*", "+@all"]);
+    }
+    if let (Some(tls), Some(tls_port)) = (&opts.tls, tls_port) {
+        let path = |p: &PathBuf| {
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| Error::Config(format!("path {} is not UTF-8", p.display())))
+        };
+        let (cert, key, ca) = (
+            path(&tls.cert_file)?,
+            path(&tls.key_file)?,
+            path(&tls.ca_file)?,
+        );
+        push(&[
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            tls.client_auth.redis_value(),
+        ]);
     }
     if let Some(bus) = bus_port {
         push(&[
@@ -244,13 +304,21 @@ fn split_config_line(line: &str) -> Result<Vec<String>> {
 
 /// `redis://[user][:password@]addr/` with percent-encoded credentials.
 pub(crate) fn redis_url(addr: SocketAddr, user: Option<&str>, password: Option<&str>) -> String {
-    let creds = match (user, password) {
+    format!("redis://{}{addr}/", credentials(user, password))
+}
+
+/// `rediss://[user][:password@]host:port/` with percent-encoded credentials.
+pub(crate) fn rediss_url(host: &str, port: u16, password: Option<&str>) -> String {
+    format!("rediss://{}{host}:{port}/", credentials(None, password))
+}
+
+fn credentials(user: Option<&str>, password: Option<&str>) -> String {
+    match (user, password) {
         (None, None) => String::new(),
         (Some(u), None) => format!("{}@", encode(u)),
         (None, Some(p)) => format!(":{}@", encode(p)),
         (Some(u), Some(p)) => format!("{}:{}@", encode(u), encode(p)),
-    };
-    format!("redis://{creds}{addr}/")
+    }
 }
 
 fn encode(s: &str) -> String {
@@ -301,7 +369,7 @@ mod tests {
             .requirepass("pw")
             .config_line("maxmemory-samples 7")
             .opts;
-        let args = redis_args(&opts, 1234, None, "/d", "127.0.0.1").unwrap();
+        let args = redis_args(&opts, 1234, None, None, "/d", "127.0.0.1").unwrap();
         let joined = args.join(" ");
         assert!(
             joined.contains("--appendonly yes --appendfsync always"),

@@ -60,7 +60,14 @@ impl RedisServer {
                 host_port
             );
             let mut cmd = vec!["redis-server".to_owned()];
-            cmd.extend(redis_args(&opts, CONTAINER_PORT, None, "/data", "0.0.0.0")?);
+            cmd.extend(redis_args(
+                &opts,
+                CONTAINER_PORT,
+                None,
+                None,
+                "/data",
+                "0.0.0.0",
+            )?);
             let mut request = GenericImage::new(image_name.clone(), image_tag.clone())
                 .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
                 .with_cmd(cmd)
@@ -87,6 +94,7 @@ impl RedisServer {
                     let server = RedisServer {
                         mode: ServerMode::Container,
                         port: host_port,
+                        tls_port: None,
                         bus_port: None,
                         state: AtomicU8::new(ServerState::Running.to_u8()),
                         inner: tokio::sync::Mutex::new(Backend::Container(ContainerBackend {

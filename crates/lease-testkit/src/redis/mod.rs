@@ -23,7 +23,7 @@ mod container;
 mod process;
 
 pub use config::{Persistence, RedisServerBuilder};
-pub(crate) use config::{RedisOptions, redis_url};
+pub(crate) use config::{RedisOptions, redis_url, rediss_url};
 pub use container::{CONTAINER_LABEL, CONTAINER_RUN_LABEL};
 
 use std::net::SocketAddr;
@@ -89,6 +89,7 @@ pub struct RedisServer {
     opts: RedisOptions,
     mode: ServerMode,
     port: u16,
+    tls_port: Option<u16>,
     bus_port: Option<u16>,
     state: AtomicU8,
     inner: tokio::sync::Mutex<Backend>,
@@ -114,9 +115,22 @@ impl RedisServer {
 
     pub(crate) async fn start_with(opts: RedisOptions) -> Result<Self> {
         crate::reaper::reap_stale_dirs();
+        if opts.tls.is_some() {
+            static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+            ANNOUNCED.call_once(|| {
+                use std::io::Write;
+                // Not one of `mode`'s announcements: a TLS server never proves a mode.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "lease-testkit: Redis TLS servers run as redis-server processes \
+                     (TLS has no container mode)"
+                );
+            });
+        }
         let mode = match opts.mode {
             Some(mode) => mode,
-            None if opts.cluster => ServerMode::Process,
+            // The container image carries no certificates: TLS servers are processes.
+            None if opts.cluster || opts.tls.is_some() => ServerMode::Process,
             None => selection()?.mode,
         };
         match mode {
@@ -125,6 +139,11 @@ impl RedisServer {
                 if opts.cluster {
                     return Err(Error::Config(
                         "cluster nodes run as processes only".to_owned(),
+                    ));
+                }
+                if opts.tls.is_some() {
+                    return Err(Error::Config(
+                        "TLS servers run as processes only".to_owned(),
                     ));
                 }
                 let image = selection()?.image.clone();
@@ -210,6 +229,30 @@ impl RedisServer {
     /// The TCP port (see [`addr`](Self::addr)).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port (servers built with [`RedisServerBuilder::tls`] only).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `127.0.0.1:<tls port>` (servers built with [`RedisServerBuilder::tls`] only).
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_port.map(loopback)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/`, with the `requirepass` password when one is set
+    /// (servers built with [`RedisServerBuilder::tls`] only). The host is the IP address:
+    /// give the server certificate `127.0.0.1` among its names.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_url_for_host("127.0.0.1")
+    }
+
+    /// [`tls_url`](Self::tls_url) with another host name for the same port (`localhost`, or
+    /// a name the certificate does not carry, to test name checks).
+    pub fn tls_url_for_host(&self, host: &str) -> Option<String> {
+        let port = self.tls_port?;
+        Some(rediss_url(host, port, self.opts.requirepass.as_deref()))
     }
 
     /// The cluster bus port (cluster nodes only).

@@ -73,12 +73,22 @@ impl RedisServer {
             } else {
                 None
             };
-            backend.args = redis_args(&opts, port, bus_port, &dir_str, "127.0.0.1")?;
+            let tls_port = if opts.tls.is_some() {
+                let mut tls = free_port()?;
+                while tls == port || Some(tls) == bus_port {
+                    tls = free_port()?;
+                }
+                Some(tls)
+            } else {
+                None
+            };
+            backend.args = redis_args(&opts, port, tls_port, bus_port, &dir_str, "127.0.0.1")?;
             let _ = std::fs::remove_file(backend.log_path());
             backend.spawn()?;
             let server = RedisServer {
                 mode: ServerMode::Process,
                 port,
+                tls_port,
                 bus_port,
                 state: AtomicU8::new(ServerState::Running.to_u8()),
                 inner: tokio::sync::Mutex::new(Backend::Process(backend)),
