@@ -28,7 +28,9 @@
 //! failovers the default with replica acknowledgement (`WAIT`). The figures are printed
 //! (`--nocapture`) and go into `docs/fencing.md`.
 //!
-//! `REDLEASE_LOSS_FAULTS` (default 20) sets the number of faults per configuration.
+//! `REDLEASE_LOSS_FAULTS` (default 20) sets the number of faults per configuration. The
+//! failover rows with the plain counter assert nothing and are ignored in the default run
+//! (they cost about a minute each); `--ignored` runs them for the table.
 
 mod common;
 
@@ -486,6 +488,7 @@ async fn failovers_keep_tokens_strict_with_replica_acknowledgement() {
 /// floor does not cover it and the counter hands it out again. The clock floor is what keeps
 /// failovers strict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures for docs/fencing.md, not a check: run with --ignored --nocapture"]
 async fn failovers_with_a_plain_counter_and_floors() {
     let f = with_failovers(Setup::CounterWithFloors).await;
     assert!(f.terms > f.faults, "{f:?}");
@@ -494,6 +497,7 @@ async fn failovers_with_a_plain_counter_and_floors() {
 /// Reported beside the others: with `WAIT` a grant no replica holds is an unknown outcome, not
 /// a term, so the plain counter's lost grants are never acted on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures for docs/fencing.md, not a check: run with --ignored --nocapture"]
 async fn failovers_with_a_plain_counter_and_replica_acknowledgement() {
     let f = with_failovers(Setup::CounterWithReplicaAck).await;
     assert!(f.terms > f.faults, "{f:?}");
@@ -502,6 +506,7 @@ async fn failovers_with_a_plain_counter_and_replica_acknowledgement() {
 /// Reported beside the others (the behaviour before this work); failovers lose grants in the
 /// window before the old primary's demotion, so it regresses in most runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures for docs/fencing.md, not a check: run with --ignored --nocapture"]
 async fn failovers_with_a_plain_counter_and_no_floors() {
     let f = with_failovers(Setup::CounterWithoutFloors).await;
     assert!(f.terms > f.faults, "{f:?}");
