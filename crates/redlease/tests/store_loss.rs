@@ -29,8 +29,8 @@
 //! (`--nocapture`) and go into `docs/fencing.md`.
 //!
 //! `REDLEASE_LOSS_FAULTS` (default 20) sets the number of faults per configuration. The
-//! failover rows with the plain counter assert nothing and are ignored in the default run
-//! (they cost about a minute each); `--ignored` runs them for the table.
+//! rows with the plain counter and floors, and the failover row without floors, assert nothing
+//! and are ignored in the default run; `--include-ignored` runs them for the table.
 
 mod common;
 
@@ -450,10 +450,14 @@ async fn restarts_keep_tokens_strict_with_the_default_scheme() {
     );
 }
 
+/// Reported beside the others, not strict: a term that began just before the restart was
+/// seen only by its holder, so the others' floors do not cover its token and the counter
+/// hands it out again (0 of 20 restarts in one run, 2 of 20 in another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restarts_keep_tokens_strict_with_a_plain_counter_and_floors() {
+#[ignore = "figures for docs/fencing.md, not a check: run with --ignored --nocapture"]
+async fn restarts_with_a_plain_counter_and_floors() {
     let f = with_restarts(Setup::CounterWithFloors).await;
-    assert_strict(&f);
+    assert!(f.terms > f.faults, "{f:?}");
     assert!(
         f.losses_reported >= f.faults,
         "every loss is reported: {f:?}"
