@@ -25,6 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::{ConfigError, MAX_ID_LEN, MAX_NAME_LEN, Ttl, check_text};
+use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
 use crate::token::{Epoch, FenceMark, FenceState, Token};
 
@@ -507,6 +508,16 @@ pub trait LeaseBackend: Send + Sync + 'static {
             "this backend does not report its settings",
         ))
     }
+
+    /// A watch on the release notifications of `spec`'s lease (see [`crate::notify`]), or
+    /// `None` when this backend has none (the default): the drivers then only poll.
+    ///
+    /// Cheap and free of I/O: it registers the watch on the backend's hub for the lease's
+    /// channel; the server-side subscription starts at [`ReleaseWatch::activate`].
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        let _ = (spec, role);
+        None
+    }
 }
 
 #[async_trait]
@@ -538,6 +549,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn preflight(&self) -> Result<StoreReport, BackendError> {
         (**self).preflight().await
+    }
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        (**self).release_watch(spec, role)
     }
 }
 

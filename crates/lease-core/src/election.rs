@@ -6,7 +6,9 @@
 //! 2. feed each request's reply — or [`Reply::TimedOut`] at its deadline — to
 //!    [`Election::handle_reply`]; **every** polled request gets exactly one reply;
 //! 3. act on [`Election::poll_event`];
-//! 4. sleep until [`Election::poll_timeout`], a reply, or a command ([`Election::resign`],
+//! 4. sleep until [`Election::poll_timeout`], a reply, a release notice
+//!    ([`Election::handle_notice`]; keep the watch contending while
+//!    [`Election::wants_notices`]), or a command ([`Election::resign`],
 //!    [`Election::work_returned`], [`Election::shutdown`]), then call
 //!    [`Election::handle_timeout`].
 //!
@@ -21,6 +23,9 @@
 //!   [`Election::work_returned`]; every ended term asks for exactly one release, and no acquire
 //!   is sent while a release is pending (a late release must not delete our own next term) or
 //!   a renewal is in flight (it would hold back the next term's first renewal);
+//! - a release notice makes a follower's next acquire due at once (never a leader's, never
+//!   right after its own resignation); one that arrives while an acquire is in flight makes
+//!   the next acquire immediate if that one found the lease held (no lost wake-up);
 //! - `Follower` is reported once per transition into the follower role, not per poll;
 //! - every tolerated failure is reported as an `Error` event; a permanent one (an acquire or
 //!   renewal refused with an error that retrying cannot fix) is reported as `Failed` and stops
@@ -256,6 +261,10 @@ pub struct Election {
     /// An acquire got no answer (timed out, or an error of unknown effect) and no later answer
     /// settled it: the lease may be ours at the store.
     maybe_won: bool,
+    /// The last acquire found the lease held by another: a release notice is worth acting on.
+    following: bool,
+    /// A release notice arrived while an acquire was in flight.
+    notice_pending: bool,
     events: VecDeque<Event>,
 }
 
@@ -289,6 +298,8 @@ impl Election {
             epoch: None,
             loss_reported: false,
             maybe_won: false,
+            following: false,
+            notice_pending: false,
             events: VecDeque::new(),
         }
     }
@@ -507,6 +518,7 @@ impl Election {
             Some(Err(e)) => self.maybe_won || e.is_outcome_unknown(),
             None => true,
         };
+        let notice_pending = std::mem::take(&mut self.notice_pending);
         if let Some(Ok(
             AcquireOutcome::Acquired { fence, .. } | AcquireOutcome::Held { fence, .. },
         )) = &result
@@ -571,6 +583,12 @@ impl Election {
                     self.events.push_back(Event::Follower { holder });
                 }
                 self.schedule_acquire(now);
+                self.following = true;
+                if notice_pending {
+                    // The lease was released while this acquire was out: it may have been
+                    // judged before the release. Try again at once.
+                    self.next_acquire = now;
+                }
             }
             Some(Err(error)) if !error.is_transient() => {
                 self.events.push_back(Event::Failed {
@@ -662,6 +680,7 @@ impl Election {
         let Some(mut term) = self.term.take() else {
             return;
         };
+        self.following = false;
         term.lease.end();
         self.announced = Announced::Nothing;
         self.events.push_back(Event::SteppedDown {
@@ -706,6 +725,42 @@ impl Election {
             term.lease.handle_timeout(now);
         }
         self.drain_lease(now);
+    }
+
+    /// A release notice for this election's lease arrived (see [`crate::notify`]): a
+    /// follower tries at once instead of at its next poll. Returns whether the next acquire
+    /// moved.
+    ///
+    /// Only a follower acts on it (the last acquire found the lease held by another): not a
+    /// leader, not an instance that just resigned (its own release gives the others the first
+    /// chance), not while shutting down. A notice that arrives while an acquire is in flight is
+    /// kept: if that acquire finds the lease held, the next one is sent at once (the release
+    /// may have come after the store judged it).
+    pub fn handle_notice(&mut self, now: Instant) -> bool {
+        self.handle_timeout(now);
+        if self.stopped || self.shutting_down || self.term.is_some() {
+            return false;
+        }
+        if self.acquire_in_flight.is_some() {
+            self.notice_pending = true;
+            return false;
+        }
+        if self.following && self.next_acquire > now {
+            self.next_acquire = now;
+            return true;
+        }
+        false
+    }
+
+    /// Whether a release notice may be acted on ([`Election::handle_notice`]): a follower, or
+    /// an acquire in flight (its reply may make this instance a follower that must not have
+    /// missed the notice). Drivers keep their watch contending only while this holds, so that
+    /// a notice this instance would ignore wakes another waiter of the same process instead.
+    pub fn wants_notices(&self) -> bool {
+        !self.stopped
+            && !self.shutting_down
+            && self.term.is_none()
+            && (self.following || self.acquire_in_flight.is_some())
     }
 
     /// The next event.

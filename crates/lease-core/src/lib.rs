@@ -13,6 +13,7 @@
 //! - [`quorum`]: Redlock quorum math, the fenced-quorum token rule, and the sans-IO quorum
 //!   round machine ([`quorum::Quorum`], [`quorum::Round`]) that `lease-redlock` drives;
 //! - [`backend`]: the [`LeaseBackend`] trait adapters implement, and its typed outcomes;
+//! - [`notify`]: release notifications: which follower, waiter or observer a release wakes;
 //! - [`preflight`]: what a store discloses about how long its tokens survive;
 //! - [`memory`]: an in-memory backend with a manual clock and fault switches, with the
 //!   exact semantics of the Redis scripts, for unit tests (ours and our users').
@@ -43,6 +44,7 @@ pub mod election;
 pub mod lease;
 pub mod lock;
 pub mod memory;
+pub mod notify;
 pub mod preflight;
 pub mod quorum;
 pub mod retry;

@@ -1,14 +1,18 @@
---[[ release.lua: compare-and-delete the keys of a lease this owner holds.
+--[[ release.lua: compare-and-delete the keys of a lease this owner holds, then tell waiters.
 
 KEYS[1..n]  lock keys (n = ARGV[2])
 KEYS[n+1]   fence counter key (only when a term is checked)
 ARGV[1]     owner
 ARGV[2]     n, the number of lock keys
-ARGV[3]     term: the token of the term being released (only when KEYS[n+1] is given)
+ARGV[3]     release notice: '' (none), 'p:<channel>' (PUBLISH) or 's:<channel>' (SPUBLISH,
+            Redis Cluster: the channel is in the keys' slot)
+ARGV[4]     term: the token of the term being released (only when KEYS[n+1] is given)
 
 When a term is checked and the counter differs from it (a later term of the same owner, or a
 counter that was lost), nothing changes. Otherwise every key whose owner part equals ARGV[1]
-is deleted; keys held by anyone else are left alone.
+is deleted; keys held by anyone else are left alone. When a key was deleted, the owner is
+published on the notice channel with redis.pcall: a refused publish (an ACL without the
+channel) costs the waiters their notice, never the release.
 
 Returns
   1   every key was ours and is deleted
@@ -22,15 +26,22 @@ local n = tonumber(ARGV[2])
 if #KEYS == n + 1 then
   local counter = read_int(KEYS[n + 1])
   if not counter then return redis.error_reply(NOT_AN_INTEGER) end
-  if counter ~= canon(ARGV[3]) then return 0 end
+  if counter ~= canon(ARGV[4]) then return 0 end
 end
-local all = 1
+local all, deleted = 1, false
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
   if v and owner_of(v) == owner then
     redis.call('DEL', KEYS[i])
+    deleted = true
   else
     all = 0
   end
+end
+local notice = ARGV[3]
+if deleted and notice ~= '' then
+  local verb = 'PUBLISH'
+  if string.sub(notice, 1, 1) == 's' then verb = 'SPUBLISH' end
+  redis.pcall(verb, string.sub(notice, 3), owner)
 end
 return all

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::backend::{epoch_key_of, mark_key_of};
+use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
@@ -15,6 +16,7 @@ use lease_core::{
 use redis::aio::ConnectionLike;
 
 use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
+use crate::notify::{self, ReleaseNotices};
 use crate::replica::ReplicaAck;
 use crate::reply;
 use crate::scripts::{BodyCache, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
@@ -59,6 +61,9 @@ pub struct RedisBackend<C> {
     fence_timeout: Duration,
     scheme: TokenScheme,
     replica_ack: Option<ReplicaAck>,
+    /// Whether releases publish a notice (default on).
+    publish: bool,
+    notices: Option<ReleaseNotices>,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -69,6 +74,8 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("fence_timeout", &self.fence_timeout)
             .field("scheme", &self.scheme)
             .field("replica_ack", &self.replica_ack)
+            .field("publish", &self.publish)
+            .field("notices", &self.notices)
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +105,32 @@ where
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
             scheme: TokenScheme::default(),
             replica_ack: None,
+            publish: true,
+            notices: None,
         }
+    }
+
+    /// Wakes this backend's followers and lock waiters on release notices received by
+    /// `notices` (a subscriber connection shared by every backend it is given to; see
+    /// [`crate::notify`]). Without it they only poll. `redlease::redis::connect` sets it up.
+    pub fn with_release_notices(mut self, notices: ReleaseNotices) -> RedisBackend<C> {
+        self.notices = Some(notices);
+        self
+    }
+
+    /// The release-notice subscriber, if any.
+    pub fn release_notices(&self) -> Option<&ReleaseNotices> {
+        self.notices.as_ref()
+    }
+
+    /// Whether every release publishes a notice on the lease's channel (default `true`;
+    /// [`crate::notify::notice_channel`]). Publishing is part of the release script (no extra
+    /// round trip) and is what wakes *other* processes' waiters, whether or not this backend
+    /// subscribes. A publish the server refuses (an ACL without the channel) never fails the
+    /// release.
+    pub fn with_publish_releases(mut self, publish: bool) -> RedisBackend<C> {
+        self.publish = publish;
+        self
     }
 
     /// Replica acknowledgement (off by default): after every granted acquire, successful
@@ -332,6 +364,21 @@ where
             _ => None,
         };
         call.arg(req.owner.as_str()).arg(spec.keys().len());
+        match spec.keys().first().filter(|_| self.publish) {
+            Some(key) => {
+                let verb = match self.topology {
+                    Topology::Cluster => "s:",
+                    _ => "p:",
+                };
+                let mut notice = String::with_capacity(verb.len() + 32 + key.len());
+                notice.push_str(verb);
+                notify::push_channel(&mut notice, key, self.topology);
+                call.arg(notice);
+            }
+            None => {
+                call.arg("");
+            }
+        }
         if let Some(term) = term {
             call.arg(term.to_string());
         }
@@ -375,6 +422,12 @@ where
 
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.precheck("check", spec)
+    }
+
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        let key = spec.keys().first()?;
+        let notices = self.notices.as_ref()?;
+        Some(notices.watch(&notify::notice_channel(key, self.topology), role))
     }
 
     /// `CONFIG GET` of the persistence and eviction settings and `INFO replication`, on the

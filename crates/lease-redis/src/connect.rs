@@ -17,6 +17,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError};
 
 use crate::RedisBackend;
+use crate::notify::ReleaseNotices;
 #[cfg(feature = "tls")]
 use crate::tls::{TlsConfig, TlsConfigError};
 
@@ -199,6 +200,10 @@ pub fn connect_failure(e: RedisError, tls: bool) -> ConnectError {
 /// Connects to the Redis at `url` (`redis://`, or `rediss://` with the `tls` feature,
 /// trusting the system's roots) with a reconnecting [`ConnectionManager`] and wraps it in a
 /// standalone [`RedisBackend`]. See the module's timeout policy.
+///
+/// The backend has [`ReleaseNotices`] on the same server: followers and lock waiters are woken
+/// when a lease is released, over one subscriber connection opened when a waiter first needs
+/// it (see [`crate::notify`]).
 pub async fn connect(url: &str) -> Result<RedisBackend<ConnectionManager>, ConnectError> {
     let client = redis::Client::open(url).map_err(|e| ConnectError::InvalidUrl(e.to_string()))?;
     let tls = is_tls_url(&client);
@@ -263,8 +268,10 @@ async fn managed(
         .set_number_of_retries(1);
     #[cfg(feature = "tls")]
     let addr = client.get_connection_info().addr().clone();
-    match ConnectionManager::new_with_config(client, config).await {
-        Ok(manager) => Ok(RedisBackend::new(manager)),
+    match ConnectionManager::new_with_config(client.clone(), config).await {
+        Ok(manager) => {
+            Ok(RedisBackend::new(manager).with_release_notices(ReleaseNotices::new(client)))
+        }
         Err(e) => {
             #[cfg(feature = "tls")]
             if tls && e.is_timeout() && is_plain_redis(&addr).await {

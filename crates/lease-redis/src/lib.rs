@@ -10,6 +10,8 @@
 //!   or several at once) and implements [`lease_core::FencedResource`].
 //! - [`ReplicaAck`] (`WAIT` after grants, renewals and fenced writes) makes a write that too
 //!   few replicas acknowledged an *unknown* outcome instead of a success; see [`replica`].
+//! - [`ReleaseNotices`] wakes followers and lock waiters when a lease is released: the
+//!   release script publishes, one shared subscriber connection listens; see [`notify`].
 //! - `SentinelConnection` (feature `sentinel`) follows the primary that Redis Sentinel names
 //!   across failovers.
 //! - [`connect()`] (and, with feature `tls`, `connect_tls` for `rediss://` with a custom CA
@@ -68,6 +70,7 @@ mod backend;
 pub mod connect;
 pub mod error;
 mod fence;
+pub mod notify;
 mod preflight;
 pub mod replica;
 mod reply;
@@ -89,6 +92,7 @@ pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use notify::{NoticeStats, ReleaseNotices};
 pub use replica::{NotAcknowledged, ReplicaAck};
 pub use scripts::BODY_CACHE_CAPACITY;
 #[cfg(feature = "sentinel")]

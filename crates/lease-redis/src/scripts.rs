@@ -273,7 +273,7 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 11] = [
         ("acquire.lua", "18c4a170cbc152bee17e922273eced8e4299ccbc"),
         ("renew.lua", "70477c1f9bf0031b7d412385ca82c711a83b65d2"),
-        ("release.lua", "86324e2951cbc3d8b99f92e12fecf49593407725"),
+        ("release.lua", "c3602a7256bc73de68683bc3676b8821f03ad851"),
         ("pttl.lua", "fcbf4458d4dc74652bbb377a63a893650aaad193"),
         ("inspect.lua", "fe07020311c8b9037def2e02ba5958cc6eb73275"),
         ("raise.lua", "00339a762e5382f97e4b16b42c157fa685607634"),

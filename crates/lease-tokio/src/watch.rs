@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::config::check_interval;
+use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::{BackendError, ConfigError, ElectionConfig, LeaseBackend, LeaseSpec, Token};
 
 use crate::elector::LeaderInfo;
@@ -12,9 +13,12 @@ use crate::elector::LeaderInfo;
 /// client-go's `OnNewLeader`): [`LeaderWatch::changed`] returns each change of holder or
 /// token.
 ///
-/// It polls the store (one `inspect` per interval; default: the election's default acquire
-/// interval, TTL/2 of the default TTL); release notifications will wake it sooner once they
-/// exist. Each poll is bounded by the interval.
+/// It reads the store (`inspect`) when the backend's release notices say the lease was
+/// released ([`LeaseBackend::release_watch`], as an observer: every notice), then again after
+/// 2, 4, 8… ms until the next leader shows up (an acquire publishes nothing), and otherwise
+/// polls once per interval (default: the election's default acquire interval, TTL/2 of the
+/// default TTL), which also finds leaders that took over an expired lease. Each read is
+/// bounded by the interval.
 ///
 /// ```
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -37,7 +41,14 @@ pub struct LeaderWatch<B> {
     every: Duration,
     /// The last reported (holder, token); `None` before the first report.
     last: Option<Option<(String, Option<Token>)>>,
+    /// Release notices, when the backend has them.
+    notices: Option<ReleaseWatch>,
+    /// After a notice: the next quick re-read, doubling until the interval.
+    quick: Option<Duration>,
 }
+
+/// The first re-read after a release notice that found nobody leading.
+const QUICK_FIRST: Duration = Duration::from_millis(2);
 
 impl<B: LeaseBackend> LeaderWatch<B> {
     /// A watch of election `name` (checked as an elector would check it, and by the backend:
@@ -48,21 +59,28 @@ impl<B: LeaseBackend> LeaderWatch<B> {
         backend
             .check_spec(&spec)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let notices = backend.release_watch(&spec, WatchRole::Observer);
         Ok(LeaderWatch {
             backend,
             spec,
             every: config.acquire_interval(),
             last: None,
+            notices,
+            quick: None,
         })
     }
 
     /// The watch of an elector's election (its config was checked when it was built).
     pub(crate) fn for_config(backend: Arc<B>, config: &ElectionConfig) -> Self {
+        let spec = config.lease_spec();
+        let notices = backend.release_watch(&spec, WatchRole::Observer);
         LeaderWatch {
             backend,
-            spec: config.lease_spec(),
+            spec,
             every: config.acquire_interval(),
             last: None,
+            notices,
+            quick: None,
         }
     }
 
@@ -82,7 +100,11 @@ impl<B: LeaseBackend> LeaderWatch<B> {
                 .await
                 .map_err(|_| BackendError::Timeout(self.every))??;
             let now = info.holder.clone().map(|h| (h, info.counter));
-            if self.last.as_ref() != Some(&now) {
+            if now.is_some() {
+                self.quick = None;
+            }
+            let changed = self.last.as_ref() != Some(&now);
+            if changed {
                 self.last = Some(now);
                 return Ok(info.holder.map(|instance_id| LeaderInfo {
                     instance_id,
@@ -90,7 +112,30 @@ impl<B: LeaseBackend> LeaderWatch<B> {
                     remaining: info.remaining,
                 }));
             }
-            tokio::time::sleep(self.every).await;
+            self.wait().await;
+        }
+    }
+
+    /// Waits for the next read: a release notice, the next quick re-read, or the interval.
+    async fn wait(&mut self) {
+        let delay = match self.quick {
+            Some(q) if q < self.every => {
+                self.quick = Some(q * 2);
+                q
+            }
+            _ => {
+                self.quick = None;
+                self.every
+            }
+        };
+        match self.notices.as_mut() {
+            Some(notices) => {
+                tokio::select! {
+                    () = notices.notified() => self.quick = Some(QUICK_FIRST),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            None => tokio::time::sleep(delay).await,
         }
     }
 }

@@ -135,3 +135,10 @@ pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<ConnectionManager, Fail
         )),
     }
 }
+
+/// Release notices over their own subscriber connection (opened when a waiter first needs
+/// it), so that `run` followers, `lock` waiters and `status --watch` react to a release at
+/// once instead of at their next poll.
+pub(crate) fn notices(ctx: &Ctx) -> Result<redlease::redis::ReleaseNotices, Failure> {
+    Ok(redlease::redis::ReleaseNotices::new(client(ctx)?))
+}

@@ -23,6 +23,7 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     if args.watch
         && let Some(name) = &args.name
     {
+        let backend = backend.with_release_notices(conn::notices(ctx)?);
         return watch(ctx, backend, name, args.every).await;
     }
     if let Some(name) = &args.name {
@@ -89,8 +90,9 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
     }
 }
 
-/// Prints each change of leader of election `name` until SIGINT or SIGTERM. A failed poll is
-/// reported on stderr and polling goes on (Redis may come back).
+/// Prints each change of leader of election `name` until SIGINT or SIGTERM: at once on a
+/// release notice, else at the next poll. A failed poll is reported on stderr and polling
+/// goes on (Redis may come back).
 async fn watch(
     ctx: &Ctx,
     backend: Backend,

@@ -140,10 +140,12 @@ pub mod memory {
 pub mod redis {
     #[cfg(feature = "sentinel")]
     pub use lease_redis::SentinelConnection;
+    pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
-        DEFAULT_FENCE_TIMEOUT, FencedWrite, NotAcknowledged, RedisBackend, RedisFencer,
-        RedisLeaseError, ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
+        DEFAULT_FENCE_TIMEOUT, FencedWrite, NotAcknowledged, NoticeStats, RedisBackend,
+        RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES, Topology,
+        backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).
@@ -171,6 +173,10 @@ pub mod redis {
     /// ([`DEFAULT_FENCE_TIMEOUT`]), [`crate::Elector::leader`] by the acquire timeout. A fixed
     /// client-side timeout would cut valid replies short and turn them into unknown outcomes.
     /// Build your own connection with a response timeout if you call it directly.
+    ///
+    /// The backend wakes followers and lock waiters on release notices ([`ReleaseNotices`]:
+    /// one subscriber connection, opened when a waiter first needs it); polling stays the
+    /// fallback.
     ///
     /// A failure is a [`ConnectError`]; a plain URL that reached a TLS port says so
     /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, build a

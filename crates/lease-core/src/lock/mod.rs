@@ -15,7 +15,9 @@
 //!      [`Obtain::handle_timed_out`] at the deadline (a reply ready at the deadline counts as
 //!      the reply). **Every** attempt gets exactly one of the two;
 //!    - stop when [`Obtain::poll_outcome`] yields: [`Obtained`] or the final [`LockError`];
-//!    - otherwise sleep until [`Obtain::poll_timeout`] (the next attempt).
+//!    - otherwise sleep until [`Obtain::poll_timeout`] (the next attempt) or a release notice
+//!      (a [`crate::notify::ReleaseWatch`], registered before the first attempt and activated
+//!      after the first failed one), which is fed to [`Obtain::handle_notice`].
 //! 3. Whenever the obtain ends — with an error, or because the caller abandoned it (a dropped
 //!    future) — [`Obtain::needs_cleanup`] says whether the lock may be held under the obtain's
 //!    own generated token with nobody to release it: then send one best-effort release.

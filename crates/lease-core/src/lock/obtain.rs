@@ -66,6 +66,8 @@ pub struct Obtain {
     unknown: bool,
     /// Whether abandoning the obtain now must clean up.
     armed: bool,
+    /// A release notice arrived while an attempt was in flight.
+    notice_pending: bool,
     state: State,
 }
 
@@ -79,6 +81,7 @@ impl Obtain {
             private_token: plan.private_token,
             unknown: false,
             armed: false,
+            notice_pending: false,
             state: State::Due(now),
         }
     }
@@ -148,6 +151,27 @@ impl Obtain {
         );
     }
 
+    /// A release notice for the lock arrived (see [`crate::notify`]): the next attempt is due
+    /// at once instead of at its retry delay. Returns whether it moved.
+    ///
+    /// A notice that arrives while an attempt is in flight is kept: if that attempt fails,
+    /// the next one is due at once (the release may have come after the store judged it),
+    /// even when the retry delay would have passed the wait deadline. No attempt starts after
+    /// the wait deadline, and a strategy out of retries still gives up.
+    pub fn handle_notice(&mut self, now: Instant) -> bool {
+        match self.state {
+            State::InFlight { .. } => {
+                self.notice_pending = true;
+                false
+            }
+            State::Due(at) if at > now => {
+                self.state = State::Due(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// When the next attempt is due, while waiting for it.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
@@ -177,8 +201,12 @@ impl Obtain {
 
     fn after_failure(&mut self, now: Instant, last: LockError) {
         self.armed = self.private_token && self.unknown;
+        let notice = std::mem::take(&mut self.notice_pending);
         match self.schedule.after_failure(now) {
-            NextAttempt::At(t) => self.state = State::Due(t),
+            NextAttempt::At(t) => self.state = State::Due(if notice { now } else { t }),
+            NextAttempt::DeadlineExceeded if notice && now <= self.schedule.deadline() => {
+                self.state = State::Due(now);
+            }
             NextAttempt::DeadlineExceeded => {
                 let last = self.give_up(last);
                 self.finish(Err(LockError::DeadlineExceeded {

@@ -9,8 +9,8 @@
 //! 3. [`Run::handle_events`]: terms start (the leader work is spawned) and end (its token is
 //!    cancelled), observers are told, a permanent refusal is recorded;
 //! 4. [`Run::publish_state`]: `token()`'s deadline and the watch channel follow the machine;
-//! 5. [`Run::wait`]: the first of a reply, the machine's timer, shutdown, a resign command, or
-//!    the end of the term's work is fed back to the machine;
+//! 5. [`Run::wait`]: the first of a reply, the machine's timer, shutdown, a resign command,
+//!    the end of the term's work, or a release notice is fed back to the machine;
 //!
 //! and, once the machine has stopped, [`Run::await_last_work`] then [`Run::finish`].
 
@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::election::{Event, Op, Reply, Request, RequestId, RequestKind};
+use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::{BackendError, Election, LeaseBackend, Role, StepDownReason, StoreLoss, Token};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
@@ -61,6 +62,8 @@ pub(super) struct Run<'a, B, F> {
     refused: Option<(Op, Arc<BackendError>)>,
     notices: mpsc::UnboundedSender<Notice>,
     observer_task: JoinHandle<()>,
+    /// Release notices for this election's lease, when the backend has them.
+    watch: Option<ReleaseWatch>,
 }
 
 impl<'a, B, F, Fut> Run<'a, B, F>
@@ -76,6 +79,14 @@ where
         let clock = Clock::new();
         let mut machine = Election::new(inner.config.clone(), inner.seed, clock.now());
         machine.set_validity_margin(inner.backend.validity_margin(inner.config.ttl()));
+        // Subscribed for the whole run: a follower is woken by the leader's release.
+        let watch = inner
+            .backend
+            .release_watch(machine.spec(), WatchRole::Contender);
+        if let Some(w) = &watch {
+            w.set_contending(false);
+            w.activate();
+        }
         telemetry::contending(inner.config.name());
         Run {
             elector,
@@ -92,6 +103,7 @@ where
             refused: None,
             notices,
             observer_task,
+            watch,
         }
     }
 
@@ -233,6 +245,10 @@ where
             Role::Follower => self.follower_of.clone(),
             _ => None,
         };
+        if let Some(w) = &self.watch {
+            // Only a follower acts on a notice; otherwise let another waiter have it.
+            w.set_contending(self.machine.wants_notices());
+        }
         let next = ElectorState { role, leader };
         inner.state.send_if_modified(|s| {
             if *s == next {
@@ -276,6 +292,16 @@ where
             } => self.machine.handle_timeout(self.clock.now()),
             _ = shutdown.cancelled(), if !self.shutting_down => {}
             Some(cmd) = commands.recv() => self.command(cmd),
+            _ = async {
+                match self.watch.as_mut() {
+                    Some(w) => w.notified().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if self.machine.handle_notice(self.clock.now()) {
+                    tracing::debug!(name = self.name(), "released by its holder: contending now");
+                }
+            }
             joined = async {
                 match self.work.as_mut() {
                     Some((_, handle)) => handle.await,

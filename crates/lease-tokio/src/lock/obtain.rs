@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::lock::{LockError, LockOptions, Obtain, Obtained, release_request};
+use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::{AcquireRequest, LeaseBackend};
 
 use crate::clock::Clock;
@@ -117,10 +118,16 @@ impl<B: LeaseBackend> Locker<B> {
             .cloned()
             .unwrap_or_default();
         // Jittered per acquisition, so waiters that saw the same release spread out.
+        // Registered before the first attempt (no lost wake-up); subscribed only once an
+        // attempt found the lock held.
+        let watch = self
+            .backend
+            .release_watch(&plan.request.spec, WatchRole::Contender);
         let obtained = ObtainRun {
             obtain: Obtain::new(&plan, random_u64(), clock.now()),
             backend: Arc::clone(&self.backend),
             request: &plan.request,
+            watch,
         }
         .drive(clock)
         .await;
@@ -155,6 +162,7 @@ struct ObtainRun<'a, B: LeaseBackend> {
     obtain: Obtain,
     backend: Arc<B>,
     request: &'a AcquireRequest,
+    watch: Option<ReleaseWatch>,
 }
 
 impl<B: LeaseBackend> ObtainRun<'_, B> {
@@ -175,7 +183,19 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
                 return outcome;
             }
             if let Some(at) = self.obtain.poll_timeout() {
-                tokio::time::sleep_until(clock.to_tokio(at)).await;
+                match self.watch.as_mut() {
+                    Some(watch) => {
+                        watch.activate();
+                        tokio::select! {
+                            biased;
+                            () = watch.notified() => {
+                                self.obtain.handle_notice(clock.now());
+                            }
+                            () = tokio::time::sleep_until(clock.to_tokio(at)) => {}
+                        }
+                    }
+                    None => tokio::time::sleep_until(clock.to_tokio(at)).await,
+                }
             }
         }
     }

@@ -1,0 +1,432 @@
+//! Release notices: the release script publishes, one subscriber connection per backend wakes
+//! the waiters.
+//!
+//! - **Publishing.** `release.lua` publishes the owner on the lease's channel
+//!   ([`notice_channel`]: `redlease:released:<first key>`) whenever it deleted a key, with
+//!   `PUBLISH` on a standalone server and `SPUBLISH` on Redis Cluster (sharded pub/sub: the
+//!   channel hashes to the key's slot, so the notice stays on the node that owns the key).
+//!   It is part of the release script: no extra round trip. It is on by default for every
+//!   [`RedisBackend`](crate::RedisBackend) (it wakes *other* processes' waiters), and is
+//!   called with `redis.pcall`: a server that refuses it (an ACL user without `&redlease:*`)
+//!   costs the waiters their notice, never the release.
+//! - **Subscribing.** [`ReleaseNotices`] owns one pub/sub connection, opened on first need and
+//!   shared by every backend it is given to
+//!   ([`RedisBackend::with_release_notices`](crate::RedisBackend::with_release_notices)) and
+//!   every waiter of those backends: one subscription per channel, whatever the number of
+//!   waiters. Each channel has a [`ReleaseHub`], which holds the waking rules (one contender
+//!   per notice, every observer; see [`lease_core::notify`]).
+//! - **Loss.** A dropped subscriber connection (server restart, `CLIENT KILL`, a ping that
+//!   gets no answer within [`PING_TIMEOUT`]) makes every hub not live, so drivers fall back to
+//!   polling; the task reconnects with a backoff, subscribes again and, once confirmed, wakes
+//!   every waiter once to re-check (notices published meanwhile were lost). An attempt never
+//!   waits for the subscriber.
+//!
+//! Not covered yet: Redis Cluster subscriptions (notices are published with `SPUBLISH`, but a
+//! backend on a cluster has no subscriber: its waiters poll) and Sentinel-managed servers.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures_core::Stream;
+use lease_core::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
+use tokio::sync::mpsc;
+
+use crate::slot;
+use crate::topology::Topology;
+
+/// The prefix of every notice channel.
+pub const CHANNEL_PREFIX: &str = "redlease:released:";
+
+/// How often an idle subscriber connection is pinged, to notice a silent loss.
+pub const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long a ping, a subscription or a connection attempt may take before the subscriber
+/// connection is given up and opened again.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest wait between two reconnection attempts (it starts at 50 ms and doubles).
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+
+/// The channel on which the release of a lease whose first key is `key` is published:
+/// `redlease:released:<key>`. On Redis Cluster a key without a hash tag is its own channel
+/// (a prefix would move it to another slot; channels and keys are separate namespaces).
+///
+/// ```
+/// use lease_redis::notify::notice_channel;
+/// use lease_redis::Topology;
+/// assert_eq!(notice_channel("{jobs}:leader", Topology::Cluster), "redlease:released:{jobs}:leader");
+/// assert_eq!(notice_channel("report", Topology::Standalone), "redlease:released:report");
+/// assert_eq!(notice_channel("report", Topology::Cluster), "report");
+/// ```
+pub fn notice_channel(key: &str, topology: Topology) -> String {
+    let mut s = String::with_capacity(CHANNEL_PREFIX.len() + key.len());
+    push_channel(&mut s, key, topology);
+    s
+}
+
+/// Appends [`notice_channel`]`(key, topology)` to `out`.
+pub(crate) fn push_channel(out: &mut String, key: &str, topology: Topology) {
+    if topology == Topology::Cluster && slot::hash_tag(key.as_bytes()).is_none() {
+        out.push_str(key);
+    } else {
+        out.push_str(CHANNEL_PREFIX);
+        out.push_str(key);
+    }
+}
+
+/// Counters of a [`ReleaseNotices`] subscriber, for tests and operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NoticeStats {
+    /// Subscriber connections opened (the first, then every reconnection).
+    pub connections: u64,
+    /// Notices received on any channel.
+    pub notices: u64,
+    /// Channels subscribed now.
+    pub subscribed: usize,
+}
+
+#[derive(Default)]
+struct Shared {
+    hubs: Mutex<HashMap<String, Weak<ReleaseHub>>>,
+    stats: Mutex<NoticeStats>,
+}
+
+impl Shared {
+    fn hubs(&self) -> MutexGuard<'_, HashMap<String, Weak<ReleaseHub>>> {
+        self.hubs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stats(&self) -> MutexGuard<'_, NoticeStats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hub(&self, channel: &str) -> Option<Arc<ReleaseHub>> {
+        self.hubs().get(channel).and_then(Weak::upgrade)
+    }
+
+    fn all_hubs(&self) -> Vec<(String, Arc<ReleaseHub>)> {
+        let mut hubs = self.hubs();
+        hubs.retain(|_, h| h.strong_count() > 0);
+        hubs.iter()
+            .filter_map(|(c, h)| h.upgrade().map(|h| (c.clone(), h)))
+            .collect()
+    }
+}
+
+/// One subscriber connection for release notices, shared by every backend and waiter it is
+/// given to. Cheap to clone. See the [module docs](self).
+///
+/// It needs a tokio runtime: its task starts with the first [`ReleaseNotices::new`] call and
+/// ends when every clone and every watch on it are gone. It opens its connection only when a
+/// waiter first needs it.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use lease_redis::{RedisBackend, notify::ReleaseNotices};
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?)
+///     .with_release_notices(ReleaseNotices::new(client));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ReleaseNotices {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<String>,
+}
+
+impl fmt::Debug for ReleaseNotices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseNotices")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReleaseNotices {
+    /// A subscriber that opens its pub/sub connections with `client` (TLS and credentials
+    /// as configured on it). Must be called inside a tokio runtime.
+    pub fn new(client: redis::Client) -> ReleaseNotices {
+        let shared = Arc::new(Shared::default());
+        let (commands, rx) = mpsc::unbounded_channel();
+        tokio::spawn(Subscriber::new(client, Arc::clone(&shared), rx).run());
+        ReleaseNotices { shared, commands }
+    }
+
+    /// A watch on `channel` (see [`lease_core::notify`]).
+    pub fn watch(&self, channel: &str, role: WatchRole) -> ReleaseWatch {
+        let hub = {
+            let mut hubs = self.shared.hubs();
+            match hubs.get(channel).and_then(Weak::upgrade) {
+                Some(hub) => hub,
+                None => {
+                    let hub = ReleaseHub::new(Link {
+                        channel: channel.to_owned(),
+                        commands: self.commands.clone(),
+                    });
+                    hubs.insert(channel.to_owned(), Arc::downgrade(&hub));
+                    hub
+                }
+            }
+        };
+        hub.watch(role)
+    }
+
+    /// The subscriber's counters.
+    pub fn stats(&self) -> NoticeStats {
+        *self.shared.stats()
+    }
+
+    /// Whether `channel` is subscribed and confirmed now.
+    pub fn is_live(&self, channel: &str) -> bool {
+        self.shared.hub(channel).is_some_and(|h| h.is_live())
+    }
+}
+
+/// Tells the subscriber task which channel to reconcile.
+struct Link {
+    channel: String,
+    commands: mpsc::UnboundedSender<String>,
+}
+
+impl HubLink for Link {
+    fn activate(&self) {
+        // The task ends only when every sender is gone, and this link holds one.
+        let _ = self.commands.send(self.channel.clone());
+    }
+
+    fn idle(&self) {
+        let _ = self.commands.send(self.channel.clone());
+    }
+}
+
+/// Why a connection's loop ended.
+enum Ended {
+    /// Every handle and watch is gone.
+    Done,
+    /// The connection failed; open another.
+    Lost(String),
+}
+
+/// The subscriber task's state.
+struct Subscriber {
+    client: redis::Client,
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedReceiver<String>,
+    /// Channels to reconcile once connected.
+    pending: HashSet<String>,
+}
+
+impl Subscriber {
+    fn new(
+        client: redis::Client,
+        shared: Arc<Shared>,
+        commands: mpsc::UnboundedReceiver<String>,
+    ) -> Subscriber {
+        Subscriber {
+            client,
+            shared,
+            commands,
+            pending: HashSet::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        let mut delay = Duration::from_millis(50);
+        loop {
+            // Connect only when some channel is wanted.
+            if !self.wait_for_need().await {
+                return;
+            }
+            match self.connect().await {
+                Ok((sink, stream)) => {
+                    self.shared.stats().connections += 1;
+                    tracing::debug!("release notices: subscriber connected");
+                    let ended = self.serve(sink, stream).await;
+                    self.lost();
+                    match ended {
+                        Ended::Done => return,
+                        Ended::Lost(why) => {
+                            tracing::warn!(reason = %why, "release notices: subscriber connection lost; waiters poll until it is back");
+                            delay = Duration::from_millis(50);
+                        }
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(reason = %why, retry_in = ?delay, "release notices: cannot open the subscriber connection; waiters poll");
+                }
+            }
+            // Back off, still taking commands (they are reconciled once connected).
+            let sleep = tokio::time::sleep(delay);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    cmd = self.commands.recv() => match cmd {
+                        Some(channel) => { self.pending.insert(channel); }
+                        None => return,
+                    },
+                }
+            }
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+        }
+    }
+
+    /// Waits until some activated hub exists; `false` when every sender is gone.
+    async fn wait_for_need(&mut self) -> bool {
+        loop {
+            if self.shared.all_hubs().iter().any(|(_, h)| h.is_activated()) {
+                return true;
+            }
+            match self.commands.recv().await {
+                Some(channel) => {
+                    self.pending.insert(channel);
+                }
+                None => return false,
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<(redis::aio::PubSubSink, redis::aio::PubSubStream), String> {
+        match tokio::time::timeout(PING_TIMEOUT, self.client.get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => Ok(pubsub.split()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no connection within {PING_TIMEOUT:?}")),
+        }
+    }
+
+    /// Serves one connection: subscribes what is wanted, routes messages, reconciles
+    /// commands, pings when idle.
+    async fn serve(
+        &mut self,
+        mut sink: redis::aio::PubSubSink,
+        mut stream: redis::aio::PubSubStream,
+    ) -> Ended {
+        let mut subscribed: HashSet<String> = HashSet::new();
+        // Everything activated now, whatever the pending set says.
+        let wanted: Vec<String> = self
+            .shared
+            .all_hubs()
+            .into_iter()
+            .filter(|(_, h)| h.is_activated())
+            .map(|(c, _)| c)
+            .chain(self.pending.drain())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        for channel in wanted {
+            if let Err(e) = self.reconcile(&mut sink, &mut subscribed, &channel).await {
+                return Ended::Lost(e);
+            }
+        }
+        let mut ping = tokio::time::interval(PING_INTERVAL);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.reset();
+        loop {
+            tokio::select! {
+                msg = poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx)) => match msg {
+                    Some(msg) => {
+                        ping.reset();
+                        self.route(msg.get_channel_name());
+                    }
+                    None => return Ended::Lost("the server closed the connection".into()),
+                },
+                cmd = self.commands.recv() => match cmd {
+                    Some(channel) => {
+                        if let Err(e) = self.reconcile(&mut sink, &mut subscribed, &channel).await {
+                            return Ended::Lost(e);
+                        }
+                    }
+                    None => return Ended::Done,
+                },
+                _ = ping.tick() => {
+                    match tokio::time::timeout(PING_TIMEOUT, sink.ping::<redis::Value>()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Ended::Lost(format!("ping failed: {e}")),
+                        Err(_) => return Ended::Lost(format!("no ping reply within {PING_TIMEOUT:?}")),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Brings one channel's subscription in line with its hub: subscribed while activated.
+    async fn reconcile(
+        &self,
+        sink: &mut redis::aio::PubSubSink,
+        subscribed: &mut HashSet<String>,
+        channel: &str,
+    ) -> Result<(), String> {
+        let hub = self.shared.hub(channel).filter(|h| h.is_activated());
+        match hub {
+            Some(hub) => {
+                if !subscribed.contains(channel) {
+                    bounded("SUBSCRIBE", sink.subscribe(channel)).await?;
+                    subscribed.insert(channel.to_owned());
+                    self.shared.stats().subscribed = subscribed.len();
+                    tracing::trace!(channel, "release notices: subscribed");
+                }
+                hub.set_live(true);
+            }
+            None => {
+                if subscribed.remove(channel) {
+                    bounded("UNSUBSCRIBE", sink.unsubscribe(channel)).await?;
+                    self.shared.stats().subscribed = subscribed.len();
+                    tracing::trace!(channel, "release notices: unsubscribed");
+                }
+                let mut hubs = self.shared.hubs();
+                if hubs.get(channel).is_some_and(|h| h.strong_count() == 0) {
+                    hubs.remove(channel);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn route(&self, channel: &str) {
+        self.shared.stats().notices += 1;
+        match self.shared.hub(channel) {
+            Some(hub) => hub.notify(),
+            None => tracing::trace!(channel, "release notices: a notice nobody waits for"),
+        }
+    }
+
+    /// The connection is gone: every hub stops being live (drivers poll).
+    fn lost(&mut self) {
+        self.shared.stats().subscribed = 0;
+        for (channel, hub) in self.shared.all_hubs() {
+            hub.set_live(false);
+            if hub.is_activated() {
+                self.pending.insert(channel);
+            }
+        }
+    }
+}
+
+async fn bounded(
+    what: &str,
+    call: impl std::future::Future<Output = redis::RedisResult<()>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(PING_TIMEOUT, call).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
+        Err(_) => Err(format!("no {what} confirmation within {PING_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_keep_the_key_slot() {
+        for key in ["{jobs}:leader", "a{b}c", "x{}{y}"] {
+            let ch = notice_channel(key, Topology::Cluster);
+            assert_eq!(slot::key_slot(&ch), slot::key_slot(key), "{key} -> {ch}");
+        }
+        assert_eq!(notice_channel("a}b{c", Topology::Cluster), "a}b{c");
+    }
+}

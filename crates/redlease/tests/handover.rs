@@ -1,0 +1,352 @@
+//! Handover by release notices, on a real Redis: followers and lock waiters are woken by the
+//! holder's release instead of their next poll; a notice lost between an attempt and the
+//! subscription, or while the subscriber connection is down, is made up for by the resync
+//! when the subscription is (re)confirmed; without a subscriber, waiters still poll.
+//!
+//! Every scenario uses poll intervals far longer than its assertion bound, so only a notice
+//! (or the resync) can make it pass: each test fails if notices are not delivered.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::locks::{SLACK, ms};
+use common::{EVENTUALLY, config, wait_leader, wait_role};
+use lease_testkit::proxy::{FaultProxy, Mode};
+use lease_testkit::redis::RedisServer;
+use redis::aio::ConnectionManager;
+use redlease::redis::{RedisBackend, ReleaseNotices, Topology, notice_channel};
+use redlease::{CancellationToken, Elector, LeaderWatch, LockOptions, Locker, RetryStrategy, Role};
+
+type Managed = RedisBackend<ConnectionManager>;
+
+/// A backend as `redlease::redis::connect` builds it: its own data and subscriber
+/// connections, like a separate process.
+async fn connect(server: &RedisServer) -> Managed {
+    redlease::redis::connect(&server.url())
+        .await
+        .expect("connect")
+}
+
+/// A waiter's bound after a release: far below every poll interval used here.
+const PROMPT: Duration = Duration::from_millis(1500);
+
+/// Long polls: a lock waiter that only polls would wait 20 s.
+fn slow_retry() -> LockOptions {
+    LockOptions::new()
+        .retry(RetryStrategy::linear(Duration::from_secs(20)).unwrap())
+        .wait(Duration::from_secs(60))
+}
+
+fn channel(key: &str) -> String {
+    notice_channel(key, Topology::Standalone)
+}
+
+/// Waits (bounded) until `backend`'s subscriber has confirmed `channel`.
+async fn wait_live(backend: &Managed, channel: &str) {
+    let notices = backend.release_notices().expect("notices").clone();
+    let deadline = Instant::now() + EVENTUALLY;
+    // The hub's live flag has no public signal of its own besides the waiters' wake-ups,
+    // which these tests are about; a bounded check every few milliseconds does not race.
+    while !notices.is_live(channel) {
+        assert!(Instant::now() < deadline, "{channel} never became live");
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_follower_is_elected_at_once_when_the_leader_resigns() {
+    let server = RedisServer::start().await.expect("redis");
+    // TTL 10 s: the follower polls every ~5 s.
+    let a = Elector::new(connect(&server).await, config("svc", "a", 10_000));
+    let b = Elector::new(connect(&server).await, config("svc", "b", 10_000));
+    let shutdown = CancellationToken::new();
+    let runs = [a.clone(), b.clone()].map(|e| {
+        let s = shutdown.clone();
+        tokio::spawn(async move { e.hold(s).await })
+    });
+    let first = wait_leader(&a, EVENTUALLY).await;
+    wait_role(&b, EVENTUALLY, "follower", |r| *r == Role::Follower).await;
+    wait_live(b.backend(), &channel("svc:leader")).await;
+    let resigned = Instant::now();
+    a.resign();
+    let second = wait_leader(&b, PROMPT + SLACK).await;
+    let took = resigned.elapsed();
+    assert!(second > first);
+    assert!(took < PROMPT, "handover took {took:?}");
+    shutdown.cancel();
+    for r in runs {
+        tokio::time::timeout(EVENTUALLY, r)
+            .await
+            .expect("runs end")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_lock_waiter_obtains_at_once_when_the_holder_releases() {
+    let server = RedisServer::start().await.expect("redis");
+    let a = Locker::new(connect(&server).await);
+    let b_backend = connect(&server).await;
+    let b = Locker::new(b_backend.clone());
+    let held = a
+        .obtain("job", Duration::from_secs(30), LockOptions::new())
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let lock = b.obtain("job", Duration::from_secs(30), slow_retry()).await;
+        (lock.map(drop), Instant::now())
+    });
+    // The waiter subscribes after its first attempt found the lock held.
+    wait_live(&b_backend, &channel("job")).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (lock, at) = tokio::time::timeout(PROMPT + SLACK, waiter)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    lock.expect("obtained");
+    let took = at.duration_since(released);
+    assert!(took < PROMPT, "handoff took {took:?}");
+    let stats = b_backend.release_notices().unwrap().stats();
+    assert_eq!(stats.connections, 1, "{stats:?}");
+    assert!(stats.notices >= 1, "{stats:?}");
+}
+
+/// The release happens after the waiter's attempt found the lock held and before its
+/// subscription is confirmed (the subscriber's path is blackholed meanwhile): the notice is
+/// lost, and the resync when the subscription is confirmed wakes the waiter.
+#[tokio::test]
+async fn a_release_between_the_attempt_and_the_subscription_is_not_lost() {
+    let server = RedisServer::start().await.expect("redis");
+    let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
+    proxy.set_mode(Mode::Blackhole);
+    let client = redis::Client::open(server.url_via(proxy.addr())).unwrap();
+    // Data straight to the server, notices through the proxy.
+    let b_backend = RedisBackend::new(
+        server
+            .client()
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .unwrap(),
+    )
+    .with_release_notices(ReleaseNotices::new(client));
+    let a = Locker::new(connect(&server).await);
+    let held = a
+        .obtain("job", Duration::from_secs(30), LockOptions::new())
+        .await
+        .unwrap();
+    let b = Locker::new(b_backend.clone());
+    let waiter = tokio::spawn(async move {
+        let lock = b.obtain("job", Duration::from_secs(30), slow_retry()).await;
+        (lock.map(drop), Instant::now())
+    });
+    // The subscriber opens its connection once the waiter's first attempt failed.
+    let deadline = Instant::now() + EVENTUALLY;
+    while proxy.open_connections() == 0 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(ms(5)).await;
+    }
+    held.release().await.unwrap();
+    assert!(
+        !b_backend
+            .release_notices()
+            .unwrap()
+            .is_live(&channel("job"))
+    );
+    let healed = Instant::now();
+    proxy.set_mode(Mode::Pass);
+    // The subscription (or a fresh connection after its 2 s bound) is confirmed within a few
+    // seconds; the waiter's own poll is 20 s away.
+    let bound = Duration::from_secs(5);
+    let (lock, at) = tokio::time::timeout(bound + SLACK, waiter)
+        .await
+        .expect("the waiter missed the release")
+        .unwrap();
+    lock.expect("obtained");
+    let took = at.duration_since(healed);
+    assert!(
+        took < bound,
+        "obtained {took:?} after the subscriber's path healed"
+    );
+}
+
+/// The subscriber connection is killed while a waiter waits, and the holder releases before
+/// it is back: the waiter is woken by the resync once the subscriber has reconnected.
+#[tokio::test]
+async fn a_killed_subscriber_reconnects_and_the_waiter_is_not_stranded() {
+    let server = RedisServer::start().await.expect("redis");
+    let a = Locker::new(connect(&server).await);
+    let b_backend = connect(&server).await;
+    let b = Locker::new(b_backend.clone());
+    let held = a
+        .obtain("job", Duration::from_secs(30), LockOptions::new())
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let lock = b.obtain("job", Duration::from_secs(30), slow_retry()).await;
+        (lock.map(drop), Instant::now())
+    });
+    wait_live(&b_backend, &channel("job")).await;
+    let mut raw = server.connection().await.unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1, "one subscriber connection");
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let (lock, at) = tokio::time::timeout(PROMPT + SLACK, waiter)
+        .await
+        .expect("the waiter was stranded")
+        .unwrap();
+    lock.expect("obtained");
+    let took = at.duration_since(released);
+    assert!(took < PROMPT, "obtained {took:?} after the release");
+    let stats = b_backend.release_notices().unwrap().stats();
+    assert_eq!(stats.connections, 2, "reconnected once: {stats:?}");
+}
+
+/// With the subscriber unable to reach the server at all, a waiter still obtains the lock by
+/// polling: notices only ever make an attempt sooner, never later.
+#[tokio::test]
+async fn without_a_subscriber_waiters_poll() {
+    let server = RedisServer::start().await.expect("redis");
+    let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
+    proxy.set_mode(Mode::Blackhole);
+    let b_backend = RedisBackend::new(server.connection().await.unwrap()).with_release_notices(
+        ReleaseNotices::new(redis::Client::open(server.url_via(proxy.addr())).unwrap()),
+    );
+    let a = Locker::new(connect(&server).await);
+    let held = a
+        .obtain("job", Duration::from_secs(30), LockOptions::new())
+        .await
+        .unwrap();
+    let b = Locker::new(b_backend);
+    let poll = ms(300);
+    let waiter = tokio::spawn(async move {
+        let options = LockOptions::new()
+            .retry(RetryStrategy::linear(poll).unwrap())
+            .wait(Duration::from_secs(30));
+        let lock = b.obtain("job", Duration::from_secs(30), options).await;
+        (lock.map(drop), Instant::now())
+    });
+    tokio::time::sleep(ms(100)).await; // let the waiter fail once (not a signal: any order works)
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let (lock, at) = tokio::time::timeout(poll + SLACK, waiter)
+        .await
+        .expect("the waiter never polled")
+        .unwrap();
+    lock.expect("obtained");
+    assert!(at.duration_since(released) <= poll + SLACK);
+}
+
+/// Eight waiters in one process on one key: each release wakes one of them (not all), so the
+/// handoffs cost about one attempt each; every waiter gets the lock.
+#[tokio::test]
+async fn one_waiter_per_release_within_a_process() {
+    let server = RedisServer::start().await.expect("redis");
+    let backend = connect(&server).await;
+    let locker = Locker::new(backend.clone());
+    let rounds = 5;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let locker = locker.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let lock = locker
+                    .obtain("hot", Duration::from_secs(30), slow_retry())
+                    .await
+                    .expect("obtained");
+                tokio::time::sleep(ms(2)).await;
+                lock.release().await.expect("released");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("every waiter got the lock 5 times without polling")
+            .unwrap();
+    }
+    let mut raw = server.connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let calls = |name: &str| -> u64 {
+        info.lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let acquisitions = 8 * rounds;
+    // SET NX (the fast path) + EVALSHA (failed attempts, releases) per acquisition.
+    let scripts = calls("evalsha") + calls("eval");
+    let per = (calls("set") + scripts) as f64 / acquisitions as f64;
+    // Woken one at a time, each acquisition costs its release, its winning attempt, the
+    // first failed attempt of each obtain, and a few extra attempts (resyncs); waking all 7
+    // waiters per release would cost about 9.
+    assert!(per < 5.0, "{per:.1} commands per acquisition");
+}
+
+/// The observer stream (`LeaderWatch`) follows three terms: each change is reported at once
+/// on the release notice (its poll interval here is 10 s).
+#[tokio::test]
+async fn the_observer_sees_three_terms_promptly() {
+    let server = RedisServer::start().await.expect("redis");
+    let electors: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|id| (id, config("obs", id, 10_000)))
+        .collect();
+    let mut watch = LeaderWatch::new(Arc::new(connect(&server).await), "obs")
+        .unwrap()
+        .every(Duration::from_secs(10))
+        .unwrap();
+    let mut seen = Vec::new();
+    for (id, config) in electors {
+        let elector = Elector::new(connect(&server).await, config);
+        let shutdown = CancellationToken::new();
+        let run = {
+            let (e, s) = (elector.clone(), shutdown.clone());
+            tokio::spawn(async move { e.hold(s).await })
+        };
+        let token = wait_leader(&elector, EVENTUALLY).await;
+        // The first term is the watch's first read; the next ones are found by the quick
+        // re-reads that follow the previous term's release notice.
+        let leader = loop {
+            let change = tokio::time::timeout(PROMPT + SLACK, watch.changed())
+                .await
+                .expect("the watch saw the new leader promptly")
+                .unwrap();
+            if let Some(info) = change {
+                break info;
+            }
+        };
+        assert_eq!(leader.instance_id, id);
+        assert_eq!(leader.token, Some(token));
+        seen.push(token);
+        shutdown.cancel(); // releases: the watch hears it at once
+        tokio::time::timeout(EVENTUALLY, run)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let vacant = tokio::time::timeout(PROMPT + SLACK, watch.changed())
+            .await
+            .expect("the release was seen promptly")
+            .unwrap();
+        assert!(vacant.is_none());
+    }
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+}
