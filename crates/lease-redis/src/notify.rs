@@ -21,8 +21,11 @@
 //!   every waiter once to re-check (notices published meanwhile were lost). An attempt never
 //!   waits for the subscriber.
 //!
-//! Not covered yet: Redis Cluster subscriptions (notices are published with `SPUBLISH`, but a
-//! backend on a cluster has no subscriber: its waiters poll) and Sentinel-managed servers.
+//! - **Redis Cluster.** [`ReleaseNotices::cluster`] subscribes with `SSUBSCRIBE` on a RESP3
+//!   cluster connection: each channel on the node that owns its slot.
+//!
+//! Not covered yet: servers managed by Sentinel (`SentinelConnection` backends have no
+//! subscriber; their waiters poll).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -150,9 +153,30 @@ impl ReleaseNotices {
     /// A subscriber that opens its pub/sub connections with `client` (TLS and credentials
     /// as configured on it). Must be called inside a tokio runtime.
     pub fn new(client: redis::Client) -> ReleaseNotices {
+        ReleaseNotices::spawn(Source::Standalone(client))
+    }
+
+    /// A subscriber on a Redis Cluster (Redis 7: sharded pub/sub): `SSUBSCRIBE` on a cluster
+    /// connection built from `builder` (nodes, credentials and TLS as configured on it), with
+    /// RESP3 and a push channel of its own, so each channel is subscribed on the node that
+    /// owns its slot (redis-rs routes it, and subscribes again after reconnections and slot
+    /// moves). Give it to a backend made with
+    /// [`RedisBackend::cluster`](crate::RedisBackend::cluster).
+    pub fn cluster(
+        builder: redis::cluster::ClusterClientBuilder,
+    ) -> Result<ReleaseNotices, redis::RedisError> {
+        let (tx, pushes) = mpsc::unbounded_channel();
+        let client = builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(tx)
+            .build()?;
+        Ok(ReleaseNotices::spawn(Source::Cluster { client, pushes }))
+    }
+
+    fn spawn(source: Source) -> ReleaseNotices {
         let shared = Arc::new(Shared::default());
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Subscriber::new(client, Arc::clone(&shared), rx).run());
+        tokio::spawn(Subscriber::new(source, Arc::clone(&shared), rx).run());
         ReleaseNotices { shared, commands }
     }
 
@@ -211,26 +235,72 @@ enum Ended {
     Lost(String),
 }
 
+/// Where the subscriber connects.
+enum Source {
+    /// One server: `SUBSCRIBE` on a pub/sub connection.
+    Standalone(redis::Client),
+    /// Redis Cluster: `SSUBSCRIBE` on a RESP3 cluster connection, whose pushes arrive here.
+    Cluster {
+        client: redis::cluster::ClusterClient,
+        pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    },
+}
+
+/// One open subscriber connection.
+enum Conn {
+    Standalone {
+        sink: redis::aio::PubSubSink,
+        stream: redis::aio::PubSubStream,
+    },
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// What arrived on a connection.
+enum Incoming {
+    /// A notice on this channel.
+    Notice(String),
+    /// The server confirmed a subscription again (Cluster: redis-rs resubscribes on its own
+    /// after a reconnect).
+    Confirmed(String),
+    /// redis-rs lost a node connection (Cluster): subscriptions are being re-established.
+    Disconnected,
+    /// Anything else (other pushes).
+    Other,
+    /// The connection is gone.
+    Closed,
+}
+
+fn channel_of(data: &[redis::Value]) -> Option<String> {
+    match data.first() {
+        Some(redis::Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+        Some(redis::Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
 /// The subscriber task's state.
 struct Subscriber {
-    client: redis::Client,
+    source: Source,
     shared: Arc<Shared>,
     commands: mpsc::UnboundedReceiver<String>,
     /// Channels to reconcile once connected.
     pending: HashSet<String>,
+    /// Channels subscribed on the current connection.
+    subscribed: HashSet<String>,
 }
 
 impl Subscriber {
     fn new(
-        client: redis::Client,
+        source: Source,
         shared: Arc<Shared>,
         commands: mpsc::UnboundedReceiver<String>,
     ) -> Subscriber {
         Subscriber {
-            client,
+            source,
             shared,
             commands,
             pending: HashSet::new(),
+            subscribed: HashSet::new(),
         }
     }
 
@@ -242,10 +312,10 @@ impl Subscriber {
                 return;
             }
             match self.connect().await {
-                Ok((sink, stream)) => {
+                Ok(conn) => {
                     self.shared.stats().connections += 1;
                     tracing::debug!("release notices: subscriber connected");
-                    let ended = self.serve(sink, stream).await;
+                    let ended = self.serve(conn).await;
                     self.lost();
                     match ended {
                         Ended::Done => return,
@@ -290,35 +360,48 @@ impl Subscriber {
         }
     }
 
-    async fn connect(&self) -> Result<(redis::aio::PubSubSink, redis::aio::PubSubStream), String> {
-        match tokio::time::timeout(PING_TIMEOUT, self.client.get_async_pubsub()).await {
-            Ok(Ok(pubsub)) => Ok(pubsub.split()),
+    async fn connect(&mut self) -> Result<Conn, String> {
+        let opened = match &mut self.source {
+            Source::Standalone(client) => {
+                tokio::time::timeout(PING_TIMEOUT, client.get_async_pubsub())
+                    .await
+                    .map(|r| {
+                        r.map(|p| {
+                            let (sink, stream) = p.split();
+                            Conn::Standalone { sink, stream }
+                        })
+                    })
+            }
+            Source::Cluster { client, pushes } => {
+                // Pushes of an earlier connection mean nothing now.
+                while pushes.try_recv().is_ok() {}
+                tokio::time::timeout(PING_TIMEOUT, client.get_async_connection())
+                    .await
+                    .map(|r| r.map(Conn::Cluster))
+            }
+        };
+        match opened {
+            Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no connection within {PING_TIMEOUT:?}")),
         }
     }
 
-    /// Serves one connection: subscribes what is wanted, routes messages, reconciles
+    /// Serves one connection: subscribes what is wanted, routes notices, reconciles
     /// commands, pings when idle.
-    async fn serve(
-        &mut self,
-        mut sink: redis::aio::PubSubSink,
-        mut stream: redis::aio::PubSubStream,
-    ) -> Ended {
-        let mut subscribed: HashSet<String> = HashSet::new();
+    async fn serve(&mut self, mut conn: Conn) -> Ended {
+        self.subscribed.clear();
         // Everything activated now, whatever the pending set says.
-        let wanted: Vec<String> = self
+        let wanted: HashSet<String> = self
             .shared
             .all_hubs()
             .into_iter()
             .filter(|(_, h)| h.is_activated())
             .map(|(c, _)| c)
             .chain(self.pending.drain())
-            .collect::<HashSet<_>>()
-            .into_iter()
             .collect();
         for channel in wanted {
-            if let Err(e) = self.reconcile(&mut sink, &mut subscribed, &channel).await {
+            if let Err(e) = self.reconcile(&mut conn, &channel).await {
                 return Ended::Lost(e);
             }
         }
@@ -326,55 +409,84 @@ impl Subscriber {
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ping.reset();
         loop {
-            tokio::select! {
-                msg = poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx)) => match msg {
-                    Some(msg) => {
-                        ping.reset();
-                        self.route(msg.get_channel_name());
-                    }
-                    None => return Ended::Lost("the server closed the connection".into()),
-                },
+            let incoming = tokio::select! {
+                incoming = next_incoming(&mut conn, &mut self.source) => incoming,
                 cmd = self.commands.recv() => match cmd {
                     Some(channel) => {
-                        if let Err(e) = self.reconcile(&mut sink, &mut subscribed, &channel).await {
+                        if let Err(e) = self.reconcile(&mut conn, &channel).await {
                             return Ended::Lost(e);
                         }
+                        continue;
                     }
                     None => return Ended::Done,
                 },
                 _ = ping.tick() => {
-                    match tokio::time::timeout(PING_TIMEOUT, sink.ping::<redis::Value>()).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => return Ended::Lost(format!("ping failed: {e}")),
-                        Err(_) => return Ended::Lost(format!("no ping reply within {PING_TIMEOUT:?}")),
+                    if let Err(e) = ping_conn(&mut conn).await {
+                        return Ended::Lost(e);
                     }
+                    continue;
+                }
+            };
+            ping.reset();
+            match incoming {
+                Incoming::Notice(channel) => self.route(&channel),
+                Incoming::Confirmed(channel) => {
+                    if self.subscribed.contains(&channel)
+                        && let Some(hub) = self.shared.hub(&channel)
+                    {
+                        hub.set_live(true);
+                    }
+                }
+                Incoming::Disconnected => {
+                    // Some node's connection dropped: notices may be lost until its
+                    // subscriptions are back. Everything re-checks once they are.
+                    for (_, hub) in self.shared.all_hubs() {
+                        hub.set_live(false);
+                    }
+                    let channels: Vec<String> = self.subscribed.drain().collect();
+                    for channel in channels {
+                        if let Err(e) = self.reconcile(&mut conn, &channel).await {
+                            return Ended::Lost(e);
+                        }
+                    }
+                }
+                Incoming::Other => {}
+                Incoming::Closed => {
+                    return Ended::Lost("the server closed the connection".into());
                 }
             }
         }
     }
 
     /// Brings one channel's subscription in line with its hub: subscribed while activated.
-    async fn reconcile(
-        &self,
-        sink: &mut redis::aio::PubSubSink,
-        subscribed: &mut HashSet<String>,
-        channel: &str,
-    ) -> Result<(), String> {
+    async fn reconcile(&mut self, conn: &mut Conn, channel: &str) -> Result<(), String> {
         let hub = self.shared.hub(channel).filter(|h| h.is_activated());
         match hub {
             Some(hub) => {
-                if !subscribed.contains(channel) {
-                    bounded("SUBSCRIBE", sink.subscribe(channel)).await?;
-                    subscribed.insert(channel.to_owned());
-                    self.shared.stats().subscribed = subscribed.len();
+                if !self.subscribed.contains(channel) {
+                    match conn {
+                        Conn::Standalone { sink, .. } => {
+                            bounded("SUBSCRIBE", sink.subscribe(channel)).await?;
+                        }
+                        Conn::Cluster(c) => bounded("SSUBSCRIBE", c.ssubscribe(channel)).await?,
+                    }
+                    self.subscribed.insert(channel.to_owned());
+                    self.shared.stats().subscribed = self.subscribed.len();
                     tracing::trace!(channel, "release notices: subscribed");
                 }
                 hub.set_live(true);
             }
             None => {
-                if subscribed.remove(channel) {
-                    bounded("UNSUBSCRIBE", sink.unsubscribe(channel)).await?;
-                    self.shared.stats().subscribed = subscribed.len();
+                if self.subscribed.remove(channel) {
+                    match conn {
+                        Conn::Standalone { sink, .. } => {
+                            bounded("UNSUBSCRIBE", sink.unsubscribe(channel)).await?;
+                        }
+                        Conn::Cluster(c) => {
+                            bounded("SUNSUBSCRIBE", c.sunsubscribe(channel)).await?;
+                        }
+                    }
+                    self.shared.stats().subscribed = self.subscribed.len();
                     tracing::trace!(channel, "release notices: unsubscribed");
                 }
                 let mut hubs = self.shared.hubs();
@@ -397,12 +509,54 @@ impl Subscriber {
     /// The connection is gone: every hub stops being live (drivers poll).
     fn lost(&mut self) {
         self.shared.stats().subscribed = 0;
+        self.subscribed.clear();
         for (channel, hub) in self.shared.all_hubs() {
             hub.set_live(false);
             if hub.is_activated() {
                 self.pending.insert(channel);
             }
         }
+    }
+}
+
+/// The next thing that arrives on `conn`.
+async fn next_incoming(conn: &mut Conn, source: &mut Source) -> Incoming {
+    match (conn, source) {
+        (Conn::Standalone { stream, .. }, _) => {
+            match poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_next(cx)).await {
+                Some(msg) => Incoming::Notice(msg.get_channel_name().to_owned()),
+                None => Incoming::Closed,
+            }
+        }
+        (Conn::Cluster(_), Source::Cluster { pushes, .. }) => match pushes.recv().await {
+            Some(push) => match push.kind {
+                redis::PushKind::SMessage | redis::PushKind::Message => {
+                    channel_of(&push.data).map_or(Incoming::Other, Incoming::Notice)
+                }
+                redis::PushKind::SSubscribe => {
+                    channel_of(&push.data).map_or(Incoming::Other, Incoming::Confirmed)
+                }
+                redis::PushKind::Disconnection => Incoming::Disconnected,
+                _ => Incoming::Other,
+            },
+            None => Incoming::Closed,
+        },
+        (Conn::Cluster(_), Source::Standalone(_)) => std::future::pending().await,
+    }
+}
+
+/// Pings an idle standalone connection (bounded); a cluster connection is watched by
+/// redis-rs, which reports a lost node with a disconnection push.
+async fn ping_conn(conn: &mut Conn) -> Result<(), String> {
+    match conn {
+        Conn::Standalone { sink, .. } => {
+            match tokio::time::timeout(PING_TIMEOUT, sink.ping::<redis::Value>()).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("ping failed: {e}")),
+                Err(_) => Err(format!("no ping reply within {PING_TIMEOUT:?}")),
+            }
+        }
+        Conn::Cluster(_) => Ok(()),
     }
 }
 
