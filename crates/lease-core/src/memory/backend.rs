@@ -1,7 +1,8 @@
 //! [`MemoryBackend`]: the shared store on a manual clock, its staging and fault controls, and
 //! its [`LeaseBackend`] impl.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,6 +13,7 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
+use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
 use crate::time::Instant;
 use crate::token::{Token, TokenScheme};
 
@@ -20,6 +22,16 @@ use crate::token::{Token, TokenScheme};
 pub struct MemoryBackend {
     store: Arc<Mutex<Store>>,
     clock: ManualClock,
+    /// Release notices: one hub per first key, always live (see [`crate::notify`]).
+    hubs: Arc<Mutex<HashMap<String, Weak<ReleaseHub>>>>,
+}
+
+/// The in-memory store needs no subscription.
+struct AlwaysLive;
+
+impl HubLink for AlwaysLive {
+    fn activate(&self) {}
+    fn idle(&self) {}
 }
 
 impl MemoryBackend {
@@ -28,6 +40,7 @@ impl MemoryBackend {
         MemoryBackend {
             store: Arc::new(Mutex::new(Store::default())),
             clock,
+            hubs: Arc::default(),
         }
     }
 
@@ -218,7 +231,34 @@ impl LeaseBackend for MemoryBackend {
         self.delayed(|s, now| s.renew(req, now)).await
     }
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
-        self.delayed(|s, now| s.release(req, now)).await
+        let outcome = self.delayed(|s, now| s.release(req, now)).await;
+        if matches!(outcome, Ok(ReleaseOutcome::Released))
+            && let Some(key) = req.spec.keys().first()
+            && let Some(hub) = lock(&self.hubs).get(key).and_then(Weak::upgrade)
+        {
+            hub.notify();
+        }
+        outcome
+    }
+
+    /// Release notices as Redis gives them (a release wakes one contender of the lease's first
+    /// key and every observer), always live.
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        let key = spec.keys().first()?;
+        let hub = {
+            let mut hubs = lock(&self.hubs);
+            hubs.retain(|_, h| h.strong_count() > 0);
+            match hubs.get(key).and_then(Weak::upgrade) {
+                Some(hub) => hub,
+                None => {
+                    let hub = ReleaseHub::new(AlwaysLive);
+                    hub.set_live(true);
+                    hubs.insert(key.clone(), Arc::downgrade(&hub));
+                    hub
+                }
+            }
+        };
+        Some(hub.watch(role))
     }
     async fn remaining(
         &self,
