@@ -90,6 +90,9 @@ pub struct NoticeStats {
     pub notices: u64,
     /// Channels subscribed now.
     pub subscribed: usize,
+    /// Channels whose subscription the server refused (an ACL without them); their waiters
+    /// poll, and they are not asked for again.
+    pub refused: usize,
 }
 
 #[derive(Default)]
@@ -287,6 +290,8 @@ struct Subscriber {
     pending: HashSet<String>,
     /// Channels subscribed on the current connection.
     subscribed: HashSet<String>,
+    /// Channels the server refused (never asked again).
+    refused: HashSet<String>,
 }
 
 impl Subscriber {
@@ -301,6 +306,7 @@ impl Subscriber {
             commands,
             pending: HashSet::new(),
             subscribed: HashSet::new(),
+            refused: HashSet::new(),
         }
     }
 
@@ -463,12 +469,27 @@ impl Subscriber {
         let hub = self.shared.hub(channel).filter(|h| h.is_activated());
         match hub {
             Some(hub) => {
+                if self.refused.contains(channel) {
+                    return Ok(());
+                }
                 if !self.subscribed.contains(channel) {
-                    match conn {
+                    let subscribed = match conn {
                         Conn::Standalone { sink, .. } => {
-                            bounded("SUBSCRIBE", sink.subscribe(channel)).await?;
+                            bounded("SUBSCRIBE", sink.subscribe(channel)).await
                         }
-                        Conn::Cluster(c) => bounded("SSUBSCRIBE", c.ssubscribe(channel)).await?,
+                        Conn::Cluster(c) => bounded("SSUBSCRIBE", c.ssubscribe(channel)).await,
+                    };
+                    match subscribed {
+                        Ok(()) => {}
+                        Err(Failed::Refused(why)) => {
+                            // Permanent (an ACL without the channel or the command): not
+                            // retried; this channel's waiters poll.
+                            tracing::warn!(channel, reason = %why, "release notices: the server refuses the subscription; waiters poll");
+                            self.refused.insert(channel.to_owned());
+                            self.shared.stats().refused = self.refused.len();
+                            return Ok(());
+                        }
+                        Err(Failed::Lost(why)) => return Err(why),
                     }
                     self.subscribed.insert(channel.to_owned());
                     self.shared.stats().subscribed = self.subscribed.len();
@@ -478,13 +499,14 @@ impl Subscriber {
             }
             None => {
                 if self.subscribed.remove(channel) {
-                    match conn {
+                    let done = match conn {
                         Conn::Standalone { sink, .. } => {
-                            bounded("UNSUBSCRIBE", sink.unsubscribe(channel)).await?;
+                            bounded("UNSUBSCRIBE", sink.unsubscribe(channel)).await
                         }
-                        Conn::Cluster(c) => {
-                            bounded("SUNSUBSCRIBE", c.sunsubscribe(channel)).await?;
-                        }
+                        Conn::Cluster(c) => bounded("SUNSUBSCRIBE", c.sunsubscribe(channel)).await,
+                    };
+                    if let Err(Failed::Lost(why)) = done {
+                        return Err(why);
                     }
                     self.shared.stats().subscribed = self.subscribed.len();
                     tracing::trace!(channel, "release notices: unsubscribed");
@@ -560,14 +582,27 @@ async fn ping_conn(conn: &mut Conn) -> Result<(), String> {
     }
 }
 
+/// Why a subscription command failed.
+enum Failed {
+    /// The connection is unusable: open another.
+    Lost(String),
+    /// The server answered with an error (an ACL refusal): permanent for this channel.
+    Refused(String),
+}
+
 async fn bounded(
     what: &str,
     call: impl std::future::Future<Output = redis::RedisResult<()>>,
-) -> Result<(), String> {
+) -> Result<(), Failed> {
     match tokio::time::timeout(PING_TIMEOUT, call).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
-        Err(_) => Err(format!("no {what} confirmation within {PING_TIMEOUT:?}")),
+        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+            Err(Failed::Lost(format!("{what} failed: {e}")))
+        }
+        Ok(Err(e)) => Err(Failed::Refused(format!("{what} refused: {e}"))),
+        Err(_) => Err(Failed::Lost(format!(
+            "no {what} confirmation within {PING_TIMEOUT:?}"
+        ))),
     }
 }
 

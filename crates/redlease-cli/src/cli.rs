@@ -55,6 +55,11 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     pub(crate) json: bool,
 
+    /// Do not subscribe to release notices (for an ACL without pub/sub): followers, lock
+    /// waiters and `status --watch` see a release at their next poll instead of at once
+    #[arg(long, global = true, env = "REDLEASE_POLL_ONLY")]
+    pub(crate) poll_only: bool,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }

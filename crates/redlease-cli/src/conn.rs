@@ -138,7 +138,24 @@ pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<ConnectionManager, Fail
 
 /// Release notices over their own subscriber connection (opened when a waiter first needs
 /// it), so that `run` followers, `lock` waiters and `status --watch` react to a release at
-/// once instead of at their next poll.
-pub(crate) fn notices(ctx: &Ctx) -> Result<redlease::redis::ReleaseNotices, Failure> {
-    Ok(redlease::redis::ReleaseNotices::new(client(ctx)?))
+/// once instead of at their next poll; `None` with `--poll-only`.
+pub(crate) fn notices(ctx: &Ctx) -> Result<Option<redlease::redis::ReleaseNotices>, Failure> {
+    if ctx.poll_only {
+        return Ok(None);
+    }
+    Ok(Some(redlease::redis::ReleaseNotices::new(client(ctx)?)))
+}
+
+/// `backend` with release notices unless `--poll-only`.
+pub(crate) fn with_notices<C>(
+    ctx: &Ctx,
+    backend: redlease::redis::RedisBackend<C>,
+) -> Result<redlease::redis::RedisBackend<C>, Failure>
+where
+    C: redlease::redis::client::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    Ok(match notices(ctx)? {
+        Some(n) => backend.with_release_notices(n),
+        None => backend,
+    })
 }

@@ -58,8 +58,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let view = health::LockSource::new(args.key.clone());
 
     let connection = conn::connect_managed(ctx).await?;
-    let locker =
-        Locker::new(RedisBackend::new(connection).with_release_notices(conn::notices(ctx)?));
+    let locker = Locker::new(conn::with_notices(ctx, RedisBackend::new(connection))?);
     if let Some(sidecar) = sidecar {
         sidecar.serve(view.clone());
     }

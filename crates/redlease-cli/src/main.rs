@@ -94,6 +94,8 @@ pub(crate) struct Ctx {
     pub(crate) redis_explicit: bool,
     /// `--json`.
     pub(crate) json: bool,
+    /// `--poll-only`: no release-notice subscriber.
+    pub(crate) poll_only: bool,
     /// The TLS configuration for a `rediss://` URL: the system's roots (or `SSL_CERT_FILE`),
     /// plus `--tls-ca`; `--tls-cert`/`--tls-key`.
     pub(crate) tls: TlsConfig,
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
         redis_explicit,
         json: cli.json,
+        poll_only: cli.poll_only,
         tls,
         tls_given,
     };

@@ -59,7 +59,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
 
     let connection = conn::connect_managed(ctx).await?;
-    let backend = RedisBackend::new(connection).with_release_notices(conn::notices(ctx)?);
+    let backend = conn::with_notices(ctx, RedisBackend::new(connection))?;
     let elector = Elector::builder(backend, config)
         .observer(ProgressObserver::new(Arc::clone(&progress)))
         .build();

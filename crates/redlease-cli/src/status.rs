@@ -23,7 +23,7 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     if args.watch
         && let Some(name) = &args.name
     {
-        let backend = backend.with_release_notices(conn::notices(ctx)?);
+        let backend = conn::with_notices(ctx, backend)?;
         return watch(ctx, backend, name, args.every).await;
     }
     if let Some(name) = &args.name {

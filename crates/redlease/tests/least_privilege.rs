@@ -273,3 +273,74 @@ async fn one_command_less_is_refused_at_once() {
         );
     }
 }
+
+/// Release notices under the documented ACL: with the channel and the pub/sub commands a lock
+/// waiter is woken by the release; without them the release still succeeds (the script's
+/// publish is refused and ignored) and the waiter gets the lock at its next poll.
+#[tokio::test]
+async fn release_notices_with_and_without_their_acl() {
+    use redlease::redis::{RedisBackend, ReleaseNotices};
+    use redlease::{Locker, RetryStrategy};
+    let server = RedisServer::start().await.unwrap();
+    let mut admin = raw(&server).await;
+    let mut with_notices: Vec<&str> = COMMANDS.to_vec();
+    with_notices.extend(["+publish", "+subscribe", "+unsubscribe", "+ping"]);
+    acl_user(&mut admin, "notified", &with_notices).await;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("notified")
+        .arg("&redlease:released:*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    acl_user(&mut admin, "plain", &COMMANDS).await;
+
+    for (user, notified) in [("notified", true), ("plain", false)] {
+        let url = server.url_for_user(user, "pw");
+        let backend = |url: String| async move {
+            let client = redis::Client::open(url).unwrap();
+            RedisBackend::new(client.get_multiplexed_async_connection().await.unwrap())
+                .with_release_notices(ReleaseNotices::new(client))
+        };
+        let holder = Locker::new(backend(url.clone()).await);
+        let waiter_backend = backend(url.clone()).await;
+        let notices = waiter_backend.release_notices().unwrap().clone();
+        let waiter = Locker::new(waiter_backend);
+        let key = format!("{{app}}:{user}");
+        let held = holder
+            .obtain(key.clone(), ms(30_000), LockOptions::new())
+            .await
+            .unwrap();
+        // The waiter polls every 3 s: only a notice brings it in earlier.
+        let poll = ms(3_000);
+        let wait = tokio::spawn(async move {
+            let options = LockOptions::new()
+                .retry(RetryStrategy::linear(poll).unwrap())
+                .wait(ms(30_000));
+            let lock = waiter.obtain(key, ms(30_000), options).await;
+            (lock.map(drop), Instant::now())
+        });
+        // Let the waiter fail once and subscribe (or fail to).
+        tokio::time::sleep(ms(300)).await;
+        held.release().await.expect("the release works either way");
+        let released = Instant::now();
+        let (lock, at) = tokio::time::timeout(EVENTUALLY, wait)
+            .await
+            .unwrap()
+            .unwrap();
+        lock.expect("obtained");
+        let took = at.duration_since(released);
+        let stats = notices.stats();
+        if notified {
+            assert!(took < AT_ONCE, "{user}: woken {took:?} after the release");
+            assert_eq!(stats.refused, 0, "{stats:?}");
+        } else {
+            assert!(
+                took > ms(1_000),
+                "{user}: no notice can reach it, yet {took:?}"
+            );
+            // Refused once, never retried in a loop.
+            assert_eq!((stats.refused, stats.connections), (1, 1), "{stats:?}");
+        }
+    }
+}
