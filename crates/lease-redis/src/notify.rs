@@ -156,7 +156,7 @@ impl ReleaseNotices {
     /// A subscriber that opens its pub/sub connections with `client` (TLS and credentials
     /// as configured on it). Must be called inside a tokio runtime.
     pub fn new(client: redis::Client) -> ReleaseNotices {
-        ReleaseNotices::spawn(Source::Standalone(client))
+        ReleaseNotices::spawn(Source::Standalone(Box::new(client)))
     }
 
     /// A subscriber on a Redis Cluster (Redis 7: sharded pub/sub): `SSUBSCRIBE` on a cluster
@@ -173,7 +173,10 @@ impl ReleaseNotices {
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(tx)
             .build()?;
-        Ok(ReleaseNotices::spawn(Source::Cluster { client, pushes }))
+        Ok(ReleaseNotices::spawn(Source::Cluster {
+            client: Box::new(client),
+            pushes,
+        }))
     }
 
     fn spawn(source: Source) -> ReleaseNotices {
@@ -241,10 +244,10 @@ enum Ended {
 /// Where the subscriber connects.
 enum Source {
     /// One server: `SUBSCRIBE` on a pub/sub connection.
-    Standalone(redis::Client),
+    Standalone(Box<redis::Client>),
     /// Redis Cluster: `SSUBSCRIBE` on a RESP3 cluster connection, whose pushes arrive here.
     Cluster {
-        client: redis::cluster::ClusterClient,
+        client: Box<redis::cluster::ClusterClient>,
         pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
     },
 }
