@@ -55,6 +55,26 @@ async fn wait_live(backend: &Managed, channel: &str) {
     }
 }
 
+/// Waits (bounded) until one of `electors` leads and every other follows; returns the leader's
+/// index (whoever won the first race).
+async fn settled<B: redlease::LeaseBackend>(electors: &[&Elector<B>]) -> usize {
+    let deadline = Instant::now() + EVENTUALLY;
+    loop {
+        let roles: Vec<Role> = electors.iter().map(|e| e.state().role).collect();
+        let leaders: Vec<usize> = (0..roles.len())
+            .filter(|&i| matches!(roles[i], Role::Leader(_)))
+            .collect();
+        if leaders.len() == 1
+            && roles.iter().filter(|r| **r == Role::Follower).count() == roles.len() - 1
+        {
+            return leaders[0];
+        }
+        assert!(Instant::now() < deadline, "no settled election: {roles:?}");
+        // Role changes have a watch channel per elector; a short bounded wait on any of them.
+        let _ = tokio::time::timeout(ms(20), electors[0].subscribe().changed()).await;
+    }
+}
+
 #[tokio::test]
 async fn a_follower_is_elected_at_once_when_the_leader_resigns() {
     let server = RedisServer::start().await.expect("redis");
@@ -66,8 +86,11 @@ async fn a_follower_is_elected_at_once_when_the_leader_resigns() {
         let s = shutdown.clone();
         tokio::spawn(async move { e.hold(s).await })
     });
-    let first = wait_leader(&a, EVENTUALLY).await;
-    wait_role(&b, EVENTUALLY, "follower", |r| *r == Role::Follower).await;
+    let (a, b) = match settled(&[&a, &b]).await {
+        0 => (a, b),
+        _ => (b, a),
+    };
+    let first = a.token().expect("leads");
     wait_live(b.backend(), &channel("svc:leader")).await;
     let resigned = Instant::now();
     a.resign();
@@ -384,11 +407,17 @@ async fn cluster_notices_stay_on_the_node_that_owns_the_slot() {
     );
     let b = Elector::new(b_backend.clone(), config("{svc}", "b", 10_000));
     let shutdown = CancellationToken::new();
-    let runs = [a.clone(), b.clone()].map(|e| {
-        let s = shutdown.clone();
+    // `a` first, so that `b` (the one with the subscriber) follows.
+    let run_a = {
+        let (e, s) = (a.clone(), shutdown.clone());
         tokio::spawn(async move { e.hold(s).await })
-    });
+    };
     wait_leader(&a, EVENTUALLY).await;
+    let run_b = {
+        let (e, s) = (b.clone(), shutdown.clone());
+        tokio::spawn(async move { e.hold(s).await })
+    };
+    let runs = [run_a, run_b];
     wait_role(&b, EVENTUALLY, "follower", |r| *r == Role::Follower).await;
     let channel = notice_channel("{svc}:leader", Topology::Cluster);
     let notices = b_backend.release_notices().unwrap().clone();

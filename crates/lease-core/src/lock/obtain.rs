@@ -68,6 +68,8 @@ pub struct Obtain {
     armed: bool,
     /// A release notice arrived while an attempt was in flight.
     notice_pending: bool,
+    /// Release notices are arriving (the driver's watch is live).
+    notices_live: bool,
     state: State,
 }
 
@@ -82,6 +84,7 @@ impl Obtain {
             unknown: false,
             armed: false,
             notice_pending: false,
+            notices_live: false,
             state: State::Due(now),
         }
     }
@@ -118,11 +121,15 @@ impl Obtain {
                 self.state = State::Done(Some(Ok(Obtained { token, sent_at })));
                 return;
             }
-            Ok(AcquireOutcome::Held { holder, .. }) => {
+            Ok(AcquireOutcome::Held {
+                holder, remaining, ..
+            }) => {
                 // An answer: whatever an earlier unanswered attempt did has been settled (had
                 // it won, this attempt, with the same token, would have taken over).
                 self.unknown = false;
-                LockError::NotObtained { holder }
+                let last = LockError::NotObtained { holder };
+                let expiry = remaining.map(|r| now + r);
+                return self.after_failure_until(now, last, expiry);
             }
             Err(e) => {
                 self.unknown |= e.is_outcome_unknown();
@@ -199,11 +206,33 @@ impl Obtain {
         self.bound
     }
 
+    /// Whether release notices are arriving for this lock (the driver's watch is live). While
+    /// they are, an attempt that found the lock held waits for the notice of its release —
+    /// and polls only when the holder's key would expire if the holder had crashed (its
+    /// reported remaining TTL, if later than the retry delay; never past the wait deadline,
+    /// where one last attempt is made). Set it before feeding each reply.
+    pub fn set_notices_live(&mut self, live: bool) {
+        self.notices_live = live;
+    }
+
     fn after_failure(&mut self, now: Instant, last: LockError) {
+        self.after_failure_until(now, last, None);
+    }
+
+    /// After a failed attempt at `now`; `expiry`: when the holder's key expires, if known.
+    fn after_failure_until(&mut self, now: Instant, last: LockError, expiry: Option<Instant>) {
         self.armed = self.private_token && self.unknown;
         let notice = std::mem::take(&mut self.notice_pending);
+        let deadline = self.schedule.deadline();
         match self.schedule.after_failure(now) {
-            NextAttempt::At(t) => self.state = State::Due(if notice { now } else { t }),
+            NextAttempt::At(_) if notice => self.state = State::Due(now),
+            NextAttempt::At(t) => {
+                let t = match expiry {
+                    Some(e) if self.notices_live && e > t => e.min(deadline),
+                    _ => t,
+                };
+                self.state = State::Due(t);
+            }
             NextAttempt::DeadlineExceeded if notice && now <= self.schedule.deadline() => {
                 self.state = State::Due(now);
             }

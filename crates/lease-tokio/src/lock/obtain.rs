@@ -174,6 +174,9 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
                     self.backend.acquire(self.request),
                 )
                 .await;
+                // While notices arrive, a lost race waits for the release's notice.
+                self.obtain
+                    .set_notices_live(self.watch.as_ref().is_some_and(ReleaseWatch::is_live));
                 match reply {
                     Ok(reply) => self.obtain.handle_reply(clock.now(), reply),
                     Err(_) => self.obtain.handle_timed_out(clock.now()),
