@@ -171,3 +171,31 @@ fn a_notice_during_the_last_attempt_allows_one_more_within_the_wait() {
     assert!(o.poll_outcome().is_none());
     assert_eq!(o.poll_timeout(), Some(second + ms(2)));
 }
+
+#[test]
+fn with_live_notices_a_waiter_polls_when_the_holder_would_expire() {
+    let t0 = Instant::ZERO;
+    // Retry 100 ms, wait 20 s; the holder has 2 s left.
+    let mut o = Obtain::new(&plan(100, 20_000), 1, t0);
+    o.set_notices_live(true);
+    o.poll_attempt(t0).unwrap();
+    o.handle_reply(t0 + ms(1), Ok(held()));
+    assert_eq!(o.poll_timeout(), Some(t0 + ms(1) + ms(2000)));
+    // Not live: the retry delay (jittered, at most 100 ms).
+    o.set_notices_live(false);
+    o.handle_notice(t0 + ms(5));
+    o.poll_attempt(t0 + ms(5)).unwrap();
+    o.handle_reply(t0 + ms(6), Ok(held()));
+    assert!(o.poll_timeout().unwrap() <= t0 + ms(106));
+}
+
+#[test]
+fn with_live_notices_the_last_poll_is_at_the_wait_deadline() {
+    let t0 = Instant::ZERO;
+    // Wait 1 s, the holder has 2 s left: one last attempt at the deadline, not after.
+    let mut o = Obtain::new(&plan(100, 1000), 1, t0);
+    o.set_notices_live(true);
+    o.poll_attempt(t0).unwrap();
+    o.handle_reply(t0 + ms(1), Ok(held()));
+    assert_eq!(o.poll_timeout(), Some(t0 + ms(1000)));
+}
