@@ -87,10 +87,11 @@ fn finish(mut m: Member) {
 
 /// One handover; the follower's CMD start minus the leader's CMD exit.
 fn round(dir: &Path, url: &str, n: usize, poll_only: bool) -> Duration {
-    let name = format!("cli-handover-{n}-{poll_only}");
-    let a = start(dir, url, &name, &format!("a{n}"), poll_only);
+    let build = if poll_only { "poll" } else { "notices" };
+    let name = format!("cli-handover-{n}-{build}");
+    let a = start(dir, url, &name, &format!("a{n}-{build}"), poll_only);
     wait_for("the first leader's CMD", || stamp(&a.log, "start"));
-    let b = start(dir, url, &name, &format!("b{n}"), poll_only);
+    let b = start(dir, url, &name, &format!("b{n}-{build}"), poll_only);
     // The follower has contended once and (with notices) subscribed: its first acquire and
     // subscription take a few milliseconds; give it a generous moment (not a correctness
     // wait: a follower that is not ready yet only makes this round slower).
