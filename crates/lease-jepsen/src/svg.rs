@@ -143,7 +143,9 @@ pub fn timeline(s: &RunSummary) -> String {
             }
         }
     }
-    // Terms.
+    // Terms, labelled with their token minus the run's first token (clock-floored tokens are
+    // 16 digits; the difference keeps the order readable).
+    let base = r.terms.iter().map(|t| t.token).min().unwrap_or(0);
     for t in &r.terms {
         let i = t.node.node as usize;
         if i >= nodes {
@@ -159,13 +161,13 @@ pub fn timeline(s: &RunSummary) -> String {
             t.node,
             t.token
         );
-        if x1 - x0 > 36.0 {
+        let label = format!("+{}", t.token - base);
+        if x1 - x0 > 6.0 * label.len() as f64 + 4.0 {
             let _ = writeln!(
                 o,
-                r#"<text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#,
+                r#"<text x="{:.1}" y="{:.1}" font-size="9">{label}</text>"#,
                 x0 + 2.0,
-                y + 13.0,
-                t.token % 100_000
+                y + 13.0
             );
         }
     }
@@ -242,7 +244,7 @@ pub fn timeline(s: &RunSummary) -> String {
     }
     let _ = writeln!(
         o,
-        r##"<text x="{LEFT}" y="{:.1}" fill="#444">Bars: terms from election to step-down or local deadline, labelled with their token. Triangles: violations (black asserted, purple reported). Hover for details.</text>"##,
+        r##"<text x="{LEFT}" y="{:.1}" fill="#444">Bars: terms from election to step-down or local deadline, labelled with token − {base} (hover: the token). Triangles: violations (black asserted, purple reported). Hover for details.</text>"##,
         ly + 30.0
     );
     let _ = writeln!(o, "</svg>");
