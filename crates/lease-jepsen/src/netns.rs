@@ -1,8 +1,9 @@
 //! Network namespaces, veth links and iptables rules for the nodes.
 //!
-//! Node `i` of harness process `P` lives in namespace `rlj<P>-<i>`, linked to the host's
-//! namespace by a veth pair `rlj<P>h<i>` (host side, `10.<o>.<i>.1/24`) and `rlj<P>n<i>`
-//! (node side, `10.<o>.<i>.2/24`), where the octet `o` is one no address of the host uses.
+//! Node `i` of run `r` (a letter: runs of one process may overlap) of harness process `P`
+//! lives in namespace `rlj<P><r>-<i>`, linked to the host's namespace by a veth pair
+//! `rlj<P><r>h<i>` (host side, `10.<o>.<i>.1/24`) and `rlj<P><r>n<i>` (node side,
+//! `10.<o>.<i>.2/24`), where the octet `o` is one no address of the host uses.
 //! Redis servers listen on the host side of every link. Partitions are iptables rules in the
 //! node's namespace, so they cut exactly that node. Everything carries the `rlj` prefix and
 //! the harness's pid: [`clean_stale`] removes what a dead harness left, and [`Network`]'s
@@ -10,6 +11,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
 use crate::error::{JepsenError, Result};
 use crate::nemesis::Direction;
@@ -61,7 +63,9 @@ pub fn unsupported() -> Option<String> {
             return Some(format!("{} is not usable: {e}", tool[0]));
         }
     }
-    let probe = format!("{PREFIX}{}-probe", std::process::id());
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("{PREFIX}{}-probe{n}", std::process::id());
     if let Err(e) = run(&["ip", "netns", "add", &probe]) {
         return Some(format!("cannot create a network namespace: {e}"));
     }
@@ -157,6 +161,11 @@ pub struct Network {
 impl Network {
     /// Creates `n` namespaces with their links. On failure, what was made is removed.
     pub fn create(n: usize) -> Result<Network> {
+        static CREATING: Mutex<u32> = Mutex::new(0);
+        // One creation at a time in this process: the free subnet is chosen by looking.
+        let mut runs = CREATING.lock().unwrap_or_else(|p| p.into_inner());
+        let run_letter = char::from(b'a' + u8::try_from(*runs % 26).unwrap_or(0));
+        *runs += 1;
         let pid = std::process::id();
         let used = run(&["ip", "-o", "-4", "addr", "show"]).unwrap_or_default();
         let octet = (0..100u32)
@@ -166,12 +175,12 @@ impl Network {
         let mut net = Network { nodes: Vec::new() };
         for i in 0..n {
             let node = NodeNet {
-                ns: format!("{PREFIX}{pid}-{i}"),
-                host_if: format!("{PREFIX}{pid}h{i}"),
+                ns: format!("{PREFIX}{pid}{run_letter}-{i}"),
+                host_if: format!("{PREFIX}{pid}{run_letter}h{i}"),
                 host_ip: format!("10.{octet}.{i}.1"),
                 node_ip: format!("10.{octet}.{i}.2"),
             };
-            let ns_if = format!("{PREFIX}{pid}n{i}");
+            let ns_if = format!("{PREFIX}{pid}{run_letter}n{i}");
             run(&["ip", "netns", "add", &node.ns])?;
             net.nodes.push(node.clone());
             run(&[
@@ -288,7 +297,7 @@ mod tests {
     #[test]
     fn owner_pids_parse_from_names() {
         assert_eq!(owner_pid("rlj1234-0"), Some(1234));
-        assert_eq!(owner_pid("rlj77h3"), Some(77));
+        assert_eq!(owner_pid("rlj77bh3"), Some(77));
         assert_eq!(owner_pid("rlj-x"), None);
         assert_eq!(owner_pid("other"), None);
     }
