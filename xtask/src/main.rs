@@ -524,7 +524,9 @@ impl Ctx {
         }
         println!("\n=== jepsen: {}", show(&run));
         let start = Instant::now();
-        let status = run.status().map_err(|e| format!("cannot run the harness: {e}"))?;
+        let status = run
+            .status()
+            .map_err(|e| format!("cannot run the harness: {e}"))?;
         let took = start.elapsed();
         match status.code() {
             Some(0) => {
@@ -533,13 +535,17 @@ impl Ctx {
             }
             Some(77) => {
                 self.note("jepsen", "SKIPPED (cannot run here; nothing checked)", took);
-                Err("the Jepsen harness cannot run on this machine (see its message): \
+                Err(
+                    "the Jepsen harness cannot run on this machine (see its message): \
                      nothing was checked"
-                    .to_owned())
+                        .to_owned(),
+                )
             }
             _ => {
                 self.note("jepsen", &format!("FAILED ({status})"), took);
-                Err(format!("jepsen: {status} (see the summary.md files under target/jepsen/)"))
+                Err(format!(
+                    "jepsen: {status} (see the summary.md files under target/jepsen/)"
+                ))
             }
         }
     }

@@ -546,9 +546,7 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
     }
     // The earliest completion among tokens above t.
     let earliest_above = |m: &BTreeMap<u64, u64>, t: u64| -> Option<(u64, u64)> {
-        m.range(t + 1..)
-            .map(|(tok, at)| (*at, *tok))
-            .min()
+        m.range(t + 1..).map(|(tok, at)| (*at, *tok)).min()
     };
     for (i, e) in log.iter().enumerate() {
         let Some(s) = sent(e) else { continue };
@@ -586,8 +584,7 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
             if a.node == b.node && a.token == b.token {
                 continue;
             }
-            if b.elected_us + rules.overlap_slack_us < a.end_us() && a.elected_us <= b.elected_us
-            {
+            if b.elected_us + rules.overlap_slack_us < a.end_us() && a.elected_us <= b.elected_us {
                 flag(
                     Property::NoOverlappingLeases,
                     Violation {

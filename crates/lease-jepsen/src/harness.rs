@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lease_testkit::redis::{Persistence, RedisServer};
 use lease_testkit::ServerMode;
+use lease_testkit::redis::{Persistence, RedisServer};
 use redlease::ElectionConfig;
 use tokio::process::{Child, ChildStdin, Command};
 
@@ -39,7 +39,13 @@ pub struct RunConfig {
 
 impl RunConfig {
     /// A configuration with the defaults: 3 nodes, TTL 1 s.
-    pub fn new(scenario: Scenario, seed: u64, time: Duration, out: PathBuf, node_bin: PathBuf) -> Self {
+    pub fn new(
+        scenario: Scenario,
+        seed: u64,
+        time: Duration,
+        out: PathBuf,
+        node_bin: PathBuf,
+    ) -> Self {
         RunConfig {
             scenario,
             seed,
@@ -234,7 +240,9 @@ impl Ctx<'_> {
 
     async fn apply(&mut self, id: u32, p: &Planned) -> Result<AppliedFault> {
         let target = match &p.fault {
-            Fault::PauseNode { node } | Fault::KillNode { node } => Target::Node(self.resolve(*node)),
+            Fault::PauseNode { node } | Fault::KillNode { node } => {
+                Target::Node(self.resolve(*node))
+            }
             Fault::Partition { node, .. } => Target::Node(self.resolve(*node)),
             Fault::PauseRedis { server } | Fault::KillRedis { server } => Target::Redis(*server),
         };
@@ -334,11 +342,11 @@ impl Ctx<'_> {
         }
         let bound = self.cfg.ttl * 2 + Duration::from_secs(5);
         for n in &mut self.nodes {
-            if let Some(mut child) = n.child.take() {
-                if tokio::time::timeout(bound, child.wait()).await.is_err() {
-                    let _ = child.start_kill();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-                }
+            if let Some(mut child) = n.child.take()
+                && tokio::time::timeout(bound, child.wait()).await.is_err()
+            {
+                let _ = child.start_kill();
+                let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
             }
         }
     }
@@ -349,12 +357,17 @@ impl Ctx<'_> {
         } else {
             0
         };
-        let mut conn = tokio::time::timeout(Duration::from_secs(10), self.servers[server].connection())
-            .await
-            .map_err(|_| JepsenError::Timeout("connecting to read the log".to_owned()))??;
+        let mut conn =
+            tokio::time::timeout(Duration::from_secs(10), self.servers[server].connection())
+                .await
+                .map_err(|_| JepsenError::Timeout("connecting to read the log".to_owned()))??;
         let raw: Vec<String> = tokio::time::timeout(
             Duration::from_secs(10),
-            redis::cmd("LRANGE").arg(LOG_KEY).arg(0).arg(-1).query_async(&mut conn),
+            redis::cmd("LRANGE")
+                .arg(LOG_KEY)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn),
         )
         .await
         .map_err(|_| JepsenError::Timeout("reading the log".to_owned()))??;
@@ -379,7 +392,10 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> JepsenError + '_ {
 /// node processes).
 pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
     if !(3..=5).contains(&cfg.nodes) {
-        return Err(JepsenError::Config(format!("--nodes {}: 3 to 5", cfg.nodes)));
+        return Err(JepsenError::Config(format!(
+            "--nodes {}: 3 to 5",
+            cfg.nodes
+        )));
     }
     if let Some(why) = netns::unsupported() {
         return Ok(RunResult::Skipped(why));
@@ -472,9 +488,9 @@ pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
     let rules = cfg.scenario.rules(cfg.ttl, election.acquire_interval());
     let bound = Duration::from_micros(rules.recovery_bound_us()) + Duration::from_secs(1);
     let recovered = |h: &History| {
-        checker::attempts(h).iter().any(|a| {
-            a.outcome == crate::history::Outcome::Applied && a.sent_us >= healed
-        })
+        checker::attempts(h)
+            .iter()
+            .any(|a| a.outcome == crate::history::Outcome::Applied && a.sent_us >= healed)
     };
     ctx.wait_for(bound, recovered).await;
     // One more term's worth of writes after the recovery.

@@ -58,7 +58,11 @@ pub fn unsupported() -> Option<String> {
     if !is_root() {
         return Some("not running as root: network namespaces and iptables need root".to_owned());
     }
-    for tool in [["ip", "-V"], ["iptables", "-V"], ["redis-server", "--version"]] {
+    for tool in [
+        ["ip", "-V"],
+        ["iptables", "-V"],
+        ["redis-server", "--version"],
+    ] {
         if let Err(e) = run(&tool) {
             return Some(format!("{} is not usable: {e}", tool[0]));
         }
@@ -184,7 +188,15 @@ impl Network {
             run(&["ip", "netns", "add", &node.ns])?;
             net.nodes.push(node.clone());
             run(&[
-                "ip", "link", "add", &node.host_if, "type", "veth", "peer", "name", &ns_if,
+                "ip",
+                "link",
+                "add",
+                &node.host_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &ns_if,
             ])?;
             run(&["ip", "link", "set", &ns_if, "netns", &node.ns])?;
             run(&[

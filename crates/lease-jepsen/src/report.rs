@@ -36,11 +36,7 @@ pub fn markdown(s: &RunSummary) -> String {
         c.time.as_secs(),
         c.nodes
     );
-    let outcomes: Vec<String> = r
-        .outcomes
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
+    let outcomes: Vec<String> = r.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(
         o,
         "- attempts: {} ({}); log entries: {}; terms: {}",
@@ -57,7 +53,11 @@ pub fn markdown(s: &RunSummary) -> String {
     );
     match r.recovered_after_us {
         Some(us) => {
-            let _ = writeln!(o, "- first write applied {} ms after the final heal", us / 1000);
+            let _ = writeln!(
+                o,
+                "- first write applied {} ms after the final heal",
+                us / 1000
+            );
         }
         None => {
             let _ = writeln!(o, "- no write applied after the final heal");
@@ -105,7 +105,11 @@ pub fn markdown(s: &RunSummary) -> String {
             o,
             "\n## Violations of {} ({}, first 5 of {})\n",
             p.property,
-            if p.mode == Mode::Asserted { "asserted" } else { "reported" },
+            if p.mode == Mode::Asserted {
+                "asserted"
+            } else {
+                "reported"
+            },
             p.violations.len()
         );
         for v in p.violations.iter().take(5) {

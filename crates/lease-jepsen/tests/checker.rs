@@ -167,7 +167,10 @@ fn acknowledged_writes_missing_duplicated_or_invented_are_caught() {
     let (h, log) = clean();
     for broken in [
         // An applied write lost.
-        log.iter().copied().filter(|e| *e != entry(10, 0, 1)).collect::<Vec<_>>(),
+        log.iter()
+            .copied()
+            .filter(|e| *e != entry(10, 0, 1))
+            .collect::<Vec<_>>(),
         // Applied twice.
         {
             let mut l = log.clone();
@@ -257,7 +260,8 @@ fn an_acquire_while_another_lease_is_valid_is_caught() {
 fn a_late_or_missing_recovery_is_caught() {
     // Bound: 2 x 1000 + 250 + 1000 = 3250 ms after the heal at 3000.
     let (mut h, log) = clean();
-    h.lines.retain(|l| !matches!(l, Line::Node(r) if r.at_us >= 3000 * MS));
+    h.lines
+        .retain(|l| !matches!(l, Line::Node(r) if r.at_us >= 3000 * MS));
     let log_without: Vec<LogEntry> = log.iter().copied().filter(|e| e.seq != 3).collect();
     let report = check(&h.history(), &log_without, &rules());
     assert_eq!(report.violations(Property::Recovery), 1, "none applied");

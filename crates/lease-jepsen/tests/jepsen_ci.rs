@@ -31,10 +31,13 @@ async fn run(scenario: Scenario, default_time: u64) -> Option<Box<RunSummary>> {
     );
     // Faults, the heal, the recovery wait (at most 2 x TTL + interval + slack + 1 s), the
     // nodes' stop (2 x TTL + 5 s) and start-up: well within time + 90 s.
-    let result = tokio::time::timeout(time + Duration::from_secs(90), lease_jepsen::harness::run(&cfg))
-        .await
-        .unwrap_or_else(|_| panic!("{scenario} seed {seed}: the run did not finish in time"))
-        .unwrap_or_else(|e| panic!("{scenario} seed {seed}: the run stopped: {e}"));
+    let result = tokio::time::timeout(
+        time + Duration::from_secs(90),
+        lease_jepsen::harness::run(&cfg),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{scenario} seed {seed}: the run did not finish in time"))
+    .unwrap_or_else(|e| panic!("{scenario} seed {seed}: the run stopped: {e}"));
     match result {
         RunResult::Skipped(why) => {
             eprintln!("SKIP jepsen {scenario}: {why} (nothing was checked)");

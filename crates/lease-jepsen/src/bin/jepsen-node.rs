@@ -362,11 +362,25 @@ async fn main() {
             }
         };
         let elector = Elector::builder(backend, config).seed(seed).build();
-        drive(elector, Arc::clone(&node), args.term_ms, seed, shutdown.clone()).await;
+        drive(
+            elector,
+            Arc::clone(&node),
+            args.term_ms,
+            seed,
+            shutdown.clone(),
+        )
+        .await;
     } else {
         let backend = RedisBackend::new(stores[0].1.clone());
         let elector = Elector::builder(backend, config).seed(seed).build();
-        drive(elector, Arc::clone(&node), args.term_ms, seed, shutdown.clone()).await;
+        drive(
+            elector,
+            Arc::clone(&node),
+            args.term_ms,
+            seed,
+            shutdown.clone(),
+        )
+        .await;
     }
     // Deposed writers stop within a TTL of their term's end.
     let writers = std::mem::take(&mut *node.writers.lock().unwrap_or_else(|p| p.into_inner()));

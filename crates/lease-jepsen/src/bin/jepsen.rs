@@ -12,7 +12,9 @@ use lease_jepsen::history::Outcome;
 use lease_jepsen::{RunConfig, RunResult, Scenario};
 
 #[derive(Parser, Debug)]
-#[command(about = "Jepsen-style fault runs of redlease: nodes in network namespaces, a seeded nemesis, a checker")]
+#[command(
+    about = "Jepsen-style fault runs of redlease: nodes in network namespaces, a seeded nemesis, a checker"
+)]
 struct Args {
     /// single-aof, single-nopersist, redlock or control.
     #[arg(long, default_value = "single-aof")]
@@ -70,12 +72,18 @@ async fn main() -> ExitCode {
         .and_then(|p| p.parent().map(|d| d.join("jepsen-node")))
         .filter(|p| p.exists());
     let Some(node_bin) = node_bin else {
-        eprintln!("jepsen: the jepsen-node binary is not next to this one (build the lease-jepsen package)");
+        eprintln!(
+            "jepsen: the jepsen-node binary is not next to this one (build the lease-jepsen package)"
+        );
         return ExitCode::FAILURE;
     };
-    let seed = args.seed.unwrap_or_else(|| lease_jepsen::history::now_us() % 1_000_000);
+    let seed = args
+        .seed
+        .unwrap_or_else(|| lease_jepsen::history::now_us() % 1_000_000);
     let mut failed = 0;
-    println!("| scenario | seed | verdict | faults | terms | applied | stale | not applied | unknown | longest gap (ms) | recovery (ms) | violations (asserted / reported) | run |");
+    println!(
+        "| scenario | seed | verdict | faults | terms | applied | stale | not applied | unknown | longest gap (ms) | recovery (ms) | violations (asserted / reported) | run |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for k in 0..args.runs {
         let mut cfg = RunConfig::new(scenario, seed + k, time, args.out.clone(), node_bin.clone());
@@ -96,9 +104,24 @@ async fn main() -> ExitCode {
             Ok(RunResult::Checked(s)) => {
                 let r = &s.report;
                 let n = |o: Outcome| r.outcomes.get(&o).copied().unwrap_or(0);
-                let asserted: usize = r.results.iter().filter(|p| p.mode == lease_jepsen::checker::Mode::Asserted).map(|p| p.violations.len()).sum();
-                let reported: usize = r.results.iter().filter(|p| p.mode == lease_jepsen::checker::Mode::Reported).map(|p| p.violations.len()).sum();
-                let names: Vec<String> = r.results.iter().filter(|p| !p.violations.is_empty()).map(|p| format!("{} {}", p.property, p.violations.len())).collect();
+                let asserted: usize = r
+                    .results
+                    .iter()
+                    .filter(|p| p.mode == lease_jepsen::checker::Mode::Asserted)
+                    .map(|p| p.violations.len())
+                    .sum();
+                let reported: usize = r
+                    .results
+                    .iter()
+                    .filter(|p| p.mode == lease_jepsen::checker::Mode::Reported)
+                    .map(|p| p.violations.len())
+                    .sum();
+                let names: Vec<String> = r
+                    .results
+                    .iter()
+                    .filter(|p| !p.violations.is_empty())
+                    .map(|p| format!("{} {}", p.property, p.violations.len()))
+                    .collect();
                 println!(
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {asserted} / {reported} {} | {} |",
                     scenario,
@@ -111,8 +134,13 @@ async fn main() -> ExitCode {
                     n(Outcome::NotApplied),
                     n(Outcome::Unknown),
                     r.longest_gap.0 / 1000,
-                    r.recovered_after_us.map_or("-".to_owned(), |u| (u / 1000).to_string()),
-                    if names.is_empty() { String::new() } else { format!("({})", names.join(", ")) },
+                    r.recovered_after_us
+                        .map_or("-".to_owned(), |u| (u / 1000).to_string()),
+                    if names.is_empty() {
+                        String::new()
+                    } else {
+                        format!("({})", names.join(", "))
+                    },
                     s.dir.display()
                 );
                 if !s.passed {
@@ -126,5 +154,9 @@ async fn main() -> ExitCode {
             }
         }
     }
-    if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
