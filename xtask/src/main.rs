@@ -15,7 +15,8 @@
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
 //! * `jepsen` — build the `lease-jepsen` package and run its harness (`jepsen`) with the
-//!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`); needs root.
+//!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`, `--workload`);
+//!   needs root.
 
 mod leaks;
 mod plan;
@@ -46,7 +47,7 @@ commands:
   ci                       test + fmt --check + clippy -D warnings + doc -D warnings
   bench [cargo bench args] prepare servers/image, then cargo bench --workspace
   jepsen [--time D] [--seed S] [--scenario single-aof|single-nopersist|redlock|control]
-         [--nodes N] [--runs K]
+         [--nodes N] [--runs K] [--workload election|lock]
                            build lease-jepsen and run its fault harness (root: network
                            namespaces, iptables); histories, summary.md and timeline.svg
                            go under target/jepsen/; exit 77 when it cannot run (skipped)

@@ -18,11 +18,45 @@ use crate::netns::{self, Network};
 use crate::scenario::Scenario;
 use crate::{LOG_KEY, report, svg};
 
+/// What the nodes contend for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// An `Elector`: terms are leadership terms.
+    Election,
+    /// A fenced, auto-renewed `Locker` lock: terms are holds of the lock.
+    Lock,
+}
+
+impl Workload {
+    /// The workload's name (`--workload`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Election => "election",
+            Workload::Lock => "lock",
+        }
+    }
+}
+
+impl std::str::FromStr for Workload {
+    type Err = JepsenError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "election" => Ok(Workload::Election),
+            "lock" => Ok(Workload::Lock),
+            other => Err(JepsenError::Config(format!(
+                "unknown workload {other:?}: election or lock"
+            ))),
+        }
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The scenario.
     pub scenario: Scenario,
+    /// The workload.
+    pub workload: Workload,
     /// The nemesis's seed.
     pub seed: u64,
     /// How long faults go on.
@@ -31,14 +65,14 @@ pub struct RunConfig {
     pub nodes: usize,
     /// The election's TTL.
     pub ttl: Duration,
-    /// Where the run's directory is made (`<out>/<scenario>-<seed>-<µs>`).
+    /// Where the run's directory is made (`<out>/<scenario>-<workload>-<seed>-<µs>`).
     pub out: PathBuf,
     /// The `jepsen-node` binary.
     pub node_bin: PathBuf,
 }
 
 impl RunConfig {
-    /// A configuration with the defaults: 3 nodes, TTL 1 s.
+    /// A configuration with the defaults: the election workload, 3 nodes, TTL 1 s.
     pub fn new(
         scenario: Scenario,
         seed: u64,
@@ -48,6 +82,7 @@ impl RunConfig {
     ) -> Self {
         RunConfig {
             scenario,
+            workload: Workload::Election,
             seed,
             time,
             nodes: 3,
@@ -156,7 +191,8 @@ impl Ctx<'_> {
             .arg("--history")
             .arg(self.history_path(index))
             .args(["--ttl-ms", &self.cfg.ttl.as_millis().to_string()])
-            .args(["--seed", &self.cfg.seed.to_string()]);
+            .args(["--seed", &self.cfg.seed.to_string()])
+            .args(["--workload", self.cfg.workload.name()]);
         for s in 0..scenario.stores() {
             cmd.args(["--store", &self.url(index, s)]);
         }
@@ -405,9 +441,13 @@ pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
         .ttl(cfg.ttl)
         .build()
         .map_err(|e| JepsenError::Config(e.to_string()))?;
-    let dir = cfg
-        .out
-        .join(format!("{}-{}-{}", cfg.scenario, cfg.seed, now_us()));
+    let dir = cfg.out.join(format!(
+        "{}-{}-{}-{}",
+        cfg.scenario,
+        cfg.workload.name(),
+        cfg.seed,
+        now_us()
+    ));
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let net = Network::create(cfg.nodes)?;
     let bind = format!("bind 127.0.0.1 {}", net.host_ips().join(" "));

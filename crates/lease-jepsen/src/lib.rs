@@ -29,12 +29,16 @@ pub mod scenario;
 pub mod svg;
 
 pub use crate::error::{JepsenError, Result};
-pub use crate::harness::{RunConfig, RunResult, RunSummary};
+pub use crate::harness::{RunConfig, RunResult, RunSummary, Workload};
 pub use crate::scenario::Scenario;
 
 /// The election's name (its keys are `jepsen:leader`, `jepsen:fence`, ...).
 pub const ELECTION: &str = "jepsen";
 /// The log's key at the resource.
 pub const LOG_KEY: &str = "jepsen:log";
+/// The lock workload's lock key.
+pub const LOCK_KEY: &str = "jepsen:lock";
+/// The lock workload's fence counter key (its mark is `<key>:applied`).
+pub const LOCK_FENCE: &str = "jepsen:lock:fence";
 /// The resource's own mark key, when the resource is a separate server.
 pub const RESOURCE_MARK: &str = "jepsen:resource:mark";

@@ -23,18 +23,25 @@ pub fn markdown(s: &RunSummary) -> String {
         (true, true) => "PASS (the control was flagged, as it must be)",
         (false, true) => "FAIL (the control was NOT flagged)",
     };
-    let _ = writeln!(o, "# Jepsen run: {} seed {}\n", c.scenario, c.seed);
+    let _ = writeln!(
+        o,
+        "# Jepsen run: {} ({} workload) seed {}\n",
+        c.scenario,
+        c.workload.name(),
+        c.seed
+    );
     let _ = writeln!(o, "- verdict: **{verdict}**");
     let _ = writeln!(
         o,
-        "- nodes: {}, TTL: {} ms, faults for {} s; replay: `cargo xtask jepsen --scenario {} --seed {} --time {}s --nodes {}`",
+        "- nodes: {}, TTL: {} ms, faults for {} s; replay: `cargo xtask jepsen --scenario {} --seed {} --time {}s --nodes {} --workload {}`",
         c.nodes,
         c.ttl.as_millis(),
         c.time.as_secs(),
         c.scenario,
         c.seed,
         c.time.as_secs(),
-        c.nodes
+        c.nodes,
+        c.workload.name()
     );
     let outcomes: Vec<String> = r.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(

@@ -1,6 +1,7 @@
-//! The Jepsen harness's CI runs: ~45 s of faults on a single Redis with `appendfsync always`
-//! (every property asserted), and the negative control (the same faults, writes without the
-//! fence), which the checker must flag.
+//! The Jepsen harness's CI runs, concurrently: ~45 s of faults on a single Redis with
+//! `appendfsync always` (every property asserted) with the election workload, 20 s of the same
+//! with the fenced-lock workload, and the negative control (15 s of the same faults, writes
+//! without the fence), which the checker must flag.
 //!
 //! They need root and network namespaces. Without them each test prints a SKIP line saying
 //! why and passes **without having checked anything**; set `REDLEASE_JEPSEN_REQUIRED=1` to
@@ -11,24 +12,25 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lease_jepsen::checker::Property;
-use lease_jepsen::{RunConfig, RunResult, RunSummary, Scenario};
+use lease_jepsen::{RunConfig, RunResult, RunSummary, Scenario, Workload};
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 /// Runs a scenario, bounded in wall time; `None` when the machine cannot (after a SKIP line).
-async fn run(scenario: Scenario, default_time: u64) -> Option<Box<RunSummary>> {
+async fn run(scenario: Scenario, workload: Workload, default_time: u64) -> Option<Box<RunSummary>> {
     let time = Duration::from_secs(env_u64("REDLEASE_JEPSEN_TIME").unwrap_or(default_time));
     let seed = env_u64("REDLEASE_JEPSEN_SEED").unwrap_or(17);
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jepsen");
-    let cfg = RunConfig::new(
+    let mut cfg = RunConfig::new(
         scenario,
         seed,
         time,
         out,
         PathBuf::from(env!("CARGO_BIN_EXE_jepsen-node")),
     );
+    cfg.workload = workload;
     // Faults, the heal, the recovery wait (at most 2 x TTL + interval + slack + 1 s), the
     // nodes' stop (2 x TTL + 5 s) and start-up: well within time + 90 s.
     let result = tokio::time::timeout(
@@ -81,7 +83,7 @@ fn failures(s: &RunSummary) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_redis_with_aof_survives_the_nemesis() {
-    let Some(s) = run(Scenario::SingleAof, 45).await else {
+    let Some(s) = run(Scenario::SingleAof, Workload::Election, 45).await else {
         return;
     };
     assert!(
@@ -103,7 +105,7 @@ async fn single_redis_with_aof_survives_the_nemesis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unfenced_control_is_flagged() {
-    let Some(s) = run(Scenario::Control, 15).await else {
+    let Some(s) = run(Scenario::Control, Workload::Election, 15).await else {
         return;
     };
     let r = &s.report;
@@ -115,4 +117,22 @@ async fn the_unfenced_control_is_flagged() {
         failures(&s)
     );
     assert!(s.passed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_lock_on_single_redis_survives_the_nemesis() {
+    let Some(s) = run(Scenario::SingleAof, Workload::Lock, 20).await else {
+        return;
+    };
+    assert!(
+        s.passed,
+        "asserted properties violated (see {}):\n{}",
+        s.dir.display(),
+        failures(&s)
+    );
+    assert!(
+        s.report.terms.len() >= 3,
+        "only {} holds",
+        s.report.terms.len()
+    );
 }

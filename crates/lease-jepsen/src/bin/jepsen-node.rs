@@ -14,12 +14,13 @@ use std::time::Duration;
 use clap::Parser;
 use lease_jepsen::history::{Event, HistoryFile, NodeId, Outcome, now_us};
 use lease_jepsen::rng::Rng;
-use lease_jepsen::{ELECTION, LOG_KEY, RESOURCE_MARK};
+use lease_jepsen::{ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK};
 use redlease::redis::client::aio::{ConnectionManager, ConnectionManagerConfig};
 use redlease::redis::{RedisBackend, RedisFencer, backend_error};
 use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
 use redlease::{
-    CancellationToken, Effect, ElectionConfig, Elector, FenceOutcome, LeaseBackend, Token,
+    CancellationToken, Effect, ElectionConfig, Elector, FenceOutcome, LeaseBackend, LockOptions,
+    Locker, Token,
 };
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
@@ -58,15 +59,19 @@ struct Args {
     /// Seed of the node's own randomness (term lengths).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// `election` (an `Elector`) or `lock` (a fenced, auto-renewed `Locker` lock).
+    #[arg(long, default_value = "election")]
+    workload: String,
 }
 
 /// Where and how a term writes.
 #[derive(Clone)]
 enum Sink {
-    /// Through a fencer on the store (the election's mark) or the resource (its own mark).
+    /// Through a fencer on the store (the election's mark when `mark` is `None`, else the
+    /// lock's) or on the resource (its own mark).
     Fenced {
         conn: ConnectionManager,
-        resource: bool,
+        mark: Option<String>,
     },
     /// A plain RPUSH: the negative control.
     Unfenced(ConnectionManager),
@@ -75,11 +80,10 @@ enum Sink {
 impl Sink {
     async fn write(&self, token: Token, entry: String) -> Outcome {
         match self {
-            Sink::Fenced { conn, resource } => {
-                let fencer = if *resource {
-                    RedisFencer::new(conn.clone(), RESOURCE_MARK, token)
-                } else {
-                    RedisFencer::for_election(conn.clone(), ELECTION, token)
+            Sink::Fenced { conn, mark } => {
+                let fencer = match mark {
+                    Some(mark) => RedisFencer::new(conn.clone(), mark.as_str(), token),
+                    None => RedisFencer::for_election(conn.clone(), ELECTION, token),
                 };
                 match fencer
                     .eval("redis.call('RPUSH', KEYS[2], ARGV[2])", [LOG_KEY], [entry])
@@ -241,6 +245,75 @@ async fn drive<B: LeaseBackend>(
     }
 }
 
+/// The lock workload: obtain the lock (fenced, auto-renewed, waiting up to a TTL), write under
+/// it for a while, release it, and again; the writes go on for one TTL after each release.
+async fn locks<B: LeaseBackend>(
+    locker: Locker<B>,
+    node: Arc<Node_>,
+    term_ms: u64,
+    seed: u64,
+    shutdown: CancellationToken,
+) {
+    let mut rng = Rng::new(seed);
+    let ttl = node.ttl;
+    while !shutdown.is_cancelled() {
+        let options = LockOptions::new()
+            .fence_key(LOCK_FENCE)
+            .wait(ttl)
+            .auto_renew(ttl / 3);
+        let obtained = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = locker.obtain(LOCK_KEY, ttl, options) => r,
+        };
+        let lock = match obtained {
+            Ok(lock) => lock,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(token) = lock.fence_token() else {
+            eprintln!("jepsen-node: a fenced lock without a token");
+            std::process::exit(70);
+        };
+        let mut deadline = deadline_us(Some(lock.valid_until()));
+        node.record(Event::Elected {
+            token: token.get(),
+            deadline_us: deadline,
+        });
+        let ended = CancellationToken::new();
+        let writer = tokio::spawn(write_loop(Arc::clone(&node), token, ended.clone()));
+        node.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(writer);
+        let length = Duration::from_millis(rng.range(term_ms / 2, term_ms * 3 / 2));
+        let stop = tokio::time::sleep(length);
+        tokio::pin!(stop);
+        let lost = lock.lost();
+        loop {
+            tokio::select! {
+                _ = lost.cancelled() => break,
+                _ = shutdown.cancelled() => break,
+                _ = &mut stop => break,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                    if !lock.held() {
+                        break;
+                    }
+                    let d = deadline_us(Some(lock.valid_until()));
+                    if d > deadline + 1_000 {
+                        deadline = d;
+                        node.record(Event::Deadline { token: token.get(), deadline_us: d });
+                    }
+                }
+            }
+        }
+        node.record(Event::SteppedDown { token: token.get() });
+        ended.cancel();
+        let _ = tokio::time::timeout(ttl * 2, lock.release()).await;
+    }
+}
+
 /// A term's writes: every `write_interval` while the term lasts, then for one TTL after it
 /// ended (a deposed leader that did not notice).
 async fn write_loop(node: Arc<Node_>, token: Token, ended: CancellationToken) {
@@ -331,12 +404,25 @@ async fn main() {
         },
         None => stores[0].1.clone(),
     };
+    let lock = match args.workload.as_str() {
+        "election" => false,
+        "lock" => true,
+        other => {
+            eprintln!("jepsen-node: --workload {other:?}: election or lock");
+            std::process::exit(64);
+        }
+    };
     let sink = if args.unfenced {
         Sink::Unfenced(sink_conn)
     } else {
+        let mark = match (&args.resource, lock) {
+            (Some(_), _) => Some(RESOURCE_MARK.to_owned()),
+            (None, true) => Some(format!("{LOCK_FENCE}:applied")),
+            (None, false) => None,
+        };
         Sink::Fenced {
             conn: sink_conn,
-            resource: args.resource.is_some(),
+            mark,
         }
     };
     let node = Arc::new(Node_ {
@@ -361,26 +447,48 @@ async fn main() {
                 std::process::exit(64);
             }
         };
-        let elector = Elector::builder(backend, config).seed(seed).build();
-        drive(
-            elector,
-            Arc::clone(&node),
-            args.term_ms,
-            seed,
-            shutdown.clone(),
-        )
-        .await;
+        if lock {
+            locks(
+                Locker::new(backend),
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        } else {
+            let elector = Elector::builder(backend, config).seed(seed).build();
+            drive(
+                elector,
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        }
     } else {
         let backend = RedisBackend::new(stores[0].1.clone());
-        let elector = Elector::builder(backend, config).seed(seed).build();
-        drive(
-            elector,
-            Arc::clone(&node),
-            args.term_ms,
-            seed,
-            shutdown.clone(),
-        )
-        .await;
+        if lock {
+            locks(
+                Locker::new(backend),
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        } else {
+            let elector = Elector::builder(backend, config).seed(seed).build();
+            drive(
+                elector,
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        }
     }
     // Deposed writers stop within a TTL of their term's end.
     let writers = std::mem::take(&mut *node.writers.lock().unwrap_or_else(|p| p.into_inner()));

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use lease_jepsen::history::Outcome;
-use lease_jepsen::{RunConfig, RunResult, Scenario};
+use lease_jepsen::{RunConfig, RunResult, Scenario, Workload};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,6 +31,9 @@ struct Args {
     /// The election's TTL in milliseconds.
     #[arg(long, default_value_t = 1000)]
     ttl_ms: u64,
+    /// `election` (an `Elector`) or `lock` (a fenced `Locker` lock).
+    #[arg(long, default_value = "election")]
+    workload: String,
     /// Runs with seeds seed, seed+1, ...
     #[arg(long, default_value_t = 1)]
     runs: u64,
@@ -63,6 +66,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    let workload: Workload = match args.workload.parse() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("jepsen: {e}");
+            return ExitCode::from(64);
+        }
+    };
     let Some(time) = parse_duration(&args.time) else {
         eprintln!("jepsen: --time {:?}: expected e.g. 45s, 10m, 90", args.time);
         return ExitCode::from(64);
@@ -88,6 +98,7 @@ async fn main() -> ExitCode {
     for k in 0..args.runs {
         let mut cfg = RunConfig::new(scenario, seed + k, time, args.out.clone(), node_bin.clone());
         cfg.nodes = args.nodes;
+        cfg.workload = workload;
         cfg.ttl = Duration::from_millis(args.ttl_ms);
         let result = tokio::select! {
             r = lease_jepsen::harness::run(&cfg) => r,
