@@ -7,6 +7,7 @@ use std::fmt::Write;
 use crate::checker::Mode;
 use crate::harness::RunSummary;
 use crate::history::{Outcome, Target};
+use crate::nemesis::{Direction, Fault};
 
 const WIDTH: f64 = 1600.0;
 const LEFT: f64 = 120.0;
@@ -103,12 +104,21 @@ pub fn timeline(s: &RunSummary) -> String {
     // Faults.
     for f in &s.faults {
         let (x0, x1) = (x(f.span_us.0), x(f.span_us.1).max(x(f.span_us.0) + 1.0));
-        let (fill, label) = match f.planned.fault.kind() {
-            "pause-node" => ("#9e9e9e", "paused"),
-            "partition" => ("#f0a030", "partitioned"),
-            "kill-node" => ("#e05050", "killed"),
-            "pause-redis" => ("#9e9e9e", "paused"),
-            _ => ("#e05050", "killed"),
+        let (fill, label) = match &f.planned.fault {
+            Fault::PauseNode { .. } | Fault::PauseRedis { .. } => ("#9e9e9e", "paused".to_owned()),
+            Fault::Partition {
+                direction, servers, ..
+            } => {
+                let to: Vec<String> = servers.iter().map(|s| format!("r{s}")).collect();
+                let to = to.join(",");
+                let label = match direction {
+                    Direction::Both => format!("cut off from {to}"),
+                    Direction::Requests => format!("requests to {to} dropped"),
+                    Direction::Replies => format!("replies from {to} dropped"),
+                };
+                ("#f0a030", label)
+            }
+            Fault::KillNode { .. } | Fault::KillRedis { .. } => ("#e05050", "killed".to_owned()),
         };
         let title = esc(&f.planned.fault.to_string());
         match f.target {
@@ -229,7 +239,7 @@ pub fn timeline(s: &RunSummary) -> String {
         ("#e08000", "outcome unknown"),
         ("#888888", "not applied"),
         ("#9e9e9e", "paused (SIGSTOP)"),
-        ("#f0a030", "partitioned (iptables)"),
+        ("#f0a030", "partitioned (iptables, in the node's namespace)"),
         ("#e05050", "killed (-9)"),
     ];
     let mut lx = LEFT;
