@@ -42,7 +42,10 @@ async fn run(scenario: Scenario, workload: Workload, default_time: u64) -> Optio
     .unwrap_or_else(|e| panic!("{scenario} seed {seed}: the run stopped: {e}"));
     match result {
         RunResult::Skipped(why) => {
-            eprintln!("SKIP jepsen {scenario}: {why} (nothing was checked)");
+            eprintln!(
+                "SKIP jepsen {scenario} ({}): {why} (nothing was checked)",
+                workload.name()
+            );
             assert!(
                 std::env::var_os("REDLEASE_JEPSEN_REQUIRED").is_none(),
                 "REDLEASE_JEPSEN_REQUIRED is set but the harness cannot run: {why}"
