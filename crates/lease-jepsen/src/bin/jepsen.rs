@@ -56,6 +56,22 @@ fn parse_duration(s: &str) -> Option<Duration> {
     }
 }
 
+/// SIGINT or SIGTERM: the run's future is then dropped, and its guards remove everything.
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -102,7 +118,7 @@ async fn main() -> ExitCode {
         cfg.ttl = Duration::from_millis(args.ttl_ms);
         let result = tokio::select! {
             r = lease_jepsen::harness::run(&cfg) => r,
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupted() => {
                 eprintln!("jepsen: interrupted; everything the run made is removed");
                 return ExitCode::FAILURE;
             }
