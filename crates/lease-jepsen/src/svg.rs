@@ -9,7 +9,9 @@ use crate::harness::RunSummary;
 use crate::history::{Outcome, Target};
 use crate::nemesis::{Direction, Fault};
 
-const WIDTH: f64 = 1600.0;
+/// The narrowest picture; longer runs get 24 px per second (a 10-minute run scrolls).
+const MIN_WIDTH: f64 = 1600.0;
+const PX_PER_SECOND: f64 = 24.0;
 const LEFT: f64 = 120.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 60.0;
@@ -36,7 +38,8 @@ pub fn timeline(s: &RunSummary) -> String {
     let start = h.start_at();
     let end = h.end_at().max(start + 1);
     let span = (end - start) as f64;
-    let x = |us: u64| LEFT + (us.saturating_sub(start) as f64 / span) * (WIDTH - LEFT - RIGHT);
+    let width = (LEFT + RIGHT + span / 1e6 * PX_PER_SECOND).max(MIN_WIDTH);
+    let x = |us: u64| LEFT + (us.saturating_sub(start) as f64 / span) * (width - LEFT - RIGHT);
     let nodes = s.config.nodes;
     let servers = s.config.scenario.stores() + usize::from(s.config.scenario.separate_resource());
     let node_y = |i: usize| TOP + i as f64 * NODE_LANE;
@@ -45,7 +48,7 @@ pub fn timeline(s: &RunSummary) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" font-family="sans-serif" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="11">"#
     );
     let _ = writeln!(o, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let verdict = if s.passed { "PASS" } else { "FAIL" };
@@ -80,7 +83,7 @@ pub fn timeline(s: &RunSummary) -> String {
         let _ = writeln!(
             o,
             r##"<rect x="{LEFT}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}"/><text x="8" y="{:.1}" font-weight="bold">node {i}</text>"##,
-            WIDTH - LEFT - RIGHT,
+            width - LEFT - RIGHT,
             NODE_LANE - 4.0,
             if i % 2 == 0 { "#fafafa" } else { "#f3f3f3" },
             y + 24.0
@@ -96,7 +99,7 @@ pub fn timeline(s: &RunSummary) -> String {
         let _ = writeln!(
             o,
             r##"<rect x="{LEFT}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="#f6f6ff"/><text x="8" y="{:.1}">{name}</text>"##,
-            WIDTH - LEFT - RIGHT,
+            width - LEFT - RIGHT,
             REDIS_LANE - 4.0,
             y + 15.0
         );
@@ -156,6 +159,7 @@ pub fn timeline(s: &RunSummary) -> String {
     // Terms, labelled with their token minus the run's first token (clock-floored tokens are
     // 16 digits; the difference keeps the order readable).
     let base = r.terms.iter().map(|t| t.token).min().unwrap_or(0);
+    let mut label_end = vec![0.0f64; nodes];
     for t in &r.terms {
         let i = t.node.node as usize;
         if i >= nodes {
@@ -171,14 +175,16 @@ pub fn timeline(s: &RunSummary) -> String {
             t.node,
             t.token
         );
+        // The label may run past a short bar, up to the next label of the lane.
         let label = format!("+{}", t.token - base);
-        if x1 - x0 > 6.0 * label.len() as f64 + 4.0 {
+        if x0 >= label_end[i] {
             let _ = writeln!(
                 o,
                 r#"<text x="{:.1}" y="{:.1}" font-size="9">{label}</text>"#,
                 x0 + 2.0,
                 y + 13.0
             );
+            label_end[i] = x0 + 5.5 * label.len() as f64 + 6.0;
         }
     }
     // Write attempts.
