@@ -19,6 +19,9 @@ pub(crate) enum Leak {
     },
     /// One of this run's temporary directories.
     Directory(PathBuf),
+    /// A network namespace of the Jepsen harness (`rlj<pid>...`) whose harness process is
+    /// gone.
+    Namespace(String),
 }
 
 impl fmt::Display for Leak {
@@ -27,6 +30,7 @@ impl fmt::Display for Leak {
             Leak::Container(id) => write!(f, "container {id}"),
             Leak::Process { pid, cwd } => write!(f, "process {pid} (cwd {})", cwd.display()),
             Leak::Directory(path) => write!(f, "directory {}", path.display()),
+            Leak::Namespace(name) => write!(f, "network namespace {name}"),
         }
     }
 }
@@ -40,6 +44,26 @@ pub(crate) fn container_filter(run: &str) -> String {
 /// `redlease-testkit-<run id>-<kind>-<pid>-<n>-<nanos>`).
 pub(crate) fn dir_prefix(run: &str) -> String {
     format!("redlease-testkit-{run}-")
+}
+
+/// The prefix of the Jepsen harness's namespaces and links (`lease_jepsen::netns::PREFIX`;
+/// keep in step).
+pub(crate) const JEPSEN_PREFIX: &str = "rlj";
+
+/// The Jepsen harness's namespaces in `ip netns list` output whose owner (the pid after the
+/// prefix) is not alive: a harness that ended removes its own, so these leaked. Namespaces of
+/// a harness still running (someone's long run) are not leaks.
+pub(crate) fn jepsen_namespaces(ip_netns_list: &str, alive: &dyn Fn(u32) -> bool) -> Vec<Leak> {
+    ip_netns_list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|name| {
+            let rest = name.strip_prefix(JEPSEN_PREFIX)?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            let owner_alive = digits.parse::<u32>().is_ok_and(alive);
+            (!owner_alive).then(|| Leak::Namespace(name.to_owned()))
+        })
+        .collect()
 }
 
 /// Whether `cwd` is (inside) a directory of `tmp` whose name starts with `prefix`.
@@ -135,6 +159,23 @@ mod tests {
             ]
         );
         assert_eq!(leaks[0].to_string(), "container abc123");
+    }
+
+    #[test]
+    fn jepsen_namespaces_of_dead_harnesses_leak() {
+        let list = "rlj42a-0 (id: 3)\nrlj7b-1\nother\nrljx-0\n";
+        let alive = |pid: u32| pid == 7;
+        assert_eq!(
+            jepsen_namespaces(list, &alive),
+            [
+                Leak::Namespace("rlj42a-0".to_owned()),
+                Leak::Namespace("rljx-0".to_owned())
+            ]
+        );
+        assert_eq!(
+            Leak::Namespace("rlj1a-0".to_owned()).to_string(),
+            "network namespace rlj1a-0"
+        );
     }
 
     #[test]

@@ -14,6 +14,9 @@
 //!   `RUSTDOCFLAGS=-Dwarnings`; prints a timing table.
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
+//! * `jepsen` — build the `lease-jepsen` package and run its harness (`jepsen`) with the
+//!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`, `--workload`);
+//!   needs root.
 
 mod leaks;
 mod plan;
@@ -43,6 +46,11 @@ commands:
                            test binary's announced mode is checked; then a leak check
   ci                       test + fmt --check + clippy -D warnings + doc -D warnings
   bench [cargo bench args] prepare servers/image, then cargo bench --workspace
+  jepsen [--time D] [--seed S] [--scenario single-aof|single-nopersist|redlock|control]
+         [--nodes N] [--runs K] [--workload election|lock]
+                           build lease-jepsen and run its fault harness (root: network
+                           namespaces, iptables); histories, summary.md and timeline.svg
+                           go under target/jepsen/; exit 77 when it cannot run (skipped)
   help                     this text
 
 environment:
@@ -64,6 +72,7 @@ fn main() -> ExitCode {
         Some("test") => ctx.test(&rest),
         Some("ci") => ctx.ci(),
         Some("bench") => ctx.bench(&rest),
+        Some("jepsen") => ctx.jepsen(&rest),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
             return if command.is_some() {
@@ -406,6 +415,11 @@ impl Ctx {
             self.cargo(&["test", "-p", "xtask", "--quiet"]),
         )?;
         let plan = self.prepare()?;
+        if is_root() {
+            // The Jepsen CI test skips (passing, with a SKIP line) where it cannot run; as
+            // root it must run, so a skip fails the run instead of passing silently.
+            self.set_env("REDLEASE_JEPSEN_REQUIRED", "1");
+        }
         let mut failures = Vec::new();
         let mut all_targets =
             self.cargo(&["test", "--workspace", "--all-targets", "--no-fail-fast"]);
@@ -498,6 +512,45 @@ impl Ctx {
         result.and(self.check_leaks())
     }
 
+    /// Builds the Jepsen harness and runs it with `extra` (its own options).
+    fn jepsen(&mut self, extra: &[OsString]) -> Result<(), String> {
+        self.step(
+            "cargo build -p lease-jepsen",
+            self.cargo(&["build", "-p", "lease-jepsen", "--bins"]),
+        )?;
+        let mut run = self.cargo(&["run", "-q", "-p", "lease-jepsen", "--bin", "jepsen", "--"]);
+        run.args(extra);
+        for (k, v) in &self.env {
+            run.env(k, v);
+        }
+        println!("\n=== jepsen: {}", show(&run));
+        let start = Instant::now();
+        let status = run
+            .status()
+            .map_err(|e| format!("cannot run the harness: {e}"))?;
+        let took = start.elapsed();
+        match status.code() {
+            Some(0) => {
+                self.note("jepsen", "ok", took);
+                Ok(())
+            }
+            Some(77) => {
+                self.note("jepsen", "SKIPPED (cannot run here; nothing checked)", took);
+                Err(
+                    "the Jepsen harness cannot run on this machine (see its message): \
+                     nothing was checked"
+                        .to_owned(),
+                )
+            }
+            _ => {
+                self.note("jepsen", &format!("FAILED ({status})"), took);
+                Err(format!(
+                    "jepsen: {status} (see the summary.md files under target/jepsen/)"
+                ))
+            }
+        }
+    }
+
     /// Fails if this run left kit containers, processes or temporary directories
     /// behind (and removes them).
     fn check_leaks(&mut self) -> Result<(), String> {
@@ -533,7 +586,18 @@ impl Ctx {
             .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
             .unwrap_or_default();
         let entries: Vec<&std::ffi::OsStr> = entries.iter().map(OsString::as_os_str).collect();
-        let found = leaks::find(&run, &tmp, &docker_ps, &processes, &entries);
+        let mut found = leaks::find(&run, &tmp, &docker_ps, &processes, &entries);
+        // The Jepsen harness's namespaces (`ip` is absent or refuses when not root: none).
+        let netns = Command::new("ip")
+            .args(["netns", "list"])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default();
+        let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
+        found.extend(leaks::jepsen_namespaces(&netns, &alive));
         // Containers and processes first: a directory goes once nothing runs in it.
         for leak in &found {
             match leak {
@@ -549,6 +613,18 @@ impl Ctx {
                         .status();
                 }
                 Leak::Directory(_) => {}
+                Leak::Namespace(name) => {
+                    // Its processes first (a namespace with processes stays alive).
+                    let _ = Command::new("/bin/sh")
+                        .args([
+                            "-c",
+                            "for p in $(ip netns pids \"$1\"); do kill -s KILL \"$p\"; done; \
+                             ip netns del \"$1\"",
+                            "sh",
+                            name,
+                        ])
+                        .status();
+                }
             }
         }
         for leak in &found {
@@ -558,7 +634,11 @@ impl Ctx {
         }
         let took = start.elapsed();
         if found.is_empty() {
-            self.note("leak check", "ok (no processes, containers, dirs)", took);
+            self.note(
+                "leak check",
+                "ok (no processes, containers, dirs, namespaces)",
+                took,
+            );
             Ok(())
         } else {
             self.note(

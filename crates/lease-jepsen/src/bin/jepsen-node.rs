@@ -1,0 +1,498 @@
+//! A node of the Jepsen harness: one elector built on the `redlease` facade, whose terms
+//! append `token:node:seq` to a log at the resource, and keep trying with the old token for
+//! one TTL after the term ended (a deposed leader that did not notice). Every attempt, election
+//! and step-down is recorded in the node's history file (see `lease_jepsen::history`).
+//!
+//! The harness starts it inside the node's network namespace and stops it with SIGTERM, or
+//! by closing its stdin (the harness died), or with SIGKILL (a fault).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use lease_jepsen::history::{Event, HistoryFile, NodeId, Outcome, now_us};
+use lease_jepsen::rng::Rng;
+use lease_jepsen::{ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK};
+use redlease::redis::client::aio::{ConnectionManager, ConnectionManagerConfig};
+use redlease::redis::{RedisBackend, RedisFencer, backend_error};
+use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
+use redlease::{
+    CancellationToken, Effect, ElectionConfig, Elector, FenceOutcome, LeaseBackend, LockOptions,
+    Locker, Token,
+};
+use tokio::io::AsyncReadExt;
+use tokio::task::JoinHandle;
+
+#[derive(Parser, Debug)]
+#[command(about = "A node of the redlease Jepsen harness")]
+struct Args {
+    /// The node's index.
+    #[arg(long)]
+    node: u32,
+    /// How many times this node was started before.
+    #[arg(long, default_value_t = 0)]
+    incarnation: u32,
+    /// The history file (appended to).
+    #[arg(long)]
+    history: PathBuf,
+    /// The store's URL; three or more make a Redlock quorum.
+    #[arg(long, required = true)]
+    store: Vec<String>,
+    /// The resource's URL; without it the log lives on the (single) store, fenced by the
+    /// election's own mark.
+    #[arg(long)]
+    resource: Option<String>,
+    /// Write without the fence (the negative control).
+    #[arg(long)]
+    unfenced: bool,
+    /// The election's TTL in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    ttl_ms: u64,
+    /// The mean length of a term before the leader resigns, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    term_ms: u64,
+    /// The pause between two writes of a term, in milliseconds.
+    #[arg(long, default_value_t = 25)]
+    write_interval_ms: u64,
+    /// Seed of the node's own randomness (term lengths).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// `election` (an `Elector`) or `lock` (a fenced, auto-renewed `Locker` lock).
+    #[arg(long, default_value = "election")]
+    workload: String,
+}
+
+/// Where and how a term writes.
+#[derive(Clone)]
+enum Sink {
+    /// Through a fencer on the store (the election's mark when `mark` is `None`, else the
+    /// lock's) or on the resource (its own mark).
+    Fenced {
+        conn: ConnectionManager,
+        mark: Option<String>,
+    },
+    /// A plain RPUSH: the negative control.
+    Unfenced(ConnectionManager),
+}
+
+impl Sink {
+    async fn write(&self, token: Token, entry: String) -> Outcome {
+        match self {
+            Sink::Fenced { conn, mark } => {
+                let fencer = match mark {
+                    Some(mark) => RedisFencer::new(conn.clone(), mark.as_str(), token),
+                    None => RedisFencer::for_election(conn.clone(), ELECTION, token),
+                };
+                match fencer
+                    .eval("redis.call('RPUSH', KEYS[2], ARGV[2])", [LOG_KEY], [entry])
+                    .await
+                {
+                    Ok(FenceOutcome::Applied) => Outcome::Applied,
+                    Ok(FenceOutcome::Stale { .. }) => Outcome::Stale,
+                    Err(e) if e.effect() == Effect::Unknown => Outcome::Unknown,
+                    Err(_) => Outcome::NotApplied,
+                }
+            }
+            Sink::Unfenced(conn) => {
+                let mut conn = conn.clone();
+                let r: Result<i64, _> = redis::cmd("RPUSH")
+                    .arg(LOG_KEY)
+                    .arg(entry)
+                    .query_async(&mut conn)
+                    .await;
+                match r {
+                    Ok(_) => Outcome::Applied,
+                    Err(e) => match backend_error(e).effect() {
+                        Effect::Unknown => Outcome::Unknown,
+                        _ => Outcome::NotApplied,
+                    },
+                }
+            }
+        }
+    }
+}
+
+struct Node_ {
+    id: NodeId,
+    history: HistoryFile,
+    sink: Sink,
+    seq: AtomicU64,
+    ttl: Duration,
+    write_interval: Duration,
+    writers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Node_ {
+    fn record(&self, event: Event) {
+        if let Err(e) = self.history.node(self.id, event) {
+            eprintln!("jepsen-node {}: cannot record: {e}", self.id);
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Connects a manager, retrying until it succeeds (the server may be partitioned or down
+/// when a node restarts) or `shutdown` fires.
+async fn manager(url: &str, shutdown: &CancellationToken) -> Option<ConnectionManager> {
+    let client = match redis::Client::open(url) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jepsen-node: bad URL {url}: {e}");
+            std::process::exit(64);
+        }
+    };
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(500)))
+        .set_response_timeout(None)
+        .set_number_of_retries(1);
+    loop {
+        if shutdown.is_cancelled() {
+            return None;
+        }
+        let attempt = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_connection_manager_with_config(config.clone()),
+        )
+        .await;
+        if let Ok(Ok(conn)) = attempt {
+            return Some(conn);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn deadline_us(elector_until: Option<tokio::time::Instant>) -> u64 {
+    let now = tokio::time::Instant::now();
+    let wall = now_us();
+    match elector_until {
+        Some(until) => {
+            wall + u64::try_from(until.saturating_duration_since(now).as_micros()).unwrap_or(0)
+        }
+        None => wall,
+    }
+}
+
+/// Runs the elector until shutdown; terms write through `node.sink`.
+async fn drive<B: LeaseBackend>(
+    elector: Elector<B>,
+    node: Arc<Node_>,
+    term_ms: u64,
+    seed: u64,
+    shutdown: CancellationToken,
+) {
+    let rng = Arc::new(Mutex::new(Rng::new(seed)));
+    loop {
+        let node = Arc::clone(&node);
+        let rng = Arc::clone(&rng);
+        let watcher = elector.clone();
+        let result = elector
+            .run(shutdown.clone(), move |term| {
+                let node = Arc::clone(&node);
+                let elector = watcher.clone();
+                let length = {
+                    let mut r = rng.lock().unwrap_or_else(|p| p.into_inner());
+                    Duration::from_millis(r.range(term_ms / 2, term_ms * 3 / 2))
+                };
+                async move {
+                    let token = term.token();
+                    let mut deadline = deadline_us(elector.valid_until());
+                    node.record(Event::Elected {
+                        token: token.get(),
+                        deadline_us: deadline,
+                    });
+                    let ended = term.cancellation_token();
+                    let writer = tokio::spawn(write_loop(Arc::clone(&node), token, ended.clone()));
+                    node.writers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(writer);
+                    let stop = tokio::time::sleep(length);
+                    tokio::pin!(stop);
+                    loop {
+                        tokio::select! {
+                            _ = term.cancelled() => break,
+                            _ = &mut stop => break,
+                            _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                                if elector.token() == Some(token) {
+                                    let d = deadline_us(elector.valid_until());
+                                    // Only a renewal moves it by more than the clock jitter.
+                                    if d > deadline + 1_000 {
+                                        deadline = d;
+                                        node.record(Event::Deadline { token: token.get(), deadline_us: d });
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    node.record(Event::SteppedDown { token: token.get() });
+                    // The writer keeps going (with the old token) for one TTL from here.
+                    ended.cancel();
+                }
+            })
+            .await;
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("jepsen-node: the elector stopped: {e}; running it again");
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// The lock workload: obtain the lock (fenced, auto-renewed, waiting up to a TTL), write under
+/// it for a while, release it, and again; the writes go on for one TTL after each release.
+async fn locks<B: LeaseBackend>(
+    locker: Locker<B>,
+    node: Arc<Node_>,
+    term_ms: u64,
+    seed: u64,
+    shutdown: CancellationToken,
+) {
+    let mut rng = Rng::new(seed);
+    let ttl = node.ttl;
+    while !shutdown.is_cancelled() {
+        let options = LockOptions::new()
+            .fence_key(LOCK_FENCE)
+            .wait(ttl)
+            .auto_renew(ttl / 3);
+        let obtained = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = locker.obtain(LOCK_KEY, ttl, options) => r,
+        };
+        let lock = match obtained {
+            Ok(lock) => lock,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(token) = lock.fence_token() else {
+            eprintln!("jepsen-node: a fenced lock without a token");
+            std::process::exit(70);
+        };
+        let mut deadline = deadline_us(Some(lock.valid_until()));
+        node.record(Event::Elected {
+            token: token.get(),
+            deadline_us: deadline,
+        });
+        let ended = CancellationToken::new();
+        let writer = tokio::spawn(write_loop(Arc::clone(&node), token, ended.clone()));
+        node.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(writer);
+        let length = Duration::from_millis(rng.range(term_ms / 2, term_ms * 3 / 2));
+        let stop = tokio::time::sleep(length);
+        tokio::pin!(stop);
+        let lost = lock.lost();
+        loop {
+            tokio::select! {
+                _ = lost.cancelled() => break,
+                _ = shutdown.cancelled() => break,
+                _ = &mut stop => break,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                    if !lock.held() {
+                        break;
+                    }
+                    let d = deadline_us(Some(lock.valid_until()));
+                    if d > deadline + 1_000 {
+                        deadline = d;
+                        node.record(Event::Deadline { token: token.get(), deadline_us: d });
+                    }
+                }
+            }
+        }
+        node.record(Event::SteppedDown { token: token.get() });
+        ended.cancel();
+        let _ = tokio::time::timeout(ttl * 2, lock.release()).await;
+    }
+}
+
+/// A term's writes: every `write_interval` while the term lasts, then for one TTL after it
+/// ended (a deposed leader that did not notice).
+async fn write_loop(node: Arc<Node_>, token: Token, ended: CancellationToken) {
+    let mut stop_at: Option<tokio::time::Instant> = None;
+    loop {
+        let seq = node.seq.fetch_add(1, Ordering::SeqCst);
+        let entry = format!("{}:{}:{seq}", token.get(), node.id);
+        node.record(Event::Send {
+            seq,
+            token: token.get(),
+        });
+        let outcome = tokio::time::timeout(Duration::from_secs(1), node.sink.write(token, entry))
+            .await
+            .unwrap_or(Outcome::Unknown);
+        node.record(Event::Done { seq, outcome });
+        tokio::time::sleep(node.write_interval).await;
+        if ended.is_cancelled() {
+            let at = *stop_at.get_or_insert_with(|| tokio::time::Instant::now() + node.ttl);
+            if tokio::time::Instant::now() >= at {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let id = NodeId {
+        node: args.node,
+        incarnation: args.incarnation,
+    };
+    let history = match HistoryFile::open(&args.history) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("jepsen-node {id}: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = history.node(id, Event::Start) {
+        eprintln!("jepsen-node {id}: {e}");
+        std::process::exit(2);
+    }
+    let shutdown = CancellationToken::new();
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("jepsen-node: no SIGTERM handler: {e}");
+                        return;
+                    }
+                };
+            let mut stdin = tokio::io::stdin();
+            let mut buf = [0u8; 64];
+            tokio::select! {
+                _ = term.recv() => {}
+                // EOF or an error: the harness is gone.
+                _ = async { while let Ok(n) = stdin.read(&mut buf).await { if n == 0 { break; } } } => {}
+            }
+            shutdown.cancel();
+        });
+    }
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let config = match ElectionConfig::builder(ELECTION, format!("node-{id}"))
+        .ttl(ttl)
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jepsen-node: {e}");
+            std::process::exit(64);
+        }
+    };
+    let mut stores = Vec::new();
+    for url in &args.store {
+        match manager(url, &shutdown).await {
+            Some(c) => stores.push((url.clone(), c)),
+            None => return,
+        }
+    }
+    let sink_conn = match &args.resource {
+        Some(url) => match manager(url, &shutdown).await {
+            Some(c) => c,
+            None => return,
+        },
+        None => stores[0].1.clone(),
+    };
+    let lock = match args.workload.as_str() {
+        "election" => false,
+        "lock" => true,
+        other => {
+            eprintln!("jepsen-node: --workload {other:?}: election or lock");
+            std::process::exit(64);
+        }
+    };
+    let sink = if args.unfenced {
+        Sink::Unfenced(sink_conn)
+    } else {
+        let mark = match (&args.resource, lock) {
+            (Some(_), _) => Some(RESOURCE_MARK.to_owned()),
+            (None, true) => Some(format!("{LOCK_FENCE}:applied")),
+            (None, false) => None,
+        };
+        Sink::Fenced {
+            conn: sink_conn,
+            mark,
+        }
+    };
+    let node = Arc::new(Node_ {
+        id,
+        history,
+        sink,
+        seq: AtomicU64::new(0),
+        ttl,
+        write_interval: Duration::from_millis(args.write_interval_ms),
+        writers: Mutex::new(Vec::new()),
+    });
+    let seed = args.seed ^ (u64::from(args.node) << 32) ^ u64::from(args.incarnation);
+    if stores.len() >= 3 {
+        let nodes = stores
+            .into_iter()
+            .map(|(url, conn)| Node::new(url, RedisBackend::new(conn)))
+            .collect();
+        let backend = match RedlockBackend::new(nodes, RedlockConfig::new()) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("jepsen-node: {e}");
+                std::process::exit(64);
+            }
+        };
+        if lock {
+            locks(
+                Locker::new(backend),
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        } else {
+            let elector = Elector::builder(backend, config).seed(seed).build();
+            drive(
+                elector,
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        }
+    } else {
+        let backend = RedisBackend::new(stores[0].1.clone());
+        if lock {
+            locks(
+                Locker::new(backend),
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        } else {
+            let elector = Elector::builder(backend, config).seed(seed).build();
+            drive(
+                elector,
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        }
+    }
+    // Deposed writers stop within a TTL of their term's end.
+    let writers = std::mem::take(&mut *node.writers.lock().unwrap_or_else(|p| p.into_inner()));
+    for w in writers {
+        let _ = tokio::time::timeout(ttl + Duration::from_secs(3), w).await;
+    }
+}

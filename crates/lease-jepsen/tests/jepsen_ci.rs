@@ -1,0 +1,141 @@
+//! The Jepsen harness's CI runs, concurrently: ~45 s of faults on a single Redis with
+//! `appendfsync always` (every property asserted) with the election workload, 20 s of the same
+//! with the fenced-lock workload, and the negative control (15 s of the same faults, writes
+//! without the fence), which the checker must flag.
+//!
+//! They need root and network namespaces. Without them each test prints a SKIP line saying
+//! why and passes **without having checked anything**; set `REDLEASE_JEPSEN_REQUIRED=1` to
+//! make a skip fail instead (CI runs as root, where nothing is skipped).
+//! `REDLEASE_JEPSEN_TIME` (seconds, default 45) and `REDLEASE_JEPSEN_SEED` change the run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lease_jepsen::checker::Property;
+use lease_jepsen::{RunConfig, RunResult, RunSummary, Scenario, Workload};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Runs a scenario, bounded in wall time; `None` when the machine cannot (after a SKIP line).
+async fn run(scenario: Scenario, workload: Workload, default_time: u64) -> Option<Box<RunSummary>> {
+    let time = Duration::from_secs(env_u64("REDLEASE_JEPSEN_TIME").unwrap_or(default_time));
+    let seed = env_u64("REDLEASE_JEPSEN_SEED").unwrap_or(17);
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jepsen");
+    let mut cfg = RunConfig::new(
+        scenario,
+        seed,
+        time,
+        out,
+        PathBuf::from(env!("CARGO_BIN_EXE_jepsen-node")),
+    );
+    cfg.workload = workload;
+    // Faults, the heal, the recovery wait (at most 2 x TTL + interval + slack + 1 s), the
+    // nodes' stop (2 x TTL + 5 s) and start-up: well within time + 90 s.
+    let result = tokio::time::timeout(
+        time + Duration::from_secs(90),
+        lease_jepsen::harness::run(&cfg),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{scenario} seed {seed}: the run did not finish in time"))
+    .unwrap_or_else(|e| panic!("{scenario} seed {seed}: the run stopped: {e}"));
+    match result {
+        RunResult::Skipped(why) => {
+            eprintln!(
+                "SKIP jepsen {scenario} ({}): {why} (nothing was checked)",
+                workload.name()
+            );
+            assert!(
+                std::env::var_os("REDLEASE_JEPSEN_REQUIRED").is_none(),
+                "REDLEASE_JEPSEN_REQUIRED is set but the harness cannot run: {why}"
+            );
+            None
+        }
+        RunResult::Checked(s) => {
+            eprintln!(
+                "jepsen {scenario} seed {seed}: {} faults, {} terms, outcomes {:?}, longest gap {} ms; {}",
+                s.faults.len(),
+                s.report.terms.len(),
+                s.report.outcomes,
+                s.report.longest_gap.0 / 1000,
+                s.dir.join("summary.md").display()
+            );
+            Some(s)
+        }
+    }
+}
+
+fn failures(s: &RunSummary) -> String {
+    s.report
+        .results
+        .iter()
+        .filter(|r| !r.violations.is_empty())
+        .map(|r| {
+            format!(
+                "{} ({:?}): {} violations, first: {}",
+                r.property,
+                r.mode,
+                r.violations.len(),
+                r.violations[0].what
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_redis_with_aof_survives_the_nemesis() {
+    let Some(s) = run(Scenario::SingleAof, Workload::Election, 45).await else {
+        return;
+    };
+    assert!(
+        s.passed,
+        "asserted properties violated (see {}):\n{}",
+        s.dir.display(),
+        failures(&s)
+    );
+    // The faults bit: elections, refused stale writes, and every kind of fault applied.
+    let r = &s.report;
+    assert!(r.terms.len() >= 5, "only {} terms", r.terms.len());
+    assert!(
+        r.outcomes[&lease_jepsen::history::Outcome::Stale] > 0,
+        "no stale write was refused: the deposed leaders never wrote"
+    );
+    assert!(s.faults.len() >= 10, "only {} faults", s.faults.len());
+    assert!(r.recovered_after_us.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unfenced_control_is_flagged() {
+    let Some(s) = run(Scenario::Control, Workload::Election, 15).await else {
+        return;
+    };
+    let r = &s.report;
+    assert!(
+        r.violations(Property::TokensMonotonic) > 0
+            || r.violations(Property::NoStaleAfterElection) > 0,
+        "the control's stale writes were not flagged (see {}):\n{}",
+        s.dir.display(),
+        failures(&s)
+    );
+    assert!(s.passed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_lock_on_single_redis_survives_the_nemesis() {
+    let Some(s) = run(Scenario::SingleAof, Workload::Lock, 20).await else {
+        return;
+    };
+    assert!(
+        s.passed,
+        "asserted properties violated (see {}):\n{}",
+        s.dir.display(),
+        failures(&s)
+    );
+    assert!(
+        s.report.terms.len() >= 3,
+        "only {} holds",
+        s.report.terms.len()
+    );
+}
