@@ -34,8 +34,9 @@
 //! - **Subscribe only when needed.** A contender's watch does not ask for the server-side
 //!   subscription until [`ReleaseWatch::activate`] (drivers call it after the first attempt
 //!   that found the lease held), so an uncontended lock costs no subscription at all; the
-//!   resync on going live covers the window between that attempt and the subscription.
-//!   Observer watches activate at once.
+//!   resync on going live covers the window between that attempt and the subscription. An
+//!   observer activates its watch at once; a relay (a Redlock backend's watch on each node)
+//!   when the watch it feeds is activated.
 //!
 //! ```
 //! use lease_core::notify::{HubLink, ReleaseHub, WatchRole};
@@ -173,7 +174,7 @@ impl ReleaseHub {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a watch. An observer activates the hub at once; a contender waits for
+    /// Registers a watch. Nothing is subscribed until some watch calls
     /// [`ReleaseWatch::activate`].
     pub fn watch(self: &Arc<Self>, role: WatchRole) -> ReleaseWatch {
         let (id, generation) = {
@@ -191,16 +192,12 @@ impl ReleaseHub {
             });
             (id, generation)
         };
-        let watch = ReleaseWatch {
+        ReleaseWatch {
             hub: Arc::clone(self),
             id,
             role,
             seen: generation,
-        };
-        if role == WatchRole::Observer {
-            watch.activate();
         }
-        watch
     }
 
     /// A release notice arrived: wakes every observer and one contender.
@@ -328,6 +325,16 @@ impl ReleaseWatch {
     /// Takes a pending wake without waiting: whether there was one.
     pub fn take_wake(&mut self) -> bool {
         self.poll_wake(None)
+    }
+
+    /// Polls for this watch's next wake (see [`ReleaseWatch::notified`]), registering the
+    /// context's waker when there is none yet; for waiting on several watches at once.
+    pub fn poll_notified(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.poll_wake(Some(cx.waker())) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// Waits for this watch's next wake: a notice given to this contender, any notice for an
@@ -460,9 +467,11 @@ mod tests {
         let mut o = hub.watch(WatchRole::Observer);
         assert_eq!(
             counts.activate.load(Ordering::SeqCst),
-            1,
-            "observers activate"
+            0,
+            "nothing until activated"
         );
+        o.activate();
+        assert_eq!(counts.activate.load(Ordering::SeqCst), 1);
         let mut a = hub.watch(WatchRole::Contender);
         let mut b = hub.watch(WatchRole::Contender);
         hub.notify();

@@ -60,6 +60,9 @@ impl<B: LeaseBackend> LeaderWatch<B> {
             .check_spec(&spec)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let notices = backend.release_watch(&spec, WatchRole::Observer);
+        if let Some(n) = &notices {
+            n.activate();
+        }
         Ok(LeaderWatch {
             backend,
             spec,
@@ -74,6 +77,9 @@ impl<B: LeaseBackend> LeaderWatch<B> {
     pub(crate) fn for_config(backend: Arc<B>, config: &ElectionConfig) -> Self {
         let spec = config.lease_spec();
         let notices = backend.release_watch(&spec, WatchRole::Observer);
+        if let Some(n) = &notices {
+            n.activate();
+        }
         LeaderWatch {
             backend,
             spec,
