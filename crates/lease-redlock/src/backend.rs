@@ -125,7 +125,7 @@ impl RedlockConfig {
 /// ```
 #[derive(Clone)]
 pub struct RedlockBackend<N> {
-    nodes: Vec<N>,
+    nodes: Arc<[N]>,
     machine: Quorum,
     config: RedlockConfig,
 }
@@ -165,7 +165,7 @@ impl<N: QuorumNode> RedlockBackend<N> {
             return Err(ConfigError::ZeroOperationTimeout);
         }
         Ok(RedlockBackend {
-            nodes,
+            nodes: nodes.into(),
             machine,
             config,
         })

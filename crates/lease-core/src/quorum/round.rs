@@ -512,6 +512,8 @@ struct Slot {
     /// The kind's name, to check the reply.
     expects: &'static str,
     reply: Option<NodeReply>,
+    /// When it times out.
+    deadline: Instant,
 }
 
 fn kind_name(kind: &NodeRequestKind) -> &'static str {
@@ -548,6 +550,9 @@ pub struct Round {
     start: Instant,
     next_id: u64,
     slots: Vec<Slot>,
+    /// Requests of phases already judged (early) that are still unanswered: their replies are
+    /// still accepted (see [`Round::handle_reply`]).
+    late: Vec<Slot>,
     deadline: Instant,
     /// Causes of the nodes that did not succeed, over the acquire (and raise) phases, or the
     /// single phase of other operations.
@@ -587,6 +592,7 @@ impl Round {
             start: now,
             next_id: 0,
             slots: Vec::new(),
+            late: Vec::new(),
             deadline: now,
             causes: Vec::new(),
             verdict: None,
@@ -601,6 +607,7 @@ impl Round {
 
     fn start_phase(&mut self, kinds: Vec<(usize, NodeRequestKind)>, now: Instant) {
         self.deadline = now + self.bound;
+        let deadline = self.deadline;
         self.slots = kinds
             .into_iter()
             .map(|(node, kind)| {
@@ -611,6 +618,7 @@ impl Round {
                     expects: kind_name(&kind),
                     kind: Some(kind),
                     reply: None,
+                    deadline,
                 }
             })
             .collect();
@@ -662,10 +670,25 @@ impl Round {
     /// When the current phase's unanswered requests time out: call
     /// [`Round::handle_timeout`] then. `None` when nothing is awaited.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_done() {
+            return None;
+        }
         self.slots
             .iter()
-            .any(|s| s.reply.is_none())
-            .then_some(self.deadline)
+            .filter(|s| s.reply.is_none())
+            .chain(self.late.iter())
+            .map(|s| s.deadline)
+            .min()
+    }
+
+    /// How many polled requests are still unanswered: those of the current phase and those
+    /// of phases judged early (their replies are still accepted, also after the verdict).
+    pub fn outstanding(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.kind.is_none() && s.reply.is_none())
+            .count()
+            + self.late.len()
     }
 
     /// Feeds the reply to request `id`, received at `now`. When it is the phase's last
@@ -680,6 +703,19 @@ impl Round {
         reply: NodeReply,
         now: Instant,
     ) -> Result<(), RoundInputError> {
+        if let Some(pos) = self.late.iter().position(|s| s.id == id) {
+            if let Some(name) = reply_name(&reply)
+                && name != self.late[pos].expects
+            {
+                return Err(RoundInputError::WrongReply {
+                    id,
+                    expected: self.late[pos].expects,
+                });
+            }
+            let slot = self.late.swap_remove(pos);
+            self.absorb_late(&slot, reply);
+            return Ok(());
+        }
         let slot = self
             .slots
             .iter_mut()
@@ -702,6 +738,15 @@ impl Round {
     /// At `now`: if the current phase's deadline has passed, every request still unanswered
     /// gets [`NodeReply::TimedOut`] and the phase is judged.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.late.len() {
+            if self.late[i].deadline <= now {
+                let slot = self.late.swap_remove(i);
+                self.absorb_late(&slot, NodeReply::TimedOut);
+            } else {
+                i += 1;
+            }
+        }
         if now < self.deadline {
             return;
         }
@@ -763,15 +808,25 @@ impl Round {
         self.verdict = Some(verdict);
     }
 
-    /// Judges the phase when every request has its reply.
+    /// Judges the phase as soon as it is decidable ([`Round::decidable`]); its requests still
+    /// unanswered then become late ones (judged as [`NodeCause::Unanswered`]).
     fn advance(&mut self, now: Instant) {
-        if self.slots.iter().any(|s| s.reply.is_none()) || self.is_done() {
+        if self.is_done() || !self.decidable() {
             return;
         }
-        let replies: Vec<(usize, NodeReply)> = std::mem::take(&mut self.slots)
-            .into_iter()
-            .filter_map(|s| s.reply.map(|r| (s.node, r)))
-            .collect();
+        let mut replies: Vec<(usize, Option<NodeReply>)> = Vec::new();
+        for mut s in std::mem::take(&mut self.slots) {
+            match s.reply.take() {
+                Some(r) => replies.push((s.node, Some(r))),
+                None => {
+                    replies.push((s.node, None));
+                    // Only a request the driver has taken is in flight.
+                    if s.kind.take().is_none() {
+                        self.late.push(s);
+                    }
+                }
+            }
+        }
         match std::mem::replace(&mut self.stage, Stage::Done) {
             Stage::Acquire => self.acquire_phase(replies, now),
             Stage::Raise { token } => self.raise_phase(token, replies, now),
@@ -781,6 +836,130 @@ impl Round {
             Stage::Remaining => self.remaining_phase(replies, now),
             Stage::Inspect => self.inspect_phase(replies, now),
             Stage::Done => {}
+        }
+    }
+
+    /// Whether the current phase can be judged now. Every phase is once every request has
+    /// its reply; earlier, as soon as the outcome cannot change with the missing replies:
+    ///
+    /// - acquire: a quorum granted (the validity, judged now, only shrinks by waiting), or
+    ///   so few can still grant that a quorum is out of reach;
+    /// - raise: likewise with the nodes that raised;
+    /// - renew, release: a quorum succeeded, a quorum said "not ours", or neither can still
+    ///   happen (a quorum of one answer and a quorum of the other cannot both exist);
+    /// - cleanup, remaining, inspect: never early (the cleanup must know every node's answer
+    ///   to report its effect truthfully; remaining and inspect combine every answer: the
+    ///   `q`-th largest remaining time, the maximum counter and mark).
+    fn decidable(&self) -> bool {
+        let pending = self.slots.iter().filter(|s| s.reply.is_none()).count();
+        if pending == 0 {
+            return true;
+        }
+        let q = self.quorum.quorum;
+        let count = |f: &dyn Fn(&NodeReply) -> bool| {
+            self.slots
+                .iter()
+                .filter(|s| s.reply.as_ref().is_some_and(f))
+                .count()
+        };
+        let either =
+            |yes: usize, no: usize| yes >= q || no >= q || (yes + pending < q && no + pending < q);
+        match (&self.stage, &self.kind) {
+            (Stage::Acquire, Kind::Acquire { fenced, .. }) => {
+                let granted = count(&|r| {
+                    matches!(r, NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))
+                        if !*fenced || token.is_some())
+                });
+                granted >= q || granted + pending < q
+            }
+            (Stage::Raise { .. }, _) => {
+                let raised = count(&|r| matches!(r, NodeReply::Raise(Ok(true))));
+                raised >= q || raised + pending < q
+            }
+            (Stage::Renew, _) => either(
+                count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::Renewed)))),
+                count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::NotHeld)))),
+            ),
+            (Stage::Release, _) => either(
+                count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::Released)))),
+                count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::NotHeld)))),
+            ),
+            _ => false,
+        }
+    }
+
+    /// A reply to a request of a phase judged without it. Before the verdict (a failed
+    /// acquire cleaning up) it replaces that node's [`NodeCause::Unanswered`] with what the
+    /// node said (a late success removes the cause and counts among the successes of the
+    /// phase it belongs to; a late `Held` joins the holders the verdict is drawn from). After
+    /// the verdict it changes nothing: a late grant after a granted acquire is simply held by
+    /// our owner until the release (which goes to every node) or its TTL.
+    fn absorb_late(&mut self, slot: &Slot, reply: NodeReply) {
+        if self.is_done() {
+            return;
+        }
+        let Some(pos) = self
+            .causes
+            .iter()
+            .position(|c| c.index == slot.node && matches!(c.cause, NodeCause::Unanswered))
+        else {
+            return;
+        };
+        let cause = match reply {
+            NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
+                self.fence_seen = self.fence_seen.max(fence.counter);
+                let fenced = matches!(self.kind, Kind::Acquire { fenced: true, .. });
+                if fenced && token.is_none() {
+                    Some(NodeCause::Error(BackendError::Protocol(
+                        "a fenced acquire granted no token".into(),
+                    )))
+                } else {
+                    None
+                }
+            }
+            NodeReply::Raise(Ok(true))
+            | NodeReply::Renew(Ok(RenewOutcome::Renewed))
+            | NodeReply::Release(Ok(ReleaseOutcome::Released))
+            | NodeReply::Remaining(Ok(_))
+            | NodeReply::Inspect(Ok(_)) => None,
+            NodeReply::Acquire(Ok(AcquireOutcome::Held {
+                holder,
+                remaining,
+                fence,
+            })) => {
+                self.fence_seen = self.fence_seen.max(fence.counter);
+                if let Kind::Acquire { held, .. } = &mut self.kind {
+                    held.push((holder.clone(), remaining));
+                }
+                Some(NodeCause::Held { holder })
+            }
+            NodeReply::Raise(Ok(false))
+            | NodeReply::Renew(Ok(RenewOutcome::NotHeld))
+            | NodeReply::Release(Ok(ReleaseOutcome::NotHeld)) => Some(NodeCause::NotOurs),
+            NodeReply::Acquire(Err(e))
+            | NodeReply::Raise(Err(e))
+            | NodeReply::Renew(Err(e))
+            | NodeReply::Release(Err(e))
+            | NodeReply::Remaining(Err(e))
+            | NodeReply::Inspect(Err(e)) => Some(NodeCause::Error(e)),
+            NodeReply::TimedOut => Some(NodeCause::Error(self.timeout())),
+        };
+        match cause {
+            Some(cause) => self.causes[pos].cause = cause,
+            None => {
+                self.causes.remove(pos);
+                // A late success counts where it belongs: a late grant with a failed acquire
+                // phase, a late raise with a failed raise phase.
+                if let Stage::Cleanup {
+                    failure: Some((failure, successes)),
+                } = &mut self.stage
+                {
+                    let raise = matches!(failure, RoundFailure::RaiseFailed { .. });
+                    if raise == (slot.expects == "raise") {
+                        *successes += 1;
+                    }
+                }
+            }
         }
     }
 
@@ -800,7 +979,7 @@ impl Round {
         }
     }
 
-    fn acquire_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn acquire_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let Kind::Acquire { fenced, ttl, .. } = self.kind else {
             return;
         };
@@ -808,7 +987,7 @@ impl Round {
         let mut held = Vec::new();
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
+                Some(NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence }))) => {
                     self.fence_seen = self.fence_seen.max(fence.counter);
                     if fenced && token.is_none() {
                         NodeCause::Error(BackendError::Protocol(
@@ -819,17 +998,18 @@ impl Round {
                         continue;
                     }
                 }
-                NodeReply::Acquire(Ok(AcquireOutcome::Held {
+                Some(NodeReply::Acquire(Ok(AcquireOutcome::Held {
                     holder,
                     remaining,
                     fence,
-                })) => {
+                }))) => {
                     self.fence_seen = self.fence_seen.max(fence.counter);
                     held.push((holder.clone(), remaining));
                     NodeCause::Held { holder }
                 }
-                NodeReply::Acquire(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Acquire(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -885,20 +1065,26 @@ impl Round {
         self.start_cleanup(Some((failure, acquired.len())), now);
     }
 
-    fn raise_phase(&mut self, token: Token, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn raise_phase(
+        &mut self,
+        token: Token,
+        replies: Vec<(usize, Option<NodeReply>)>,
+        now: Instant,
+    ) {
         let Kind::Acquire { ttl, .. } = self.kind else {
             return;
         };
         let mut raised = 0;
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Raise(Ok(true)) => {
+                Some(NodeReply::Raise(Ok(true))) => {
                     raised += 1;
                     continue;
                 }
-                NodeReply::Raise(Ok(false)) => NodeCause::NotOurs,
-                NodeReply::Raise(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Raise(Ok(false))) => NodeCause::NotOurs,
+                Some(NodeReply::Raise(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -940,14 +1126,15 @@ impl Round {
     fn cleanup_phase(
         &mut self,
         failure: Option<(RoundFailure, usize)>,
-        replies: Vec<(usize, NodeReply)>,
+        replies: Vec<(usize, Option<NodeReply>)>,
     ) {
         let mut cleanup_failures = Vec::new();
         for (i, reply) in replies {
             let error = match reply {
-                NodeReply::Release(Ok(_)) => continue,
-                NodeReply::Release(Err(e)) => e,
-                other => self.other_reply(other),
+                Some(NodeReply::Release(Ok(_))) => continue,
+                Some(NodeReply::Release(Err(e))) => e,
+                Some(other) => self.other_reply(other),
+                None => self.timeout(),
             };
             cleanup_failures.push(self.failure(i, NodeCause::Error(error)));
         }
@@ -1018,23 +1205,24 @@ impl Round {
             .filter(|v| !v.is_zero())
     }
 
-    fn renew_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn renew_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let Kind::Renew { ttl, .. } = self.kind else {
             return;
         };
         let (mut renewed, mut not_ours) = (0, 0);
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Renew(Ok(RenewOutcome::Renewed)) => {
+                Some(NodeReply::Renew(Ok(RenewOutcome::Renewed))) => {
                     renewed += 1;
                     continue;
                 }
-                NodeReply::Renew(Ok(RenewOutcome::NotHeld)) => {
+                Some(NodeReply::Renew(Ok(RenewOutcome::NotHeld))) => {
                     not_ours += 1;
                     NodeCause::NotOurs
                 }
-                NodeReply::Renew(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Renew(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -1062,20 +1250,21 @@ impl Round {
         self.decide(Verdict::Renew(Err(error)));
     }
 
-    fn release_phase(&mut self, replies: Vec<(usize, NodeReply)>) {
+    fn release_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>) {
         let (mut released, mut not_ours) = (0, 0);
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Release(Ok(ReleaseOutcome::Released)) => {
+                Some(NodeReply::Release(Ok(ReleaseOutcome::Released))) => {
                     released += 1;
                     continue;
                 }
-                NodeReply::Release(Ok(ReleaseOutcome::NotHeld)) => {
+                Some(NodeReply::Release(Ok(ReleaseOutcome::NotHeld))) => {
                     not_ours += 1;
                     NodeCause::NotOurs
                 }
-                NodeReply::Release(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Release(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -1090,23 +1279,24 @@ impl Round {
         self.decide(Verdict::Release(Err(error)));
     }
 
-    fn remaining_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn remaining_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let elapsed = now - self.start;
         self.elapsed = Some(elapsed);
         let mut ours = Vec::new();
         let mut not_ours = 0;
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Remaining(Ok(Some(d))) => {
+                Some(NodeReply::Remaining(Ok(Some(d)))) => {
                     ours.push(d);
                     continue;
                 }
-                NodeReply::Remaining(Ok(None)) => {
+                Some(NodeReply::Remaining(Ok(None))) => {
                     not_ours += 1;
                     NodeCause::NotOurs
                 }
-                NodeReply::Remaining(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Remaining(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -1121,18 +1311,19 @@ impl Round {
         self.decide(Verdict::Remaining(verdict));
     }
 
-    fn inspect_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn inspect_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let elapsed = now - self.start;
         self.elapsed = Some(elapsed);
         let mut infos = Vec::new();
         for (i, reply) in replies {
             let error = match reply {
-                NodeReply::Inspect(Ok(info)) => {
+                Some(NodeReply::Inspect(Ok(info))) => {
                     infos.push(info);
                     continue;
                 }
-                NodeReply::Inspect(Err(e)) => e,
-                other => self.other_reply(other),
+                Some(NodeReply::Inspect(Err(e))) => e,
+                Some(other) => self.other_reply(other),
+                None => self.timeout(),
             };
             self.causes.push(self.failure(i, NodeCause::Error(error)));
         }
