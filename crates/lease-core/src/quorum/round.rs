@@ -12,28 +12,40 @@
 //! 1. send every request [`Round::poll_request`] returns, concurrently, to the node it names
 //!    ([`NodeRequest::node`]), each bounded by its [`NodeRequest::deadline`];
 //! 2. feed each request's reply — or [`NodeReply::TimedOut`] at its deadline — to
-//!    [`Round::handle_reply`] with the current instant; **every** polled request gets exactly
-//!    one reply (or [`Round::handle_timeout`] once [`Round::poll_timeout`] has passed, which
-//!    times out every request still unanswered);
+//!    [`Round::handle_reply`] **as it arrives**, with the current instant; **every** polled
+//!    request gets exactly one reply (or [`Round::handle_timeout`] once [`Round::poll_timeout`]
+//!    has passed, which times out every request whose deadline it is);
 //! 3. when [`Round::poll_verdict`] returns the verdict, the round is over; otherwise go to 1
-//!    (a phase ended and the next phase's requests are ready).
+//!    (a phase may have ended and the next phase's requests be ready).
 //!
-//! Today a phase ends when every request of the phase has its reply or has timed out (all
-//! requests of a phase share one deadline: the phase's start instant plus the bound given to
-//! the round). The verdict is only ever returned through [`Round::poll_verdict`], so a later
-//! version may decide as soon as a quorum is reached (or can no longer be reached) without
-//! changing the contract.
+//! **Early verdict.** A phase is judged as soon as the replies still missing can no longer change
+//! its outcome, never earlier: acquire and raise when a quorum succeeded (validity judged at
+//! that instant: waiting only shrinks it) or can no longer succeed; renew and release when a
+//! quorum succeeded, a quorum said "not ours", or neither can still happen (two quorums of
+//! opposite answers cannot both exist). The cleanup, remaining and inspect phases wait for
+//! every reply (the cleanup must report each node's effect truthfully; remaining and inspect
+//! combine every answer). The verdict is the one waiting for every reply gives.
+//!
+//! **Late replies.** A request unanswered when its phase is judged stays outstanding
+//! ([`Round::outstanding`]); the driver keeps it running (bounded by its deadline) and may feed
+//! its reply at any time, also after the verdict: [`Round::handle_reply`] accepts it. Before the
+//! verdict (a failed acquire cleaning up) it replaces the node's [`NodeCause::Unanswered`] with
+//! what the node said; after the verdict it changes nothing (a late grant after a granted
+//! acquire is ours and goes with the release, which is sent to every node). A cause still
+//! [`NodeCause::Unanswered`] at the verdict never counts as "not applied". Drivers must send a
+//! node's requests in the order polled over one ordered channel (one connection per node), so a
+//! cleanup or a later release runs at the node after a late acquire.
 //!
 //! The rules (each tested by property in `tests/round_props.rs`, and the whole protocol by the
 //! drifting-clock simulation in `tests/quorum_simulation.rs`):
 //!
 //! - every phase sends one request to every node, except the raise phase, which asks only the
-//!   nodes that granted the acquisition;
+//!   nodes that granted the acquisition before the acquire phase was judged;
 //! - validity is `ttl − elapsed − drift` ([`super::validity`]), with `elapsed` measured from
 //!   the round's single start instant (the `now` given when the round was made) to the end of
 //!   the phase being judged;
 //! - acquire: granted iff at least a quorum of nodes granted it and validity is left; for a
-//!   fenced lease, the token is the maximum the granting nodes minted
+//!   fenced lease, the token is the maximum the granting nodes (judged) minted
 //!   ([`super::fenced_quorum_token`]), and the raise phase (those nodes raise their counter
 //!   and mark to the token where the lease is still ours) must also reach a quorum with
 //!   validity left;
@@ -73,7 +85,8 @@
 //! let bound = Duration::from_millis(200);
 //! let mut round = quorum.acquire(req, bound, Instant::ZERO);
 //! let t = Instant::ZERO + Duration::from_millis(10);
-//! // Acquire phase: one request per node; nodes 0 and 1 grant with tokens 4 and 7.
+//! // Acquire phase: one request per node; nodes 0 and 1 grant with tokens 4 and 7, which
+//! // decides the phase: node 2's reply (here a timeout) comes late and changes nothing.
 //! let requests: Vec<_> = std::iter::from_fn(|| round.poll_request()).collect();
 //! assert_eq!(requests.len(), 3);
 //! for r in &requests {
@@ -407,9 +420,9 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RoundInputError {
-    /// No request of the current phase has this id, or it was already answered (a late reply
-    /// after a timeout, or a reply to an earlier phase).
-    #[error("no unanswered request {0:?} in the current phase")]
+    /// No outstanding request has this id: unknown, already answered, or already timed out
+    /// (a reply after its timeout).
+    #[error("no outstanding request {0:?}")]
     UnknownRequest(NodeRequestId),
     /// The reply's variant does not match the request's kind.
     #[error("request {id:?} is a {expected} request, the reply is not")]
@@ -667,8 +680,9 @@ impl Round {
         })
     }
 
-    /// When the current phase's unanswered requests time out: call
-    /// [`Round::handle_timeout`] then. `None` when nothing is awaited.
+    /// The earliest deadline of the requests awaited (the current phase's, and late requests
+    /// of judged phases while the round is undecided): call [`Round::handle_timeout`] then.
+    /// `None` when nothing is awaited (in particular once decided).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.is_done() {
             return None;
@@ -695,8 +709,13 @@ impl Round {
     /// awaited reply, the phase is judged at `now`: the next phase's requests, or the verdict,
     /// become available.
     ///
-    /// Errors (nothing recorded): a request that is not awaited in the current phase (already
-    /// answered, timed out, or of an earlier phase), or a reply of the wrong kind.
+    /// The phase is judged as soon as it is decidable (see the [module docs](self)): a quorum
+    /// reached or out of reach, even with requests still unanswered; those become late
+    /// requests, whose replies are still accepted here (also after the verdict; see the module
+    /// docs for what they change).
+    ///
+    /// Errors (nothing recorded): a request that is not outstanding (unknown, already
+    /// answered, or timed out), or a reply of the wrong kind.
     pub fn handle_reply(
         &mut self,
         id: NodeRequestId,
@@ -735,8 +754,9 @@ impl Round {
         Ok(())
     }
 
-    /// At `now`: if the current phase's deadline has passed, every request still unanswered
-    /// gets [`NodeReply::TimedOut`] and the phase is judged.
+    /// At `now`: every outstanding request whose deadline has passed gets
+    /// [`NodeReply::TimedOut`] (late requests of judged phases included), and the current phase
+    /// is judged if that decides it.
     pub fn handle_timeout(&mut self, now: Instant) {
         let mut i = 0;
         while i < self.late.len() {
