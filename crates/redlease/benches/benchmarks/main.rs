@@ -48,6 +48,7 @@ fn main() {
     ops::lock_cycle(&mut c, &rt, &env);
     ops::lock_cycle_concurrent(&mut c, &rt, &env);
     ops::redlock(&mut c, &rt, &env);
+    ops::redlock_slow_node(&mut c, &rt, &env);
     let failovers = failover::bench(&mut c, &rt, &env);
     c.final_summary();
 
