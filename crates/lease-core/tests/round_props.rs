@@ -474,7 +474,10 @@ fn the_round_never_reads_a_clock_it_is_not_given() {
             Instant::ZERO,
         );
         for r in drain(&mut round) {
-            let reply = NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: None, fence: FenceState::UNKNOWN }));
+            let reply = NodeReply::Acquire(Ok(AcquireOutcome::Acquired {
+                token: None,
+                fence: FenceState::UNKNOWN,
+            }));
             round
                 .handle_reply(r.id, reply, Instant::ZERO + Duration::from_millis(50))
                 .expect("awaited");

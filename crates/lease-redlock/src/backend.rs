@@ -12,7 +12,7 @@ use lease_core::{
 };
 
 use crate::node::QuorumNode;
-use crate::round::drive;
+use crate::round::{Flights, drive};
 
 /// The default drift factor: 1 % of the TTL (plus 2 ms) is set aside for clock-rate drift.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -35,6 +35,7 @@ pub const DEFAULT_OPERATION_TIMEOUT_CAP: Duration = Duration::from_millis(500);
 pub struct RedlockConfig {
     drift_factor: f64,
     operation_timeout: Option<Duration>,
+    turns: bool,
 }
 
 impl Default for RedlockConfig {
@@ -42,6 +43,7 @@ impl Default for RedlockConfig {
         RedlockConfig {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             operation_timeout: None,
+            turns: true,
         }
     }
 }
@@ -63,6 +65,17 @@ impl RedlockConfig {
     /// the request's TTL; 500 ms for requests without a TTL).
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// **Negative control for tests only: unsafe.** Sends every request at once instead of in
+    /// its turn ([`lease_core::quorum::TurnKey`]): the naive early-returning round, whose
+    /// late requests can be overtaken at a node by the next round's request of the same lease
+    /// and owner (a late release deleting the next grant, a late grant outliving the release).
+    /// The tests in `tests/ordering.rs` use it to show that they detect exactly that.
+    #[doc(hidden)]
+    pub fn without_turns_unsafe(mut self) -> Self {
+        self.turns = false;
         self
     }
 
@@ -128,6 +141,7 @@ pub struct RedlockBackend<N> {
     nodes: Arc<[N]>,
     machine: Quorum,
     config: RedlockConfig,
+    flights: Arc<Flights>,
 }
 
 impl<N: QuorumNode> fmt::Debug for RedlockBackend<N> {
@@ -168,6 +182,7 @@ impl<N: QuorumNode> RedlockBackend<N> {
             nodes: nodes.into(),
             machine,
             config,
+            flights: Arc::default(),
         })
     }
 
@@ -186,9 +201,26 @@ impl<N: QuorumNode> RedlockBackend<N> {
         &self.config
     }
 
+    /// How many node requests of this backend (and its clones) are still running: sent and
+    /// unanswered, or waiting for their turn behind an earlier request of the same lease and
+    /// owner on the same node. A round returns at its verdict, which may come before every
+    /// node answered; the rest finish in the background, each bounded by the operation
+    /// timeout once sent.
+    pub fn requests_running(&self) -> usize {
+        self.flights.count()
+    }
+
+    /// Waits until no node request of this backend (and its clones) is running (see
+    /// [`RedlockBackend::requests_running`]): every late request has been answered or
+    /// abandoned. For tests and orderly shutdown; bound the wait with a timeout of your own
+    /// (each request is bounded, but new rounds may start meanwhile).
+    pub async fn settled(&self) {
+        self.flights.settled().await
+    }
+
     /// Runs the round `make` builds (given its start instant) over the nodes.
     async fn drive(&self, make: impl FnOnce(Instant) -> Round) -> Result<Verdict, BackendError> {
-        drive(&self.nodes, make).await
+        drive(&self.nodes, &self.flights, self.config.turns, make).await
     }
 }
 

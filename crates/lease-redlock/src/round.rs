@@ -1,59 +1,24 @@
-//! The I/O of a quorum round: the round machine's requests sent to every node concurrently,
-//! each bounded by its deadline, each reply fed back with the instant as it arrives; requests
-//! still in flight at the verdict finish in the background.
+//! The I/O of a quorum round: each of the round machine's requests sent to its node on a task
+//! of its own, in its turn ([`TurnKey`]), each reply fed back with the instant as it arrives;
+//! requests still running at the verdict finish in the background.
 
-use std::future::Future;
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
 use lease_core::BackendError;
 use lease_core::quorum::{
-    NodeReply, NodeRequestId, NodeRequestKind, Phase, QuorumOp, Round, Verdict,
+    NodeReply, NodeRequestId, NodeRequestKind, Phase, QuorumOp, Round, TurnKey, Verdict,
 };
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::node::QuorumNode;
 
-/// A boxed per-node call.
-pub(crate) type Call<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Polls every future concurrently (on the calling task: no spawn, so dropping the round drops
-/// every call) and returns their outputs in order.
-pub(crate) async fn join_all<T>(calls: Vec<Call<'_, T>>) -> Vec<T> {
-    let mut slots: Vec<Option<Call<'_, T>>> = calls.into_iter().map(Some).collect();
-    let mut outputs: Vec<Option<T>> = slots.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (slot, out) in slots.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(call) = slot {
-                match call.as_mut().poll(cx) {
-                    Poll::Ready(v) => {
-                        *out = Some(v);
-                        *slot = None;
-                    }
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    // Every slot completed, so every output is set.
-    outputs.into_iter().flatten().collect()
-}
-
-/// One request in flight: what was asked, and its call (bounded by its deadline).
-struct InFlight {
-    request: Asked,
-    call: Call<'static, NodeReply>,
-}
-
-/// What a request in flight asked, for its reply's log line.
+/// What a request asked, for its reply's log line.
+#[derive(Clone, Copy)]
 struct Asked {
     id: NodeRequestId,
     node: usize,
@@ -61,61 +26,172 @@ struct Asked {
     release: bool,
 }
 
+/// The requests of a backend (and its clones) that are still running, sent or waiting for
+/// their turn, and the turns themselves ([`TurnKey`]: per node, lease and owner).
+#[derive(Default)]
+pub(crate) struct Flights {
+    turns: Mutex<Turns>,
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// The last request of every turn: its completion (the sender is dropped when the request's
+/// call finishes or is abandoned, which is all a successor waits for).
+#[derive(Default)]
+struct Turns {
+    last: HashMap<TurnKey, oneshot::Receiver<()>>,
+    prune_at: usize,
+}
+
+/// Held by a request's task while it runs: counts it in [`Flights::running`].
+struct Running(Arc<Flights>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Flights {
+    /// Takes the next turn of `key`: the completion of the request before it (if any), and
+    /// this request's own completion signal (drop it when the call is over).
+    fn take_turn(&self, key: TurnKey) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
+        let (done, done_rx) = oneshot::channel();
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        if turns.last.len() >= turns.prune_at {
+            // Forget the turns whose last request is over (its sender dropped).
+            turns
+                .last
+                .retain(|_, rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+            turns.prune_at = (turns.last.len() * 2).max(64);
+        }
+        let before = turns.last.insert(key, done_rx);
+        (before, done)
+    }
+
+    fn running(self: &Arc<Self>) -> Running {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Running(Arc::clone(self))
+    }
+
+    /// How many requests are running (sent and unanswered, or waiting for their turn).
+    pub(crate) fn count(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Waits until no request is running.
+    pub(crate) async fn settled(&self) {
+        loop {
+            let mut idle = std::pin::pin!(self.idle.notified());
+            idle.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
 /// Drives one quorum round: the round machine of `lease-core` ([`Round`]) decides, this does
-/// the I/O. Every request the machine asks for goes to its node at once, bounded by its
-/// deadline (a reply ready when the deadline fires counts; none is [`NodeReply::TimedOut`]).
-/// Each reply is fed to the machine **as it arrives**, with an instant read from tokio's
-/// monotonic clock (the round's origin is the instant `make` is called at, which is
-/// [`lease_core::Instant::ZERO`] for the machine), so the machine can decide as soon as a
-/// quorum is reached or out of reach. Returns the verdict.
+/// the I/O. Every request the machine asks for is handed at once to a task of its own, which
+/// waits for the request's turn on its node ([`TurnKey`]; skipped when `ordered` is false,
+/// the negative control of the tests), sends it, and reports the reply — or
+/// [`NodeReply::TimedOut`] at the request's deadline (a reply ready when the deadline fires
+/// counts) — back to the round. Each reply is fed to the machine **as it arrives**, with an
+/// instant read from tokio's monotonic clock (the round's origin is the instant `make` is
+/// called at, which is [`lease_core::Instant::ZERO`] for the machine), so the machine can
+/// decide as soon as a quorum is reached or out of reach. Returns the verdict.
 ///
-/// Requests still in flight when the verdict comes keep running on a spawned task until they
-/// are answered or reach their deadline: a late reply is logged and otherwise dropped (the
-/// machine's rules say why that is safe: a late grant after a granted acquire is ours and the
-/// release goes to every node). Each node's requests go over that node's connection in the
-/// order the machine asks for them, so a request of a later phase (a cleanup, the next
-/// operation's release) is executed by the node after the earlier one.
+/// A request whose reply the round no longer awaits (decided early, timed out while it
+/// waited for its turn, or the caller dropped the round) keeps running on its task until it
+/// is answered or abandoned at [`NodeRequest::expires_at`](lease_core::quorum::NodeRequest::expires_at); its reply is logged. Every
+/// request the machine asked for is therefore sent, and never ahead of an earlier request of
+/// its turn (see [`TurnKey`] for why both matter).
 pub(crate) async fn drive<N: QuorumNode>(
     nodes: &Arc<[N]>,
+    flights: &Arc<Flights>,
+    ordered: bool,
     make: impl FnOnce(lease_core::Instant) -> Round,
 ) -> Result<Verdict, BackendError> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Err(BackendError::Invalid(
+            "the Redlock backend runs on a tokio runtime".into(),
+        ));
+    };
     let origin = Instant::now();
-    let now = || lease_core::Instant::from_origin(origin.elapsed());
+    let now = move || lease_core::Instant::from_origin(origin.elapsed());
     let mut round = make(lease_core::Instant::ZERO);
     let op = round.op();
-    let mut in_flight: Vec<InFlight> = Vec::new();
+    let mut awaited: Vec<(Asked, oneshot::Receiver<NodeReply>)> = Vec::new();
     loop {
         if let Some(verdict) = round.poll_verdict() {
-            finish_in_background(op, in_flight);
             return Ok(verdict);
         }
         let phase = round.phase();
         while let Some(r) = round.poll_request() {
-            let deadline = origin + r.deadline.since_origin();
-            let request = Asked {
+            let asked = Asked {
                 id: r.id,
                 node: r.node,
                 phase,
                 release: matches!(r.kind, NodeRequestKind::Release(_)),
             };
+            // The turn is taken here, in the order the machine asks, not when the task runs.
+            let turn = r
+                .turn_key()
+                .filter(|_| ordered)
+                .map(|k| flights.take_turn(k));
+            let (reply_tx, reply_rx) = oneshot::channel();
+            let running = flights.running();
             let nodes = Arc::clone(nodes);
-            let call = Box::pin(async move {
-                tokio::time::timeout_at(deadline, call(nodes.get(r.node), r.node, &r.kind))
-                    .await
-                    .unwrap_or(NodeReply::TimedOut)
-            }) as Call<'static, NodeReply>;
-            in_flight.push(InFlight { request, call });
+            runtime.spawn(async move {
+                let _running = running;
+                let deadline = origin + r.deadline.since_origin();
+                let work = async {
+                    let (before, done) = match turn {
+                        Some((before, done)) => (before, Some(done)),
+                        None => (None, None),
+                    };
+                    if let Some(before) = before {
+                        // Err: the earlier request's sender is gone, which is its end.
+                        let _ = before.await;
+                    }
+                    let expires = origin + r.expires_at(now()).since_origin();
+                    let reply =
+                        tokio::time::timeout_at(expires, call(nodes.get(r.node), r.node, &r.kind))
+                            .await
+                            .unwrap_or(NodeReply::TimedOut);
+                    drop(done);
+                    reply
+                };
+                let mut work = std::pin::pin!(work);
+                // `timeout_at` polls the work before its timer: a reply ready at the deadline
+                // counts.
+                let late = match tokio::time::timeout_at(deadline, work.as_mut()).await {
+                    Ok(reply) => match reply_tx.send(reply) {
+                        Ok(()) => return,
+                        Err(reply) => reply,
+                    },
+                    Err(_) => {
+                        let _ = reply_tx.send(NodeReply::TimedOut);
+                        work.await
+                    }
+                };
+                trace_reply(op, &asked, &late, true);
+            });
+            awaited.push((asked, reply_rx));
         }
-        if in_flight.is_empty() {
+        if awaited.is_empty() {
             return Err(BackendError::Protocol(format!(
                 "the {op} round asked for nothing and decided nothing"
             )));
         }
-        let replies = next_replies(&mut in_flight).await;
+        let replies = next_replies(&mut awaited).await;
         let at = now();
-        for (request, reply) in replies {
-            trace_reply(op, &request, &reply, false);
-            if let Err(e) = round.handle_reply(request.id, reply, at) {
+        for (asked, reply) in replies {
+            trace_reply(op, &asked, &reply, false);
+            if let Err(e) = round.handle_reply(asked.id, reply, at) {
                 return Err(BackendError::Protocol(format!("quorum round: {e}")));
             }
         }
@@ -125,21 +201,24 @@ pub(crate) async fn drive<N: QuorumNode>(
                 %phase,
                 elapsed = ?at.since_origin(),
                 next = %round.phase(),
-                in_flight = in_flight.len(),
+                awaited = awaited.len(),
                 "redlock: phase judged"
             );
         }
     }
 }
 
-/// Waits until at least one call is ready; removes and returns every ready one, oldest first
-/// (so a node's earlier request is fed before its later one when both are ready).
-async fn next_replies(in_flight: &mut Vec<InFlight>) -> Vec<(Asked, NodeReply)> {
+/// Waits until at least one awaited reply is in; removes and returns every one that is, in
+/// the order asked (so a node's earlier request is fed before its later one when both are
+/// in). A task that ended without reporting (its runtime shutting down) is a timeout.
+async fn next_replies(
+    awaited: &mut Vec<(Asked, oneshot::Receiver<NodeReply>)>,
+) -> Vec<(Asked, NodeReply)> {
     let mut ready: Vec<(usize, NodeReply)> = Vec::new();
     std::future::poll_fn(|cx| {
-        for (i, f) in in_flight.iter_mut().enumerate() {
-            if let Poll::Ready(reply) = f.call.as_mut().poll(cx) {
-                ready.push((i, reply));
+        for (i, (_, rx)) in awaited.iter_mut().enumerate() {
+            if let Poll::Ready(reply) = Pin::new(rx).poll(cx) {
+                ready.push((i, reply.unwrap_or(NodeReply::TimedOut)));
             }
         }
         if ready.is_empty() {
@@ -152,30 +231,10 @@ async fn next_replies(in_flight: &mut Vec<InFlight>) -> Vec<(Asked, NodeReply)> 
     let mut out = Vec::with_capacity(ready.len());
     // Remove from the back so the earlier indices stay valid; then restore the order.
     for (i, reply) in ready.into_iter().rev() {
-        out.push((in_flight.remove(i).request, reply));
+        out.push((awaited.remove(i).0, reply));
     }
     out.reverse();
     out
-}
-
-/// Lets the requests still in flight after the verdict finish on their own task (each is
-/// bounded by its deadline), logging their late replies. Without a runtime to spawn on (the
-/// round ran inside one, so this does not happen) they are dropped: a Redis command already
-/// written still runs at the server.
-fn finish_in_background(op: QuorumOp, in_flight: Vec<InFlight>) {
-    if in_flight.is_empty() {
-        return;
-    }
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    handle.spawn(async move {
-        let (requests, calls): (Vec<Asked>, Vec<_>) =
-            in_flight.into_iter().map(|f| (f.request, f.call)).unzip();
-        for (request, reply) in requests.iter().zip(join_all(calls).await) {
-            trace_reply(op, request, &reply, true);
-        }
-    });
 }
 
 /// Logs a node's reply: a failure, and any reply that came after the verdict (`late`). An
@@ -235,22 +294,6 @@ async fn call<N: QuorumNode>(node: Option<&N>, index: usize, kind: &NodeRequestK
 mod tests {
     use super::*;
     use std::time::Duration;
-
-    #[tokio::test(start_paused = true)]
-    async fn join_all_keeps_order_and_runs_concurrently() {
-        let start = Instant::now();
-        let calls: Vec<Call<'_, u32>> = (0..3u32)
-            .map(|i| {
-                Box::pin(async move {
-                    tokio::time::sleep(Duration::from_millis(u64::from(30 - 10 * i))).await;
-                    i
-                }) as Call<'_, u32>
-            })
-            .collect();
-        assert_eq!(join_all(calls).await, [0, 1, 2]);
-        // Concurrent: the longest sleep, not the sum (paused clock: exact).
-        assert_eq!(start.elapsed(), Duration::from_millis(30));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_reply_ready_at_the_deadline_counts() {

@@ -327,6 +327,69 @@ pub struct NodeRequest {
     /// When to stop waiting and report [`NodeReply::TimedOut`]: the same for every request of
     /// a phase. A reply that is ready when the deadline fires counts as the reply.
     pub deadline: Instant,
+    /// The round's bound on one node's reply (the phase's deadline is its start plus this):
+    /// how long the call may run once it is sent, see [`NodeRequest::expires_at`].
+    pub bound: Duration,
+}
+
+impl NodeRequest {
+    /// The node and the turn this request must take there, if it changes the node's state:
+    /// see [`TurnKey`].
+    pub fn turn_key(&self) -> Option<TurnKey> {
+        let (spec, owner) = match &self.kind {
+            NodeRequestKind::Acquire(r) => (&r.spec, &r.owner),
+            NodeRequestKind::Raise { spec, owner, .. } => (spec, owner),
+            NodeRequestKind::Renew(r) => (&r.spec, &r.owner),
+            NodeRequestKind::Release(r) => (&r.spec, &r.owner),
+            NodeRequestKind::Remaining { .. } | NodeRequestKind::Inspect { .. } => return None,
+        };
+        Some(TurnKey {
+            node: self.node,
+            spec: Arc::clone(spec),
+            owner: owner.clone(),
+        })
+    }
+
+    /// When the driver abandons the call if it was `sent` (written to the node) at that
+    /// instant: its [`deadline`](NodeRequest::deadline), or `sent + bound` if it had to wait
+    /// for its turn past the phase's start. The round itself stops waiting at the deadline
+    /// (the reply is [`NodeReply::TimedOut`] to the round, and the outcome on that node
+    /// unknown), but a request that waited for its turn still gets a full bound on the wire:
+    /// a release or cleanup is never dropped unsent because an earlier request of the same
+    /// turn was slow.
+    pub fn expires_at(&self, sent: Instant) -> Instant {
+        self.deadline.max(sent + self.bound)
+    }
+}
+
+/// The ordering key of a request that changes a node's state (acquire, raise, renew, release
+/// and cleanup): the node, the lease and the owner. Reads (remaining, inspect) have none.
+///
+/// **The turn rule**, which a driver that returns before every reply is in must keep: on
+/// one node, the requests of one key are executed in the order the rounds asked for them.
+/// A request's call may take more than one round trip at the node (lease-redis: `EVALSHA`,
+/// then `EVAL` on `NOSCRIPT`; the unfenced fast path's `SET NX`, then the acquire script; a
+/// `WAIT`), so pipelining them on one connection is not enough: a request whose round
+/// returned without it could send its second step after the next round's request of the same
+/// key. The driver therefore sends a request only once every earlier request of its key on
+/// that node has finished (answered) or been abandoned (its call dropped at
+/// [`NodeRequest::expires_at`]: nothing more is written for it, and what was written is ahead
+/// on the connection); and it sends every request it took from a round, also after the
+/// round's verdict and if the caller stopped waiting.
+///
+/// Why the key is (node, lease, owner): only requests of the same owner on the same lease can
+/// undo each other (a late compare-and-delete of owner A deletes A's next grant; a late grant
+/// of A outlives A's release). Requests of different owners are owner-checked against each
+/// other at the node, as they are against other clients: their order is the ordinary
+/// concurrency the rules already allow for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TurnKey {
+    /// The node's index.
+    pub node: usize,
+    /// The lease.
+    pub spec: Arc<LeaseSpec>,
+    /// The owner.
+    pub owner: Owner,
 }
 
 /// One node's reply to a [`NodeRequest`]: the variant named like the request's kind, or
@@ -670,12 +733,14 @@ impl Round {
     /// order. Each must get exactly one reply ([`Round::handle_reply`]) or time out.
     pub fn poll_request(&mut self) -> Option<NodeRequest> {
         let deadline = self.deadline;
+        let bound = self.bound;
         self.slots.iter_mut().find_map(|s| {
             s.kind.take().map(|kind| NodeRequest {
                 id: s.id,
                 node: s.node,
                 kind,
                 deadline,
+                bound,
             })
         })
     }
