@@ -35,7 +35,26 @@ pub const DEFAULT_OPERATION_TIMEOUT_CAP: Duration = Duration::from_millis(500);
 pub struct RedlockConfig {
     drift_factor: f64,
     operation_timeout: Option<Duration>,
-    turns: bool,
+    late: LateRequests,
+}
+
+/// How a round treats the requests it no longer waits for. **Only [`LateRequests::Ordered`]
+/// is safe**; the others are negative controls that reproduce designs reverted in the past
+/// (`tests/ordering.rs` shows that it detects each).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LateRequests {
+    /// The shipped rule: every request waits for its turn ([`lease_core::quorum::TurnKey`])
+    /// and is sent, also after its round's verdict.
+    #[default]
+    Ordered,
+    /// No turns: every request is sent at once (the naive early-returning round). A late
+    /// request's second step (`EVAL` after `NOSCRIPT`) can follow the next round's request of
+    /// the same lease and owner on that node.
+    UnorderedUnsafe,
+    /// Turns, but a request still waiting for its turn at its round's deadline is dropped
+    /// unsent: a release behind a slow request is never sent and its key stays behind.
+    DroppedAtDeadlineUnsafe,
 }
 
 impl Default for RedlockConfig {
@@ -43,7 +62,7 @@ impl Default for RedlockConfig {
         RedlockConfig {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             operation_timeout: None,
-            turns: true,
+            late: LateRequests::Ordered,
         }
     }
 }
@@ -68,14 +87,11 @@ impl RedlockConfig {
         self
     }
 
-    /// **Negative control for tests only: unsafe.** Sends every request at once instead of in
-    /// its turn ([`lease_core::quorum::TurnKey`]): the naive early-returning round, whose
-    /// late requests can be overtaken at a node by the next round's request of the same lease
-    /// and owner (a late release deleting the next grant, a late grant outliving the release).
-    /// The tests in `tests/ordering.rs` use it to show that they detect exactly that.
+    /// **Negative controls for tests only: anything but [`LateRequests::Ordered`] is
+    /// unsafe.** See [`LateRequests`].
     #[doc(hidden)]
-    pub fn without_turns_unsafe(mut self) -> Self {
-        self.turns = false;
+    pub fn with_late_requests_unsafe(mut self, late: LateRequests) -> Self {
+        self.late = late;
         self
     }
 
@@ -220,7 +236,7 @@ impl<N: QuorumNode> RedlockBackend<N> {
 
     /// Runs the round `make` builds (given its start instant) over the nodes.
     async fn drive(&self, make: impl FnOnce(Instant) -> Round) -> Result<Verdict, BackendError> {
-        drive(&self.nodes, &self.flights, self.config.turns, make).await
+        drive(&self.nodes, &self.flights, self.config.late, make).await
     }
 }
 

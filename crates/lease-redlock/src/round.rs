@@ -15,6 +15,7 @@ use lease_core::quorum::{
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use crate::backend::LateRequests;
 use crate::node::QuorumNode;
 
 /// What a request asked, for its reply's log line.
@@ -96,8 +97,8 @@ impl Flights {
 
 /// Drives one quorum round: the round machine of `lease-core` ([`Round`]) decides, this does
 /// the I/O. Every request the machine asks for is handed at once to a task of its own, which
-/// waits for the request's turn on its node ([`TurnKey`]; skipped when `ordered` is false,
-/// the negative control of the tests), sends it, and reports the reply — or
+/// waits for the request's turn on its node ([`TurnKey`]; `late` other than
+/// [`LateRequests::Ordered`] are the tests' negative controls), sends it, and reports the reply — or
 /// [`NodeReply::TimedOut`] at the request's deadline (a reply ready when the deadline fires
 /// counts) — back to the round. Each reply is fed to the machine **as it arrives**, with an
 /// instant read from tokio's monotonic clock (the round's origin is the instant `make` is
@@ -112,7 +113,7 @@ impl Flights {
 pub(crate) async fn drive<N: QuorumNode>(
     nodes: &Arc<[N]>,
     flights: &Arc<Flights>,
-    ordered: bool,
+    late: LateRequests,
     make: impl FnOnce(lease_core::Instant) -> Round,
 ) -> Result<Verdict, BackendError> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -140,7 +141,7 @@ pub(crate) async fn drive<N: QuorumNode>(
             // The turn is taken here, in the order the machine asks, not when the task runs.
             let turn = r
                 .turn_key()
-                .filter(|_| ordered)
+                .filter(|_| late != LateRequests::UnorderedUnsafe)
                 .map(|k| flights.take_turn(k));
             let (reply_tx, reply_rx) = oneshot::channel();
             let running = flights.running();
@@ -155,7 +156,13 @@ pub(crate) async fn drive<N: QuorumNode>(
                     };
                     if let Some(before) = before {
                         // Err: the earlier request's sender is gone, which is its end.
-                        let _ = before.await;
+                        if late == LateRequests::DroppedAtDeadlineUnsafe {
+                            if tokio::time::timeout_at(deadline, before).await.is_err() {
+                                return NodeReply::TimedOut;
+                            }
+                        } else {
+                            let _ = before.await;
+                        }
                     }
                     let expires = origin + r.expires_at(now()).since_origin();
                     let reply =
