@@ -61,11 +61,11 @@ pub mod error;
 mod node;
 mod round;
 
+#[doc(hidden)]
+pub use backend::LateRequests;
 pub use backend::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, RedlockBackend, RedlockConfig,
 };
-#[doc(hidden)]
-pub use backend::LateRequests;
 pub use error::{NodeCause, NodeFailure, QuorumError, QuorumOp, RoundFailure};
 pub use node::{Node, QuorumNode, RaiseCounter, RedisNode, client_address};
 

@@ -435,7 +435,13 @@ async fn a_slow_node_does_not_slow_the_lock_cycle_and_its_late_grant_is_released
     let b = c.backend_of(nodes);
     let start = tokio::time::Instant::now();
     let out = b.acquire(&acquire_req(&spec, "a", 1000)).await.unwrap();
-    assert_eq!(out, AcquireOutcome::Acquired { token: None, fence: lease_core::FenceState::UNKNOWN });
+    assert_eq!(
+        out,
+        AcquireOutcome::Acquired {
+            token: None,
+            fence: lease_core::FenceState::UNKNOWN
+        }
+    );
     assert_eq!(
         start.elapsed(),
         MS(1),

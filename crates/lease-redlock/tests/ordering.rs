@@ -59,7 +59,9 @@ async fn setup(latency: Duration, timeout: Duration, late: LateRequests) -> Setu
     // Load every script on every node, then slow node 2 down.
     let warm = fenced_lock("warm");
     must_complete("warm-up", async {
-        b.acquire(&acq(&warm, "w", TTL_MS)).await.expect("warm acquire");
+        b.acquire(&acq(&warm, "w", TTL_MS))
+            .await
+            .expect("warm acquire");
         b.release(&release(&warm, "w")).await.expect("warm release");
         b.settled().await;
     })
@@ -125,7 +127,10 @@ async fn late_grant_then_release(late: LateRequests) -> (Option<String>, Option<
     let got = must_complete("acquire", s.b.acquire(&acq(&s.spec, "a", TTL_MS)))
         .await
         .expect("acquire at the fast quorum");
-    assert!(matches!(got, AcquireOutcome::Acquired { token: Some(_), .. }));
+    assert!(matches!(
+        got,
+        AcquireOutcome::Acquired { token: Some(_), .. }
+    ));
     let rel = must_complete("release", s.b.release(&release(&s.spec, "a")))
         .await
         .expect("release at the fast quorum");
@@ -162,7 +167,9 @@ async fn control_without_turns_a_late_grant_outlives_the_release() {
 async fn late_release_then_reacquire(late: LateRequests) -> Option<String> {
     let mut s = setup(Duration::from_millis(150), Duration::from_secs(5), late).await;
     must_complete("first acquire", async {
-        s.b.acquire(&acq(&s.spec, "a", TTL_MS)).await.expect("acquire");
+        s.b.acquire(&acq(&s.spec, "a", TTL_MS))
+            .await
+            .expect("acquire");
         s.b.settled().await;
     })
     .await;
@@ -180,7 +187,10 @@ async fn late_release_then_reacquire(late: LateRequests) -> Option<String> {
     let got = must_complete("re-acquire", s.b.acquire(&acq(&s.spec, "a", TTL_MS)))
         .await
         .expect("re-acquire at the fast quorum");
-    assert!(matches!(got, AcquireOutcome::Acquired { token: Some(_), .. }));
+    assert!(matches!(
+        got,
+        AcquireOutcome::Acquired { token: Some(_), .. }
+    ));
     slow_value(&mut s, KEY).await
 }
 
@@ -204,8 +214,10 @@ async fn control_without_turns_a_late_release_deletes_the_next_grant() {
     );
 }
 
-/// Node 2 is slower than the operation timeout: its acquire is abandoned, and the release
-/// queued behind it has to wait past its own round's deadline for its turn.
+/// Node 2 is slower than the operation timeout (300 ms each way, 400 ms timeout). Acquire,
+/// renew and release at once: on node 2 the renew waits for the acquire's turn (abandoned
+/// at 400 ms), is sent then and runs until 800 ms; the release, whose round's deadline is
+/// about 400 ms, has to wait past it for its turn.
 async fn release_behind_an_abandoned_request(late: LateRequests) -> Option<String> {
     let timeout = Duration::from_millis(400);
     let mut s = setup(Duration::from_millis(300), timeout, late).await;
@@ -213,6 +225,10 @@ async fn release_behind_an_abandoned_request(late: LateRequests) -> Option<Strin
         .await
         .expect("acquire at the fast quorum");
     assert!(matches!(got, AcquireOutcome::Acquired { .. }));
+    let renewed = must_complete("renew", s.b.renew(&renew(&s.spec, "a", TTL_MS)))
+        .await
+        .expect("renew at the fast quorum");
+    assert_eq!(renewed, lease_core::RenewOutcome::Renewed);
     let rel = must_complete("release", s.b.release(&release(&s.spec, "a")))
         .await
         .expect("release at the fast quorum");
@@ -267,6 +283,10 @@ async fn rapid_same_owner_cycles_with_script_flushes_leave_nothing_behind() {
             .unwrap_or_else(|e| panic!("cycle {i}: release failed: {e}"));
         assert_eq!(rel, ReleaseOutcome::Released, "cycle {i}");
     }
-    assert_eq!(slow_value(&mut s, KEY).await, None, "nothing left on node 2");
+    assert_eq!(
+        slow_value(&mut s, KEY).await,
+        None,
+        "nothing left on node 2"
+    );
     assert!(s.b.requests_running() == 0);
 }
