@@ -36,12 +36,31 @@ pub(crate) struct Flights {
     idle: Notify,
 }
 
-/// The last request of every turn: its completion (the sender is dropped when the request's
-/// call finishes or is abandoned, which is all a successor waits for).
+/// Every turn's line: the completion of its last request (the sender is dropped when that
+/// request's call finishes or is abandoned, which is all a successor waits for), and the
+/// sequence numbers of its last request and last release.
 #[derive(Default)]
 struct Turns {
-    last: HashMap<TurnKey, oneshot::Receiver<()>>,
+    lines: HashMap<TurnKey, Line>,
+    next: u64,
     prune_at: usize,
+}
+
+struct Line {
+    tail: oneshot::Receiver<()>,
+    last: u64,
+    last_release: u64,
+}
+
+/// A request's place in its turn.
+struct Turn {
+    key: TurnKey,
+    seq: u64,
+    release: bool,
+    /// The completion of the request before it, if any.
+    before: Option<oneshot::Receiver<()>>,
+    /// This request's completion: dropped when its call is over.
+    _done: oneshot::Sender<()>,
 }
 
 /// Held by a request's task while it runs: counts it in [`Flights::running`].
@@ -56,20 +75,60 @@ impl Drop for Running {
 }
 
 impl Flights {
-    /// Takes the next turn of `key`: the completion of the request before it (if any), and
-    /// this request's own completion signal (drop it when the call is over).
-    fn take_turn(&self, key: TurnKey) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
-        let (done, done_rx) = oneshot::channel();
+    /// Takes the next turn of `key` for a request (a release, or not).
+    fn take_turn(&self, key: TurnKey, release: bool) -> Turn {
+        let (done, tail) = oneshot::channel();
         let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
-        if turns.last.len() >= turns.prune_at {
+        if turns.lines.len() >= turns.prune_at {
             // Forget the turns whose last request is over (its sender dropped).
-            turns
-                .last
-                .retain(|_, rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
-            turns.prune_at = (turns.last.len() * 2).max(64);
+            turns.lines.retain(|_, line| {
+                matches!(
+                    line.tail.try_recv(),
+                    Err(oneshot::error::TryRecvError::Empty)
+                )
+            });
+            turns.prune_at = (turns.lines.len() * 2).max(64);
         }
-        let before = turns.last.insert(key, done_rx);
-        (before, done)
+        turns.next += 1;
+        let seq = turns.next;
+        let before = match turns.lines.get_mut(&key) {
+            Some(line) => {
+                line.last = seq;
+                if release {
+                    line.last_release = seq;
+                }
+                Some(std::mem::replace(&mut line.tail, tail))
+            }
+            None => {
+                let last_release = if release { seq } else { 0 };
+                turns.lines.insert(
+                    key.clone(),
+                    Line {
+                        tail,
+                        last: seq,
+                        last_release,
+                    },
+                );
+                None
+            }
+        };
+        Turn {
+            key,
+            seq,
+            release,
+            before,
+            _done: done,
+        }
+    }
+
+    /// Whether a request whose round no longer awaits it may be skipped when its turn comes:
+    /// a later request of its turn is already waiting, and, for a release, a later release
+    /// (which will be sent, and deletes what this one would have).
+    fn superseded(&self, turn: &Turn) -> bool {
+        let turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        turns.lines.get(&turn.key).is_some_and(|line| {
+            line.last > turn.seq && (!turn.release || line.last_release > turn.seq)
+        })
     }
 
     fn running(self: &Arc<Self>) -> Running {
@@ -142,26 +201,40 @@ pub(crate) async fn drive<N: QuorumNode>(
             let turn = r
                 .turn_key()
                 .filter(|_| late != LateRequests::UnorderedUnsafe)
-                .map(|k| flights.take_turn(k));
+                .map(|k| flights.take_turn(k, asked.release));
             let (reply_tx, reply_rx) = oneshot::channel();
             let running = flights.running();
             let nodes = Arc::clone(nodes);
+            let flights = Arc::clone(flights);
             runtime.spawn(async move {
                 let _running = running;
                 let deadline = origin + r.deadline.since_origin();
+                // The round's end of the reply: taken by the first report (the reply, or a
+                // timeout at the deadline).
+                let slot = Mutex::new(Some(reply_tx));
+                let take = || slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let awaited = || {
+                    slot.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .as_ref()
+                        .is_some_and(|tx| !tx.is_closed())
+                };
                 let work = async {
-                    let (before, done) = match turn {
-                        Some((before, done)) => (before, Some(done)),
-                        None => (None, None),
-                    };
-                    if let Some(before) = before {
-                        // Err: the earlier request's sender is gone, which is its end.
-                        if late == LateRequests::DroppedAtDeadlineUnsafe {
-                            if tokio::time::timeout_at(deadline, before).await.is_err() {
-                                return NodeReply::TimedOut;
+                    // Dropped when this request's call is over: its successor may go.
+                    let mut done = turn;
+                    if let Some(turn) = &mut done {
+                        if let Some(before) = turn.before.take() {
+                            // Err: the earlier request's sender is gone, which is its end.
+                            if late == LateRequests::DroppedAtDeadlineUnsafe {
+                                if tokio::time::timeout_at(deadline, before).await.is_err() {
+                                    return Some(NodeReply::TimedOut);
+                                }
+                            } else {
+                                let _ = before.await;
                             }
-                        } else {
-                            let _ = before.await;
+                        }
+                        if late == LateRequests::Ordered && !awaited() && flights.superseded(turn) {
+                            return None;
                         }
                     }
                     let expires = origin + r.expires_at(now()).since_origin();
@@ -170,22 +243,36 @@ pub(crate) async fn drive<N: QuorumNode>(
                             .await
                             .unwrap_or(NodeReply::TimedOut);
                     drop(done);
-                    reply
+                    Some(reply)
                 };
                 let mut work = std::pin::pin!(work);
                 // `timeout_at` polls the work before its timer: a reply ready at the deadline
                 // counts.
-                let late = match tokio::time::timeout_at(deadline, work.as_mut()).await {
-                    Ok(reply) => match reply_tx.send(reply) {
-                        Ok(()) => return,
-                        Err(reply) => reply,
-                    },
+                let result = match tokio::time::timeout_at(deadline, work.as_mut()).await {
+                    Ok(result) => result,
                     Err(_) => {
-                        let _ = reply_tx.send(NodeReply::TimedOut);
+                        if let Some(tx) = take() {
+                            let _ = tx.send(NodeReply::TimedOut);
+                        }
                         work.await
                     }
                 };
-                trace_reply(op, &asked, &late, true);
+                match result {
+                    Some(reply) => {
+                        let reply = match take() {
+                            Some(tx) => match tx.send(reply) {
+                                Ok(()) => return,
+                                Err(reply) => reply,
+                            },
+                            None => reply,
+                        };
+                        trace_reply(op, &asked, &reply, true);
+                    }
+                    None => {
+                        drop(take());
+                        tracing::debug!(%op, phase = %asked.phase, node = asked.node, "redlock: late request skipped: a later one of its turn supersedes it");
+                    }
+                }
             });
             awaited.push((asked, reply_rx));
         }

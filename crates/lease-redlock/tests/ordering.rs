@@ -216,8 +216,9 @@ async fn control_without_turns_a_late_release_deletes_the_next_grant() {
 
 /// Node 2 is slower than the operation timeout (300 ms each way, 400 ms timeout). Acquire,
 /// renew and release at once: on node 2 the renew waits for the acquire's turn (abandoned
-/// at 400 ms), is sent then and runs until 800 ms; the release, whose round's deadline is
-/// about 400 ms, has to wait past it for its turn.
+/// at 400 ms). The shipped rule skips the renew then (its round has its verdict and the
+/// release waits behind it) and sends the release; the reverted turns sent the renew (until
+/// 800 ms) and dropped the release unsent at its round's deadline (about 400 ms).
 async fn release_behind_an_abandoned_request(late: LateRequests) -> Option<String> {
     let timeout = Duration::from_millis(400);
     let mut s = setup(Duration::from_millis(300), timeout, late).await;
@@ -237,7 +238,7 @@ async fn release_behind_an_abandoned_request(late: LateRequests) -> Option<Strin
 }
 
 #[tokio::test]
-async fn a_release_that_waits_past_its_deadline_for_its_turn_is_still_sent() {
+async fn a_release_behind_a_slow_turn_is_still_sent() {
     assert_eq!(
         release_behind_an_abandoned_request(LateRequests::Ordered).await,
         None,
