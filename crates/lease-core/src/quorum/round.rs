@@ -32,9 +32,18 @@
 //! verdict (a failed acquire cleaning up) it replaces the node's [`NodeCause::Unanswered`] with
 //! what the node said; after the verdict it changes nothing (a late grant after a granted
 //! acquire is ours and goes with the release, which is sent to every node). A cause still
-//! [`NodeCause::Unanswered`] at the verdict never counts as "not applied". Drivers must send a
-//! node's requests in the order polled over one ordered channel (one connection per node), so a
-//! cleanup or a later release runs at the node after a late acquire.
+//! [`NodeCause::Unanswered`] at the verdict never counts as "not applied".
+//!
+//! **Turns.** Because a round may return while a node's request still runs, the next round of
+//! the same lease and owner can reach that node first. A driver that returns early must keep
+//! the turn rule ([`TurnKey`]): on a node, the requests of one (lease, owner) are sent one
+//! after another, a request only once the one before it was answered or abandoned
+//! ([`NodeRequest::expires_at`]), and every request the round asked for is sent (or, when its
+//! round no longer awaits it and a later request of its turn already waits, skipped — a
+//! release only for a later release), so a cleanup or a later release runs at the node after
+//! a late acquire, and a late release never after the next acquire. Pipelining on one
+//! connection is not enough: a request may take several round trips at the node (`NOSCRIPT`
+//! then `EVAL`), and its second step would follow the next round's request.
 //!
 //! The rules (each tested by property in `tests/round_props.rs`, and the whole protocol by the
 //! drifting-clock simulation in `tests/quorum_simulation.rs`):
