@@ -546,3 +546,62 @@ proptest! {
         prop_assert!(matches!(e, BackendError::Unavailable(_)), "{:?}", e);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The turn rule's inputs: every request that changes a node (acquire, raise, cleanup,
+    /// renew, release) names its node, lease and owner; reads take no turn. A request sent
+    /// late (after waiting for its turn) still gets a full bound once sent, and is never
+    /// abandoned before its phase's deadline.
+    #[test]
+    fn turns_name_node_lease_and_owner_and_expiry_gives_a_full_bound(
+        n in nodes(),
+        fenced in any::<bool>(),
+        waited_ms in 0u64..400,
+    ) {
+        let m = machine(n, 0.01);
+        let s = spec(fenced);
+        let me = Owner::new("me").expect("valid");
+        let start = Instant::ZERO + Duration::from_millis(7);
+        let mut rounds = vec![
+            m.acquire(acquire_req(&s, Duration::from_secs(1)), BOUND, start),
+            m.renew(
+                RenewRequest { spec: Arc::clone(&s), owner: me.clone(), ttl: Ttl::new(Duration::from_secs(1)).expect("valid") },
+                BOUND,
+                start,
+            ),
+            m.release(
+                ReleaseRequest { spec: Arc::clone(&s), owner: me.clone(), term_token: None },
+                BOUND,
+                start,
+            ),
+        ];
+        for round in &mut rounds {
+            let requests = drain(round);
+            prop_assert_eq!(requests.len(), n);
+            for r in &requests {
+                let key = r.turn_key().expect("a state-changing request takes a turn");
+                prop_assert_eq!(key.node, r.node);
+                prop_assert_eq!(&key.spec, &s);
+                prop_assert_eq!(&key.owner, &me);
+                prop_assert_eq!(r.bound, BOUND);
+                prop_assert_eq!(r.deadline, start + BOUND);
+                // Sent at once: abandoned at the deadline; sent later: a full bound after.
+                prop_assert_eq!(r.expires_at(start), r.deadline);
+                let sent = start + Duration::from_millis(waited_ms);
+                prop_assert_eq!(r.expires_at(sent), sent + BOUND);
+                prop_assert!(r.expires_at(sent) >= r.deadline);
+            }
+        }
+        let mut reads = vec![
+            m.remaining(Arc::clone(&s), me.clone(), BOUND, start),
+            m.inspect(Arc::clone(&s), BOUND, start),
+        ];
+        for round in &mut reads {
+            for r in drain(round) {
+                prop_assert!(r.turn_key().is_none(), "reads take no turn");
+            }
+        }
+    }
+}
