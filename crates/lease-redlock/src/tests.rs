@@ -480,6 +480,56 @@ async fn a_slow_node_does_not_slow_the_lock_cycle_and_its_late_grant_is_released
     );
 }
 
+/// Turns: on a node slower than the round, acquire, renew and release of one owner run in
+/// that order; the renew, which no round awaits any more and which the release waits behind,
+/// is skipped; the release is sent (also past its own round's deadline) and deletes the late
+/// grant. Paused clock: exact.
+#[tokio::test(start_paused = true)]
+async fn late_requests_run_in_their_turn_and_a_superseded_one_is_skipped() {
+    let c = Cluster::new(3);
+    let spec = Arc::new(LeaseSpec::lock(["k"], None).unwrap());
+    let nodes = slow_nodes(&c, &[0, 0, 300]);
+    let slow_releases = Arc::clone(&nodes[2].releases);
+    let b =
+        RedlockBackend::new(nodes, RedlockConfig::new().with_operation_timeout(MS(400))).unwrap();
+    let start = tokio::time::Instant::now();
+    b.acquire(&acquire_req(&spec, "a", 10_000)).await.unwrap();
+    assert_eq!(
+        b.renew(&renew_req(&spec, "a", 10_000)).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        b.release(&release_req(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        start.elapsed(),
+        MS(0),
+        "every round returned at the fast quorum"
+    );
+    assert_eq!(
+        b.requests_running(),
+        3,
+        "node 2's acquire, renew and release"
+    );
+    assert_eq!(
+        c.owners("k"),
+        [None, None, None],
+        "node 2's acquire has not landed yet"
+    );
+    tokio::time::timeout(MS(2000), b.settled()).await.unwrap();
+    // Acquire applied at 300 ms; the renew's turn came then and was skipped; the release ran
+    // from 300 to 600 ms.
+    assert_eq!(start.elapsed(), MS(600));
+    assert_eq!(slow_releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        c.owners("k"),
+        [None, None, None],
+        "the late grant was released"
+    );
+    assert_eq!(b.requests_running(), 0);
+}
+
 /// A node whose raise round fails, to test the second round.
 struct NoRaise(Node<MemoryBackend>);
 
