@@ -27,7 +27,8 @@
 //! combine every answer). The verdict is the one waiting for every reply gives.
 //!
 //! **Late replies.** A request unanswered when its phase is judged stays outstanding
-//! ([`Round::outstanding`]); the driver keeps it running (bounded by its deadline) and may feed
+//! ([`Round::outstanding`]); the driver keeps it running (in its turn, see below; bounded once
+//! sent, [`NodeRequest::expires_at`]) and may feed
 //! its reply at any time, also after the verdict: [`Round::handle_reply`] accepts it. Before the
 //! verdict (a failed acquire cleaning up) it replaces the node's [`NodeCause::Unanswered`] with
 //! what the node said; after the verdict it changes nothing (a late grant after a granted
