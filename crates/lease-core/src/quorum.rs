@@ -22,7 +22,7 @@ pub mod round;
 pub use error::{NodeCause, NodeFailure, QuorumError, QuorumOp, RoundFailure};
 pub use round::{
     NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, Phase, Quorum, Round, RoundInputError,
-    Verdict,
+    TurnKey, Verdict,
 };
 
 use crate::token::Token;

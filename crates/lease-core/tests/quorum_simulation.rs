@@ -5,7 +5,10 @@
 //! Each client drives its rounds exactly as `lease-redlock`'s `RedlockBackend` does, only on
 //! virtual time: it sends every request [`Round::poll_request`] returns, feeds each reply (or
 //! the timeout at [`Round::poll_timeout`]) back with the instant on **its own clock**, and acts
-//! on [`Round::poll_verdict`]. The machine decides everything else: the acquire round, the
+//! on [`Round::poll_verdict`], which comes as soon as a quorum is reached or out of reach
+//! (replies after it are dropped, as the driver's background task drops them: the release
+//! goes to every node; the run counts these early verdicts and late replies and requires
+//! many of each). The machine decides everything else: the acquire round, the
 //! maximum token, the raise round to the granting nodes, the validity `ttl − elapsed − drift`,
 //! the cleanup on every node after a failure. A successful holder works within its validity
 //! (half the time right up to [`Round::valid_until`]), then releases everywhere.
@@ -280,6 +283,11 @@ struct Sim {
     seq: u64,
     successes: Vec<Success>,
     failures: u64,
+    /// Verdicts given while requests were still outstanding (decided at quorum).
+    early: u64,
+    /// Replies that came after their round's verdict (dropped by the client, as the driver's
+    /// background task drops them).
+    late: u64,
     trace: Vec<String>,
     tracing: bool,
 }
@@ -332,6 +340,8 @@ impl Sim {
             seq: 0,
             successes: Vec::new(),
             failures: 0,
+            early: 0,
+            late: 0,
             trace: Vec::new(),
             tracing,
         };
@@ -482,9 +492,14 @@ impl Sim {
                 }
                 let local = self.local(c);
                 if let Phase::Acquiring(round) = &mut self.clients[c].phase {
-                    // A late reply (after its timeout) is refused by the machine: dropped.
+                    // A reply after its own timeout is refused by the machine: dropped. A reply
+                    // to a request of a phase judged early is accepted.
                     let _ = round.handle_reply(id, reply, local);
                     self.pump(c);
+                } else {
+                    // The verdict came first (early): a late grant stays ours until the
+                    // release, which goes to every node.
+                    self.late += 1;
                 }
             }
             Ev::Pause { node } => {
@@ -579,6 +594,9 @@ impl Sim {
     }
 
     fn verdict(&mut self, c: usize, round: &Round, verdict: Verdict) {
+        if round.outstanding() > 0 {
+            self.early += 1;
+        }
         let now = self.now;
         let local = self.local(c);
         let attempt = self.clients[c].attempt;
@@ -778,7 +796,7 @@ fn run_all(nodes: usize, scenario: Scenario) {
 fn run_all_up_to(nodes: usize, scenario: Scenario, max: usize) {
     let mut seeds = seeds();
     seeds.truncate(max);
-    let (mut successes, mut failures) = (0u64, 0u64);
+    let (mut successes, mut failures, mut early, mut late) = (0u64, 0u64, 0u64, 0u64);
     let started = std::time::Instant::now();
     for &seed in &seeds {
         let mut sim = Sim::new(seed, nodes, scenario, false);
@@ -801,9 +819,11 @@ fn run_all_up_to(nodes: usize, scenario: Scenario, max: usize) {
         }
         successes += sim.successes.len() as u64;
         failures += sim.failures;
+        early += sim.early;
+        late += sim.late;
     }
     eprintln!(
-        "{nodes} nodes, {} seeds, {scenario:?}: {successes} successful acquisitions, {failures} failed attempts ({:?})",
+        "{nodes} nodes, {} seeds, {scenario:?}: {successes} successful acquisitions, {failures} failed attempts, {early} early verdicts, {late} late replies ({:?})",
         seeds.len(),
         started.elapsed()
     );
@@ -815,6 +835,10 @@ fn run_all_up_to(nodes: usize, scenario: Scenario, max: usize) {
         assert!(
             failures > seeds.len() as u64,
             "contention and faults should make attempts fail"
+        );
+        assert!(
+            early > seeds.len() as u64 && late > seeds.len() as u64,
+            "rounds decide at quorum and late replies arrive after the verdict"
         );
     }
 }

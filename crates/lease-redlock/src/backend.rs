@@ -12,7 +12,7 @@ use lease_core::{
 };
 
 use crate::node::QuorumNode;
-use crate::round::drive;
+use crate::round::{Flights, drive};
 
 /// The default drift factor: 1 % of the TTL (plus 2 ms) is set aside for clock-rate drift.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -35,6 +35,26 @@ pub const DEFAULT_OPERATION_TIMEOUT_CAP: Duration = Duration::from_millis(500);
 pub struct RedlockConfig {
     drift_factor: f64,
     operation_timeout: Option<Duration>,
+    late: LateRequests,
+}
+
+/// How a round treats the requests it no longer waits for. **Only [`LateRequests::Ordered`]
+/// is safe**; the others are negative controls that reproduce designs reverted in the past
+/// (`tests/ordering.rs` shows that it detects each).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LateRequests {
+    /// The shipped rule: every request waits for its turn ([`lease_core::quorum::TurnKey`])
+    /// and is sent, also after its round's verdict.
+    #[default]
+    Ordered,
+    /// No turns: every request is sent at once (the naive early-returning round). A late
+    /// request's second step (`EVAL` after `NOSCRIPT`) can follow the next round's request of
+    /// the same lease and owner on that node.
+    UnorderedUnsafe,
+    /// Turns, but a request still waiting for its turn at its round's deadline is dropped
+    /// unsent: a release behind a slow request is never sent and its key stays behind.
+    DroppedAtDeadlineUnsafe,
 }
 
 impl Default for RedlockConfig {
@@ -42,6 +62,7 @@ impl Default for RedlockConfig {
         RedlockConfig {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             operation_timeout: None,
+            late: LateRequests::Ordered,
         }
     }
 }
@@ -63,6 +84,14 @@ impl RedlockConfig {
     /// the request's TTL; 500 ms for requests without a TTL).
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// **Negative controls for tests only: anything but [`LateRequests::Ordered`] is
+    /// unsafe.** See [`LateRequests`].
+    #[doc(hidden)]
+    pub fn with_late_requests_unsafe(mut self, late: LateRequests) -> Self {
+        self.late = late;
         self
     }
 
@@ -125,9 +154,10 @@ impl RedlockConfig {
 /// ```
 #[derive(Clone)]
 pub struct RedlockBackend<N> {
-    nodes: Vec<N>,
+    nodes: Arc<[N]>,
     machine: Quorum,
     config: RedlockConfig,
+    flights: Arc<Flights>,
 }
 
 impl<N: QuorumNode> fmt::Debug for RedlockBackend<N> {
@@ -165,9 +195,10 @@ impl<N: QuorumNode> RedlockBackend<N> {
             return Err(ConfigError::ZeroOperationTimeout);
         }
         Ok(RedlockBackend {
-            nodes,
+            nodes: nodes.into(),
             machine,
             config,
+            flights: Arc::default(),
         })
     }
 
@@ -186,9 +217,26 @@ impl<N: QuorumNode> RedlockBackend<N> {
         &self.config
     }
 
+    /// How many node requests of this backend (and its clones) are still running: sent and
+    /// unanswered, or waiting for their turn behind an earlier request of the same lease and
+    /// owner on the same node. A round returns at its verdict, which may come before every
+    /// node answered; the rest finish in the background, each bounded by the operation
+    /// timeout once sent.
+    pub fn requests_running(&self) -> usize {
+        self.flights.count()
+    }
+
+    /// Waits until no node request of this backend (and its clones) is running (see
+    /// [`RedlockBackend::requests_running`]): every late request has been answered or
+    /// abandoned. For tests and orderly shutdown; bound the wait with a timeout of your own
+    /// (each request is bounded, but new rounds may start meanwhile).
+    pub async fn settled(&self) {
+        self.flights.settled().await
+    }
+
     /// Runs the round `make` builds (given its start instant) over the nodes.
     async fn drive(&self, make: impl FnOnce(Instant) -> Round) -> Result<Verdict, BackendError> {
-        drive(&self.nodes, make).await
+        drive(&self.nodes, &self.flights, self.config.late, make).await
     }
 }
 

@@ -61,6 +61,8 @@ pub mod error;
 mod node;
 mod round;
 
+#[doc(hidden)]
+pub use backend::LateRequests;
 pub use backend::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, RedlockBackend, RedlockConfig,
 };

@@ -2,6 +2,7 @@
 //! keys live on a `ManualClock` the tests move by hand). Real-server tests are in `tests/`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,6 +38,10 @@ impl Cluster {
             .enumerate()
             .map(|(i, s)| Node::new(format!("mem-{i}"), s.clone()))
             .collect()
+    }
+
+    fn backend_of<N: QuorumNode>(&self, nodes: Vec<N>) -> RedlockBackend<N> {
+        RedlockBackend::new(nodes, RedlockConfig::new()).unwrap()
     }
 
     fn backend(&self) -> RedlockBackend<Node<MemoryBackend>> {
@@ -255,7 +260,7 @@ async fn partial_acquisition_is_cleaned_up_and_others_values_are_kept() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stalled_node_costs_one_operation_timeout_and_no_more() {
+async fn a_stalled_node_costs_nothing_once_a_quorum_answered() {
     let c = Cluster::new(3);
     stall(&c.stores[2]);
     let b = c.backend();
@@ -266,9 +271,9 @@ async fn a_stalled_node_costs_one_operation_timeout_and_no_more() {
             .unwrap(),
     );
     assert_eq!(t.get(), 1);
-    // Paused clock: the round waited exactly the default bound min(1000/5, 500) for node 2 (the
-    // raise round only asks the nodes that granted the lease).
-    assert_eq!(start.elapsed(), MS(200));
+    // Paused clock: the round returned when nodes 0 and 1 had granted and raised, without
+    // waiting for node 2 (its request finishes in the background, bounded by its deadline).
+    assert_eq!(start.elapsed(), MS(0));
     assert_eq!(
         c.owners("jobs:leader"),
         [Some("a".to_owned()), Some("a".to_owned()), None]
@@ -279,12 +284,11 @@ async fn a_stalled_node_costs_one_operation_timeout_and_no_more() {
 async fn no_validity_left_is_a_failure_even_with_a_quorum() {
     let c = Cluster::new(3);
     stall(&c.stores[2]);
-    // A bound as long as the TTL: the round ends at the TTL, with no validity left.
-    let b = RedlockBackend::new(
-        c.nodes(),
-        RedlockConfig::new().with_operation_timeout(MS(1000)),
-    )
-    .unwrap();
+    // Nodes 0 and 1 answer after 995 ms: a quorum, but the validity (1000 − 995 − 12 ms) is
+    // gone.
+    let nodes = slow_nodes(&c, &[995, 995, 0]);
+    let b =
+        RedlockBackend::new(nodes, RedlockConfig::new().with_operation_timeout(MS(1000))).unwrap();
     let e = b
         .acquire(&acquire_req(&election(), "a", 1000))
         .await
@@ -292,10 +296,13 @@ async fn no_validity_left_is_a_failure_even_with_a_quorum() {
     let q = quorum_error(&e);
     assert_eq!(
         q.failure,
-        RoundFailure::ValidityExhausted { elapsed: MS(1000) }
+        RoundFailure::ValidityExhausted { elapsed: MS(995) }
     );
     assert_eq!(q.successes, 2);
-    assert!(q.any_timeout());
+    assert!(
+        q.any_timeout(),
+        "node 2's late acquire timed out during the cleanup"
+    );
     assert_eq!(c.owners("jobs:leader"), [None, None, None], "cleaned up");
 }
 
@@ -307,15 +314,19 @@ async fn fenced_quorum_token_is_the_maximum_and_is_raised_on_the_quorum() {
     c.stores[0].put("jobs:fence", "5");
     let b = c.backend();
     let t = token(b.acquire(&acquire_req(&spec, "a", 1000)).await.unwrap());
-    assert_eq!(t.get(), 6, "max(6, 1, 1)");
-    assert_eq!(c.counters("jobs:fence"), vec![Some("6".to_owned()); 3]);
+    assert_eq!(t.get(), 6, "max(6, 1): the quorum of nodes 0 and 1 decided");
+    // Node 2's grant (token 1) came after the quorum: it is held, not raised. Its counter is
+    // below the token, which is safe: any later quorum meets node 0 or 1, raised to 6.
+    let some = |v: &[&str]| v.iter().map(|s| Some((*s).to_owned())).collect::<Vec<_>>();
+    assert_eq!(c.counters("jobs:fence"), some(&["6", "6", "1"]));
     assert_eq!(
         c.stores
             .iter()
             .map(|s| s.get("jobs:fence:applied"))
             .collect::<Vec<_>>(),
-        vec![Some("6".to_owned()); 3]
+        some(&["6", "6", "1"])
     );
+    assert_eq!(c.owners("jobs:leader"), vec![Some("a".to_owned()); 3]);
     assert_eq!(
         b.release(&release_req(&spec, "a", None)).await.unwrap(),
         ReleaseOutcome::Released
@@ -325,6 +336,198 @@ async fn fenced_quorum_token_is_the_maximum_and_is_raised_on_the_quorum() {
     c.stores[0].set_unavailable(true);
     let t2 = token(b.acquire(&acquire_req(&spec, "b", 1000)).await.unwrap());
     assert_eq!(t2.get(), 7);
+}
+
+/// A node whose every call waits `delay_ms` of tokio time before reaching the store, and
+/// signals `applied` after each call (so a test can wait for a late request to land).
+struct Slow {
+    node: Node<MemoryBackend>,
+    delay_ms: Arc<AtomicU64>,
+    applied: Arc<tokio::sync::Notify>,
+    releases: Arc<AtomicU64>,
+}
+
+impl Slow {
+    async fn delay(&self) {
+        let ms = self.delay_ms.load(Ordering::SeqCst);
+        if ms > 0 {
+            tokio::time::sleep(MS(ms)).await;
+        }
+    }
+    fn done<T>(&self, r: T) -> T {
+        self.applied.notify_waiters();
+        r
+    }
+}
+
+fn slow_nodes(c: &Cluster, delays: &[u64]) -> Vec<Slow> {
+    c.nodes()
+        .into_iter()
+        .zip(delays)
+        .map(|(node, d)| Slow {
+            node,
+            delay_ms: Arc::new(AtomicU64::new(*d)),
+            applied: Arc::new(tokio::sync::Notify::new()),
+            releases: Arc::new(AtomicU64::new(0)),
+        })
+        .collect()
+}
+
+#[async_trait]
+impl LeaseBackend for Slow {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.delay().await;
+        self.done(self.node.acquire(req).await)
+    }
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.delay().await;
+        self.done(self.node.renew(req).await)
+    }
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.delay().await;
+        let r = self.node.release(req).await;
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.done(r)
+    }
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.delay().await;
+        self.done(self.node.remaining(spec, owner).await)
+    }
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.delay().await;
+        self.done(self.node.inspect(spec).await)
+    }
+}
+
+#[async_trait]
+impl RaiseCounter for Slow {
+    async fn raise_counter(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Result<bool, BackendError> {
+        self.delay().await;
+        self.done(self.node.raise_counter(spec, owner, token).await)
+    }
+}
+
+impl QuorumNode for Slow {
+    fn id(&self) -> &str {
+        self.node.id()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_node_does_not_slow_the_lock_cycle_and_its_late_grant_is_released() {
+    let c = Cluster::new(3);
+    let spec = Arc::new(LeaseSpec::lock(["k"], None).unwrap());
+    // Nodes 0 and 1 answer in 1 ms, node 2 in 20 ms (within the 200 ms bound).
+    let nodes = slow_nodes(&c, &[1, 1, 20]);
+    let (slow_applied, slow_releases) = (
+        Arc::clone(&nodes[2].applied),
+        Arc::clone(&nodes[2].releases),
+    );
+    let b = c.backend_of(nodes);
+    let start = tokio::time::Instant::now();
+    let out = b.acquire(&acquire_req(&spec, "a", 1000)).await.unwrap();
+    assert_eq!(
+        out,
+        AcquireOutcome::Acquired {
+            token: None,
+            fence: lease_core::FenceState::UNKNOWN
+        }
+    );
+    assert_eq!(
+        start.elapsed(),
+        MS(1),
+        "returned at the fast nodes' latency"
+    );
+    assert_eq!(
+        c.owners("k"),
+        [Some("a".to_owned()), Some("a".to_owned()), None]
+    );
+    let released = tokio::time::Instant::now();
+    assert_eq!(
+        b.release(&release_req(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        released.elapsed(),
+        MS(1),
+        "released at the fast nodes' latency"
+    );
+    // The slow node's late grant lands (the acquire keeps running after the verdict), then
+    // the release that went to every node deletes it.
+    let landed = tokio::time::timeout(MS(200), async {
+        while slow_releases.load(Ordering::SeqCst) == 0 {
+            slow_applied.notified().await;
+        }
+    })
+    .await;
+    assert!(
+        landed.is_ok(),
+        "the slow node's release landed within its bound"
+    );
+    assert_eq!(
+        c.owners("k"),
+        [None, None, None],
+        "nothing left on the slow node"
+    );
+}
+
+/// Turns: on a node slower than the round, acquire, renew and release of one owner run in
+/// that order; the renew, which no round awaits any more and which the release waits behind,
+/// is skipped; the release is sent (also past its own round's deadline) and deletes the late
+/// grant. Paused clock: exact.
+#[tokio::test(start_paused = true)]
+async fn late_requests_run_in_their_turn_and_a_superseded_one_is_skipped() {
+    let c = Cluster::new(3);
+    let spec = Arc::new(LeaseSpec::lock(["k"], None).unwrap());
+    let nodes = slow_nodes(&c, &[0, 0, 300]);
+    let slow_releases = Arc::clone(&nodes[2].releases);
+    let b =
+        RedlockBackend::new(nodes, RedlockConfig::new().with_operation_timeout(MS(400))).unwrap();
+    let start = tokio::time::Instant::now();
+    b.acquire(&acquire_req(&spec, "a", 10_000)).await.unwrap();
+    assert_eq!(
+        b.renew(&renew_req(&spec, "a", 10_000)).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        b.release(&release_req(&spec, "a", None)).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        start.elapsed(),
+        MS(0),
+        "every round returned at the fast quorum"
+    );
+    assert_eq!(
+        b.requests_running(),
+        3,
+        "node 2's acquire, renew and release"
+    );
+    assert_eq!(
+        c.owners("k"),
+        [None, None, None],
+        "node 2's acquire has not landed yet"
+    );
+    tokio::time::timeout(MS(2000), b.settled()).await.unwrap();
+    // Acquire applied at 300 ms; the renew's turn came then and was skipped; the release ran
+    // from 300 to 600 ms.
+    assert_eq!(start.elapsed(), MS(600));
+    assert_eq!(slow_releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        c.owners("k"),
+        [None, None, None],
+        "the late grant was released"
+    );
+    assert_eq!(b.requests_running(), 0);
 }
 
 /// A node whose raise round fails, to test the second round.
@@ -394,7 +597,9 @@ async fn the_acquisition_fails_when_the_raise_round_misses_the_quorum() {
     let q = quorum_error(&e);
     assert!(matches!(q.failure, RoundFailure::RaiseFailed { token, .. } if token.get() == 1));
     assert_eq!(q.successes, 1, "only node 0 raised");
-    assert_eq!(q.causes.iter().map(|c| c.index).collect::<Vec<_>>(), [1, 2]);
+    // The raise went to nodes 0 and 1 (the quorum that granted first); node 2's grant came
+    // late and is cleaned up with the rest.
+    assert_eq!(q.causes.iter().map(|c| c.index).collect::<Vec<_>>(), [1]);
     assert_eq!(c.owners("jobs:leader"), [None, None, None], "cleaned up");
 }
 
@@ -462,7 +667,11 @@ async fn renew_needs_a_quorum() {
     let e = b.renew(&renew_req(&spec, "a", 1000)).await.unwrap_err();
     let q = quorum_error(&e);
     assert!(q.is_lost() && !q.is_not_acquired());
-    assert_eq!((q.op, q.successes), (QuorumOp::Renew, 1));
+    // Decided on nodes 0 and 1 (neither a renewed quorum nor a "not ours" quorum can form):
+    // node 2's reply was not waited for, so the outcome is unknown.
+    assert_eq!((q.op, q.successes), (QuorumOp::Renew, 0));
+    assert!(matches!(q.causes[2].cause, NodeCause::Unanswered));
+    assert!(matches!(e, BackendError::OutcomeUnknown(_)));
     assert_eq!(c.owners("jobs:leader"), vec![Some("a".to_owned()); 3]);
 
     // Conclusive: the lease is gone on two nodes; the minority that accepted the extension
@@ -482,17 +691,18 @@ async fn renew_needs_a_quorum() {
 async fn renew_with_no_validity_left_is_an_error() {
     let c = Cluster::new(3);
     let spec = election();
-    let b = RedlockBackend::new(
-        c.nodes(),
-        RedlockConfig::new().with_operation_timeout(MS(1000)),
-    )
-    .unwrap();
+    let nodes = slow_nodes(&c, &[0, 0, 0]);
+    let delays: Vec<_> = nodes.iter().map(|n| Arc::clone(&n.delay_ms)).collect();
+    let b =
+        RedlockBackend::new(nodes, RedlockConfig::new().with_operation_timeout(MS(1000))).unwrap();
     token(b.acquire(&acquire_req(&spec, "a", 1000)).await.unwrap());
     stall(&c.stores[0]);
+    delays[1].store(995, Ordering::SeqCst);
+    delays[2].store(995, Ordering::SeqCst);
     let e = b.renew(&renew_req(&spec, "a", 1000)).await.unwrap_err();
     assert_eq!(
         quorum_error(&e).failure,
-        RoundFailure::ValidityExhausted { elapsed: MS(1000) }
+        RoundFailure::ValidityExhausted { elapsed: MS(995) }
     );
 }
 

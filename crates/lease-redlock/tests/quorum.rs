@@ -95,7 +95,10 @@ async fn a_paused_node_does_not_hold_up_the_acquire() {
         ReleaseOutcome::Released
     );
     servers[2].resume().await.unwrap();
-    // The requests queued at node 2 ran in order on resume: acquire, then release.
+    // The requests queued at node 2 ran in order on resume: acquire, then release. The release
+    // is sent in its turn, once the acquire is answered or abandoned, which may be after the
+    // release round returned: wait until every late request is over.
+    must_complete("late requests settle", b.settled()).await;
     let mut n2 = n2;
     assert_eq!(get(&mut n2, KEY).await, None);
     assert_eq!(

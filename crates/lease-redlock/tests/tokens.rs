@@ -194,6 +194,8 @@ async fn token_after_restart(node0: Persistence, scheme: TokenScheme) -> (Token,
         token_of(&b.acquire(&acq(&spec, "a", 2000)).await.unwrap());
         b.release(&release(&spec, "a")).await.unwrap();
     }
+    // A release returns at quorum: let the third node's release finish before killing it.
+    must_complete("late requests settle", b.settled()).await;
     // Node 2 down: three more acquisitions on nodes 0 and 1 only.
     servers[2].kill().await.unwrap();
     let mut last = Token::FIRST;
@@ -201,6 +203,7 @@ async fn token_after_restart(node0: Persistence, scheme: TokenScheme) -> (Token,
         last = token_of(&b.acquire(&acq(&spec, "a", 2000)).await.unwrap());
         b.release(&release(&spec, "a")).await.unwrap();
     }
+    must_complete("late requests settle", b.settled()).await;
     servers[2].restart().await.unwrap();
     // Node 0 crashes and restarts; node 1 goes away: the quorum is {0, 2}.
     servers[0].kill().await.unwrap();

@@ -74,6 +74,23 @@ pub enum NodeCause {
     },
     /// Renew, release, raise, remaining: the lease is not (entirely) ours on this node.
     NotOurs,
+    /// The round decided without this node's reply (a quorum was reached, or could no longer
+    /// be reached, before it came): its request is still in flight, so its effect there is
+    /// unknown. Never counted as "not applied".
+    Unanswered,
+}
+
+impl NodeCause {
+    /// Whether this cause says for certain that nothing was applied on the node: a refusal
+    /// (held by another, not ours) or an error that provably never took effect. A timeout, an
+    /// ambiguous error or a reply not awaited ([`NodeCause::Unanswered`]) is not definite.
+    pub fn is_definite(&self) -> bool {
+        match self {
+            NodeCause::Error(e) => e.effect() == Effect::NotApplied,
+            NodeCause::Held { .. } | NodeCause::NotOurs => true,
+            NodeCause::Unanswered => false,
+        }
+    }
 }
 
 impl fmt::Display for NodeCause {
@@ -83,6 +100,9 @@ impl fmt::Display for NodeCause {
             NodeCause::Held { holder: Some(h) } => write!(f, "held by {h:?}"),
             NodeCause::Held { holder: None } => f.write_str("held by another owner"),
             NodeCause::NotOurs => f.write_str("not ours"),
+            NodeCause::Unanswered => {
+                f.write_str("no reply awaited: the round decided before it came")
+            }
         }
     }
 }
@@ -179,24 +199,17 @@ impl QuorumError {
     ///   without an answer, makes it unknown);
     /// - remaining, inspect: reads, nothing to apply.
     pub fn effect(&self) -> Effect {
-        let definite = self.causes.iter().all(|c| match &c.cause {
-            NodeCause::Error(e) => e.effect() == Effect::NotApplied,
-            NodeCause::Held { .. } | NodeCause::NotOurs => true,
-        });
+        let definite = self.causes.iter().all(|c| c.cause.is_definite());
         let settled = match self.op {
             // Nothing is held where the cleanup was answered, nor where both the acquire and
             // the cleanup provably never got through (a refused connection).
             QuorumOp::Acquire => self.cleanup_failures.iter().all(|f| {
-                let definite = |c: &NodeCause| match c {
-                    NodeCause::Error(e) => e.effect() == Effect::NotApplied,
-                    NodeCause::Held { .. } | NodeCause::NotOurs => true,
-                };
-                definite(&f.cause)
+                f.cause.is_definite()
                     && self
                         .causes
                         .iter()
                         .filter(|c| c.index == f.index)
-                        .all(|c| definite(&c.cause))
+                        .all(|c| c.cause.is_definite())
             }),
             QuorumOp::Renew | QuorumOp::Release => self.successes == 0 && definite,
             QuorumOp::Remaining | QuorumOp::Inspect => true,

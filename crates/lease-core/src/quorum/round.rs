@@ -12,28 +12,50 @@
 //! 1. send every request [`Round::poll_request`] returns, concurrently, to the node it names
 //!    ([`NodeRequest::node`]), each bounded by its [`NodeRequest::deadline`];
 //! 2. feed each request's reply — or [`NodeReply::TimedOut`] at its deadline — to
-//!    [`Round::handle_reply`] with the current instant; **every** polled request gets exactly
-//!    one reply (or [`Round::handle_timeout`] once [`Round::poll_timeout`] has passed, which
-//!    times out every request still unanswered);
+//!    [`Round::handle_reply`] **as it arrives**, with the current instant; **every** polled
+//!    request gets exactly one reply (or [`Round::handle_timeout`] once [`Round::poll_timeout`]
+//!    has passed, which times out every request whose deadline it is);
 //! 3. when [`Round::poll_verdict`] returns the verdict, the round is over; otherwise go to 1
-//!    (a phase ended and the next phase's requests are ready).
+//!    (a phase may have ended and the next phase's requests be ready).
 //!
-//! Today a phase ends when every request of the phase has its reply or has timed out (all
-//! requests of a phase share one deadline: the phase's start instant plus the bound given to
-//! the round). The verdict is only ever returned through [`Round::poll_verdict`], so a later
-//! version may decide as soon as a quorum is reached (or can no longer be reached) without
-//! changing the contract.
+//! **Early verdict.** A phase is judged as soon as the replies still missing can no longer change
+//! its outcome, never earlier: acquire and raise when a quorum succeeded (validity judged at
+//! that instant: waiting only shrinks it) or can no longer succeed; renew and release when a
+//! quorum succeeded, a quorum said "not ours", or neither can still happen (two quorums of
+//! opposite answers cannot both exist). The cleanup, remaining and inspect phases wait for
+//! every reply (the cleanup must report each node's effect truthfully; remaining and inspect
+//! combine every answer). The verdict is the one waiting for every reply gives.
+//!
+//! **Late replies.** A request unanswered when its phase is judged stays outstanding
+//! ([`Round::outstanding`]); the driver keeps it running (in its turn, see below; bounded once
+//! sent, [`NodeRequest::expires_at`]) and may feed
+//! its reply at any time, also after the verdict: [`Round::handle_reply`] accepts it. Before the
+//! verdict (a failed acquire cleaning up) it replaces the node's [`NodeCause::Unanswered`] with
+//! what the node said; after the verdict it changes nothing (a late grant after a granted
+//! acquire is ours and goes with the release, which is sent to every node). A cause still
+//! [`NodeCause::Unanswered`] at the verdict never counts as "not applied".
+//!
+//! **Turns.** Because a round may return while a node's request still runs, the next round of
+//! the same lease and owner can reach that node first. A driver that returns early must keep
+//! the turn rule ([`TurnKey`]): on a node, the requests of one (lease, owner) are sent one
+//! after another, a request only once the one before it was answered or abandoned
+//! ([`NodeRequest::expires_at`]), and every request the round asked for is sent (or, when its
+//! round no longer awaits it and a later request of its turn already waits, skipped — a
+//! release only for a later release), so a cleanup or a later release runs at the node after
+//! a late acquire, and a late release never after the next acquire. Pipelining on one
+//! connection is not enough: a request may take several round trips at the node (`NOSCRIPT`
+//! then `EVAL`), and its second step would follow the next round's request.
 //!
 //! The rules (each tested by property in `tests/round_props.rs`, and the whole protocol by the
 //! drifting-clock simulation in `tests/quorum_simulation.rs`):
 //!
 //! - every phase sends one request to every node, except the raise phase, which asks only the
-//!   nodes that granted the acquisition;
+//!   nodes that granted the acquisition before the acquire phase was judged;
 //! - validity is `ttl − elapsed − drift` ([`super::validity`]), with `elapsed` measured from
 //!   the round's single start instant (the `now` given when the round was made) to the end of
 //!   the phase being judged;
 //! - acquire: granted iff at least a quorum of nodes granted it and validity is left; for a
-//!   fenced lease, the token is the maximum the granting nodes minted
+//!   fenced lease, the token is the maximum the granting nodes (judged) minted
 //!   ([`super::fenced_quorum_token`]), and the raise phase (those nodes raise their counter
 //!   and mark to the token where the lease is still ours) must also reach a quorum with
 //!   validity left;
@@ -73,7 +95,8 @@
 //! let bound = Duration::from_millis(200);
 //! let mut round = quorum.acquire(req, bound, Instant::ZERO);
 //! let t = Instant::ZERO + Duration::from_millis(10);
-//! // Acquire phase: one request per node; nodes 0 and 1 grant with tokens 4 and 7.
+//! // Acquire phase: one request per node; nodes 0 and 1 grant with tokens 4 and 7, which
+//! // decides the phase: node 2's reply (here a timeout) comes late and changes nothing.
 //! let requests: Vec<_> = std::iter::from_fn(|| round.poll_request()).collect();
 //! assert_eq!(requests.len(), 3);
 //! for r in &requests {
@@ -314,6 +337,69 @@ pub struct NodeRequest {
     /// When to stop waiting and report [`NodeReply::TimedOut`]: the same for every request of
     /// a phase. A reply that is ready when the deadline fires counts as the reply.
     pub deadline: Instant,
+    /// The round's bound on one node's reply (the phase's deadline is its start plus this):
+    /// how long the call may run once it is sent, see [`NodeRequest::expires_at`].
+    pub bound: Duration,
+}
+
+impl NodeRequest {
+    /// The node and the turn this request must take there, if it changes the node's state:
+    /// see [`TurnKey`].
+    pub fn turn_key(&self) -> Option<TurnKey> {
+        let (spec, owner) = match &self.kind {
+            NodeRequestKind::Acquire(r) => (&r.spec, &r.owner),
+            NodeRequestKind::Raise { spec, owner, .. } => (spec, owner),
+            NodeRequestKind::Renew(r) => (&r.spec, &r.owner),
+            NodeRequestKind::Release(r) => (&r.spec, &r.owner),
+            NodeRequestKind::Remaining { .. } | NodeRequestKind::Inspect { .. } => return None,
+        };
+        Some(TurnKey {
+            node: self.node,
+            spec: Arc::clone(spec),
+            owner: owner.clone(),
+        })
+    }
+
+    /// When the driver abandons the call if it was `sent` (written to the node) at that
+    /// instant: its [`deadline`](NodeRequest::deadline), or `sent + bound` if it had to wait
+    /// for its turn past the phase's start. The round itself stops waiting at the deadline
+    /// (the reply is [`NodeReply::TimedOut`] to the round, and the outcome on that node
+    /// unknown), but a request that waited for its turn still gets a full bound on the wire:
+    /// a release or cleanup is never dropped unsent because an earlier request of the same
+    /// turn was slow.
+    pub fn expires_at(&self, sent: Instant) -> Instant {
+        self.deadline.max(sent + self.bound)
+    }
+}
+
+/// The ordering key of a request that changes a node's state (acquire, raise, renew, release
+/// and cleanup): the node, the lease and the owner. Reads (remaining, inspect) have none.
+///
+/// **The turn rule**, which a driver that returns before every reply is in must keep: on
+/// one node, the requests of one key are executed in the order the rounds asked for them.
+/// A request's call may take more than one round trip at the node (lease-redis: `EVALSHA`,
+/// then `EVAL` on `NOSCRIPT`; the unfenced fast path's `SET NX`, then the acquire script; a
+/// `WAIT`), so pipelining them on one connection is not enough: a request whose round
+/// returned without it could send its second step after the next round's request of the same
+/// key. The driver therefore sends a request only once every earlier request of its key on
+/// that node has finished (answered) or been abandoned (its call dropped at
+/// [`NodeRequest::expires_at`]: nothing more is written for it, and what was written is ahead
+/// on the connection); and it sends every request it took from a round, also after the
+/// round's verdict and if the caller stopped waiting.
+///
+/// Why the key is (node, lease, owner): only requests of the same owner on the same lease can
+/// undo each other (a late compare-and-delete of owner A deletes A's next grant; a late grant
+/// of A outlives A's release). Requests of different owners are owner-checked against each
+/// other at the node, as they are against other clients: their order is the ordinary
+/// concurrency the rules already allow for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TurnKey {
+    /// The node's index.
+    pub node: usize,
+    /// The lease.
+    pub spec: Arc<LeaseSpec>,
+    /// The owner.
+    pub owner: Owner,
 }
 
 /// One node's reply to a [`NodeRequest`]: the variant named like the request's kind, or
@@ -407,9 +493,9 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RoundInputError {
-    /// No request of the current phase has this id, or it was already answered (a late reply
-    /// after a timeout, or a reply to an earlier phase).
-    #[error("no unanswered request {0:?} in the current phase")]
+    /// No outstanding request has this id: unknown, already answered, or already timed out
+    /// (a reply after its timeout).
+    #[error("no outstanding request {0:?}")]
     UnknownRequest(NodeRequestId),
     /// The reply's variant does not match the request's kind.
     #[error("request {id:?} is a {expected} request, the reply is not")]
@@ -512,6 +598,8 @@ struct Slot {
     /// The kind's name, to check the reply.
     expects: &'static str,
     reply: Option<NodeReply>,
+    /// When it times out.
+    deadline: Instant,
 }
 
 fn kind_name(kind: &NodeRequestKind) -> &'static str {
@@ -548,6 +636,9 @@ pub struct Round {
     start: Instant,
     next_id: u64,
     slots: Vec<Slot>,
+    /// Requests of phases already judged (early) that are still unanswered: their replies are
+    /// still accepted (see [`Round::handle_reply`]).
+    late: Vec<Slot>,
     deadline: Instant,
     /// Causes of the nodes that did not succeed, over the acquire (and raise) phases, or the
     /// single phase of other operations.
@@ -587,6 +678,7 @@ impl Round {
             start: now,
             next_id: 0,
             slots: Vec::new(),
+            late: Vec::new(),
             deadline: now,
             causes: Vec::new(),
             verdict: None,
@@ -601,6 +693,7 @@ impl Round {
 
     fn start_phase(&mut self, kinds: Vec<(usize, NodeRequestKind)>, now: Instant) {
         self.deadline = now + self.bound;
+        let deadline = self.deadline;
         self.slots = kinds
             .into_iter()
             .map(|(node, kind)| {
@@ -611,6 +704,7 @@ impl Round {
                     expects: kind_name(&kind),
                     kind: Some(kind),
                     reply: None,
+                    deadline,
                 }
             })
             .collect();
@@ -649,37 +743,73 @@ impl Round {
     /// order. Each must get exactly one reply ([`Round::handle_reply`]) or time out.
     pub fn poll_request(&mut self) -> Option<NodeRequest> {
         let deadline = self.deadline;
+        let bound = self.bound;
         self.slots.iter_mut().find_map(|s| {
             s.kind.take().map(|kind| NodeRequest {
                 id: s.id,
                 node: s.node,
                 kind,
                 deadline,
+                bound,
             })
         })
     }
 
-    /// When the current phase's unanswered requests time out: call
-    /// [`Round::handle_timeout`] then. `None` when nothing is awaited.
+    /// The earliest deadline of the requests awaited (the current phase's, and late requests
+    /// of judged phases while the round is undecided): call [`Round::handle_timeout`] then.
+    /// `None` when nothing is awaited (in particular once decided).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_done() {
+            return None;
+        }
         self.slots
             .iter()
-            .any(|s| s.reply.is_none())
-            .then_some(self.deadline)
+            .filter(|s| s.reply.is_none())
+            .chain(self.late.iter())
+            .map(|s| s.deadline)
+            .min()
+    }
+
+    /// How many polled requests are still unanswered: those of the current phase and those
+    /// of phases judged early (their replies are still accepted, also after the verdict).
+    pub fn outstanding(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.kind.is_none() && s.reply.is_none())
+            .count()
+            + self.late.len()
     }
 
     /// Feeds the reply to request `id`, received at `now`. When it is the phase's last
     /// awaited reply, the phase is judged at `now`: the next phase's requests, or the verdict,
     /// become available.
     ///
-    /// Errors (nothing recorded): a request that is not awaited in the current phase (already
-    /// answered, timed out, or of an earlier phase), or a reply of the wrong kind.
+    /// The phase is judged as soon as it is decidable (see the [module docs](self)): a quorum
+    /// reached or out of reach, even with requests still unanswered; those become late
+    /// requests, whose replies are still accepted here (also after the verdict; see the module
+    /// docs for what they change).
+    ///
+    /// Errors (nothing recorded): a request that is not outstanding (unknown, already
+    /// answered, or timed out), or a reply of the wrong kind.
     pub fn handle_reply(
         &mut self,
         id: NodeRequestId,
         reply: NodeReply,
         now: Instant,
     ) -> Result<(), RoundInputError> {
+        if let Some(pos) = self.late.iter().position(|s| s.id == id) {
+            if let Some(name) = reply_name(&reply)
+                && name != self.late[pos].expects
+            {
+                return Err(RoundInputError::WrongReply {
+                    id,
+                    expected: self.late[pos].expects,
+                });
+            }
+            let slot = self.late.swap_remove(pos);
+            self.absorb_late(&slot, reply);
+            return Ok(());
+        }
         let slot = self
             .slots
             .iter_mut()
@@ -699,9 +829,19 @@ impl Round {
         Ok(())
     }
 
-    /// At `now`: if the current phase's deadline has passed, every request still unanswered
-    /// gets [`NodeReply::TimedOut`] and the phase is judged.
+    /// At `now`: every outstanding request whose deadline has passed gets
+    /// [`NodeReply::TimedOut`] (late requests of judged phases included), and the current phase
+    /// is judged if that decides it.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.late.len() {
+            if self.late[i].deadline <= now {
+                let slot = self.late.swap_remove(i);
+                self.absorb_late(&slot, NodeReply::TimedOut);
+            } else {
+                i += 1;
+            }
+        }
         if now < self.deadline {
             return;
         }
@@ -763,15 +903,25 @@ impl Round {
         self.verdict = Some(verdict);
     }
 
-    /// Judges the phase when every request has its reply.
+    /// Judges the phase as soon as it is decidable ([`Round::decidable`]); its requests still
+    /// unanswered then become late ones (judged as [`NodeCause::Unanswered`]).
     fn advance(&mut self, now: Instant) {
-        if self.slots.iter().any(|s| s.reply.is_none()) || self.is_done() {
+        if self.is_done() || !self.decidable() {
             return;
         }
-        let replies: Vec<(usize, NodeReply)> = std::mem::take(&mut self.slots)
-            .into_iter()
-            .filter_map(|s| s.reply.map(|r| (s.node, r)))
-            .collect();
+        let mut replies: Vec<(usize, Option<NodeReply>)> = Vec::new();
+        for mut s in std::mem::take(&mut self.slots) {
+            match s.reply.take() {
+                Some(r) => replies.push((s.node, Some(r))),
+                None => {
+                    replies.push((s.node, None));
+                    // Only a request the driver has taken is in flight.
+                    if s.kind.take().is_none() {
+                        self.late.push(s);
+                    }
+                }
+            }
+        }
         match std::mem::replace(&mut self.stage, Stage::Done) {
             Stage::Acquire => self.acquire_phase(replies, now),
             Stage::Raise { token } => self.raise_phase(token, replies, now),
@@ -781,6 +931,130 @@ impl Round {
             Stage::Remaining => self.remaining_phase(replies, now),
             Stage::Inspect => self.inspect_phase(replies, now),
             Stage::Done => {}
+        }
+    }
+
+    /// Whether the current phase can be judged now. Every phase is once every request has
+    /// its reply; earlier, as soon as the outcome cannot change with the missing replies:
+    ///
+    /// - acquire: a quorum granted (the validity, judged now, only shrinks by waiting), or
+    ///   so few can still grant that a quorum is out of reach;
+    /// - raise: likewise with the nodes that raised;
+    /// - renew, release: a quorum succeeded, a quorum said "not ours", or neither can still
+    ///   happen (a quorum of one answer and a quorum of the other cannot both exist);
+    /// - cleanup, remaining, inspect: never early (the cleanup must know every node's answer
+    ///   to report its effect truthfully; remaining and inspect combine every answer: the
+    ///   `q`-th largest remaining time, the maximum counter and mark).
+    fn decidable(&self) -> bool {
+        let pending = self.slots.iter().filter(|s| s.reply.is_none()).count();
+        if pending == 0 {
+            return true;
+        }
+        let q = self.quorum.quorum;
+        let count = |f: &dyn Fn(&NodeReply) -> bool| {
+            self.slots
+                .iter()
+                .filter(|s| s.reply.as_ref().is_some_and(f))
+                .count()
+        };
+        let either =
+            |yes: usize, no: usize| yes >= q || no >= q || (yes + pending < q && no + pending < q);
+        match (&self.stage, &self.kind) {
+            (Stage::Acquire, Kind::Acquire { fenced, .. }) => {
+                let granted = count(&|r| {
+                    matches!(r, NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))
+                        if !*fenced || token.is_some())
+                });
+                granted >= q || granted + pending < q
+            }
+            (Stage::Raise { .. }, _) => {
+                let raised = count(&|r| matches!(r, NodeReply::Raise(Ok(true))));
+                raised >= q || raised + pending < q
+            }
+            (Stage::Renew, _) => either(
+                count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::Renewed)))),
+                count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::NotHeld)))),
+            ),
+            (Stage::Release, _) => either(
+                count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::Released)))),
+                count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::NotHeld)))),
+            ),
+            _ => false,
+        }
+    }
+
+    /// A reply to a request of a phase judged without it. Before the verdict (a failed
+    /// acquire cleaning up) it replaces that node's [`NodeCause::Unanswered`] with what the
+    /// node said (a late success removes the cause and counts among the successes of the
+    /// phase it belongs to; a late `Held` joins the holders the verdict is drawn from). After
+    /// the verdict it changes nothing: a late grant after a granted acquire is simply held by
+    /// our owner until the release (which goes to every node) or its TTL.
+    fn absorb_late(&mut self, slot: &Slot, reply: NodeReply) {
+        if self.is_done() {
+            return;
+        }
+        let Some(pos) = self
+            .causes
+            .iter()
+            .position(|c| c.index == slot.node && matches!(c.cause, NodeCause::Unanswered))
+        else {
+            return;
+        };
+        let cause = match reply {
+            NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
+                self.fence_seen = self.fence_seen.max(fence.counter);
+                let fenced = matches!(self.kind, Kind::Acquire { fenced: true, .. });
+                if fenced && token.is_none() {
+                    Some(NodeCause::Error(BackendError::Protocol(
+                        "a fenced acquire granted no token".into(),
+                    )))
+                } else {
+                    None
+                }
+            }
+            NodeReply::Raise(Ok(true))
+            | NodeReply::Renew(Ok(RenewOutcome::Renewed))
+            | NodeReply::Release(Ok(ReleaseOutcome::Released))
+            | NodeReply::Remaining(Ok(_))
+            | NodeReply::Inspect(Ok(_)) => None,
+            NodeReply::Acquire(Ok(AcquireOutcome::Held {
+                holder,
+                remaining,
+                fence,
+            })) => {
+                self.fence_seen = self.fence_seen.max(fence.counter);
+                if let Kind::Acquire { held, .. } = &mut self.kind {
+                    held.push((holder.clone(), remaining));
+                }
+                Some(NodeCause::Held { holder })
+            }
+            NodeReply::Raise(Ok(false))
+            | NodeReply::Renew(Ok(RenewOutcome::NotHeld))
+            | NodeReply::Release(Ok(ReleaseOutcome::NotHeld)) => Some(NodeCause::NotOurs),
+            NodeReply::Acquire(Err(e))
+            | NodeReply::Raise(Err(e))
+            | NodeReply::Renew(Err(e))
+            | NodeReply::Release(Err(e))
+            | NodeReply::Remaining(Err(e))
+            | NodeReply::Inspect(Err(e)) => Some(NodeCause::Error(e)),
+            NodeReply::TimedOut => Some(NodeCause::Error(self.timeout())),
+        };
+        match cause {
+            Some(cause) => self.causes[pos].cause = cause,
+            None => {
+                self.causes.remove(pos);
+                // A late success counts where it belongs: a late grant with a failed acquire
+                // phase, a late raise with a failed raise phase.
+                if let Stage::Cleanup {
+                    failure: Some((failure, successes)),
+                } = &mut self.stage
+                {
+                    let raise = matches!(failure, RoundFailure::RaiseFailed { .. });
+                    if raise == (slot.expects == "raise") {
+                        *successes += 1;
+                    }
+                }
+            }
         }
     }
 
@@ -800,7 +1074,7 @@ impl Round {
         }
     }
 
-    fn acquire_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn acquire_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let Kind::Acquire { fenced, ttl, .. } = self.kind else {
             return;
         };
@@ -808,7 +1082,7 @@ impl Round {
         let mut held = Vec::new();
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
+                Some(NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence }))) => {
                     self.fence_seen = self.fence_seen.max(fence.counter);
                     if fenced && token.is_none() {
                         NodeCause::Error(BackendError::Protocol(
@@ -819,17 +1093,18 @@ impl Round {
                         continue;
                     }
                 }
-                NodeReply::Acquire(Ok(AcquireOutcome::Held {
+                Some(NodeReply::Acquire(Ok(AcquireOutcome::Held {
                     holder,
                     remaining,
                     fence,
-                })) => {
+                }))) => {
                     self.fence_seen = self.fence_seen.max(fence.counter);
                     held.push((holder.clone(), remaining));
                     NodeCause::Held { holder }
                 }
-                NodeReply::Acquire(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Acquire(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -885,20 +1160,26 @@ impl Round {
         self.start_cleanup(Some((failure, acquired.len())), now);
     }
 
-    fn raise_phase(&mut self, token: Token, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn raise_phase(
+        &mut self,
+        token: Token,
+        replies: Vec<(usize, Option<NodeReply>)>,
+        now: Instant,
+    ) {
         let Kind::Acquire { ttl, .. } = self.kind else {
             return;
         };
         let mut raised = 0;
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Raise(Ok(true)) => {
+                Some(NodeReply::Raise(Ok(true))) => {
                     raised += 1;
                     continue;
                 }
-                NodeReply::Raise(Ok(false)) => NodeCause::NotOurs,
-                NodeReply::Raise(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Raise(Ok(false))) => NodeCause::NotOurs,
+                Some(NodeReply::Raise(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -940,14 +1221,15 @@ impl Round {
     fn cleanup_phase(
         &mut self,
         failure: Option<(RoundFailure, usize)>,
-        replies: Vec<(usize, NodeReply)>,
+        replies: Vec<(usize, Option<NodeReply>)>,
     ) {
         let mut cleanup_failures = Vec::new();
         for (i, reply) in replies {
             let error = match reply {
-                NodeReply::Release(Ok(_)) => continue,
-                NodeReply::Release(Err(e)) => e,
-                other => self.other_reply(other),
+                Some(NodeReply::Release(Ok(_))) => continue,
+                Some(NodeReply::Release(Err(e))) => e,
+                Some(other) => self.other_reply(other),
+                None => self.timeout(),
             };
             cleanup_failures.push(self.failure(i, NodeCause::Error(error)));
         }
@@ -1018,23 +1300,24 @@ impl Round {
             .filter(|v| !v.is_zero())
     }
 
-    fn renew_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn renew_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let Kind::Renew { ttl, .. } = self.kind else {
             return;
         };
         let (mut renewed, mut not_ours) = (0, 0);
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Renew(Ok(RenewOutcome::Renewed)) => {
+                Some(NodeReply::Renew(Ok(RenewOutcome::Renewed))) => {
                     renewed += 1;
                     continue;
                 }
-                NodeReply::Renew(Ok(RenewOutcome::NotHeld)) => {
+                Some(NodeReply::Renew(Ok(RenewOutcome::NotHeld))) => {
                     not_ours += 1;
                     NodeCause::NotOurs
                 }
-                NodeReply::Renew(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Renew(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -1062,20 +1345,21 @@ impl Round {
         self.decide(Verdict::Renew(Err(error)));
     }
 
-    fn release_phase(&mut self, replies: Vec<(usize, NodeReply)>) {
+    fn release_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>) {
         let (mut released, mut not_ours) = (0, 0);
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Release(Ok(ReleaseOutcome::Released)) => {
+                Some(NodeReply::Release(Ok(ReleaseOutcome::Released))) => {
                     released += 1;
                     continue;
                 }
-                NodeReply::Release(Ok(ReleaseOutcome::NotHeld)) => {
+                Some(NodeReply::Release(Ok(ReleaseOutcome::NotHeld))) => {
                     not_ours += 1;
                     NodeCause::NotOurs
                 }
-                NodeReply::Release(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Release(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -1090,23 +1374,24 @@ impl Round {
         self.decide(Verdict::Release(Err(error)));
     }
 
-    fn remaining_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn remaining_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let elapsed = now - self.start;
         self.elapsed = Some(elapsed);
         let mut ours = Vec::new();
         let mut not_ours = 0;
         for (i, reply) in replies {
             let cause = match reply {
-                NodeReply::Remaining(Ok(Some(d))) => {
+                Some(NodeReply::Remaining(Ok(Some(d)))) => {
                     ours.push(d);
                     continue;
                 }
-                NodeReply::Remaining(Ok(None)) => {
+                Some(NodeReply::Remaining(Ok(None))) => {
                     not_ours += 1;
                     NodeCause::NotOurs
                 }
-                NodeReply::Remaining(Err(e)) => NodeCause::Error(e),
-                other => NodeCause::Error(self.other_reply(other)),
+                Some(NodeReply::Remaining(Err(e))) => NodeCause::Error(e),
+                Some(other) => NodeCause::Error(self.other_reply(other)),
+                None => NodeCause::Unanswered,
             };
             self.causes.push(self.failure(i, cause));
         }
@@ -1121,18 +1406,19 @@ impl Round {
         self.decide(Verdict::Remaining(verdict));
     }
 
-    fn inspect_phase(&mut self, replies: Vec<(usize, NodeReply)>, now: Instant) {
+    fn inspect_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
         let elapsed = now - self.start;
         self.elapsed = Some(elapsed);
         let mut infos = Vec::new();
         for (i, reply) in replies {
             let error = match reply {
-                NodeReply::Inspect(Ok(info)) => {
+                Some(NodeReply::Inspect(Ok(info))) => {
                     infos.push(info);
                     continue;
                 }
-                NodeReply::Inspect(Err(e)) => e,
-                other => self.other_reply(other),
+                Some(NodeReply::Inspect(Err(e))) => e,
+                Some(other) => self.other_reply(other),
+                None => self.timeout(),
             };
             self.causes.push(self.failure(i, NodeCause::Error(error)));
         }

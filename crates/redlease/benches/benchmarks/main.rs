@@ -13,6 +13,7 @@
 //! in `docs/benchmarks.md` come from it). Without `--bench` (as `cargo test --all-targets`
 //! runs it) every routine runs once, as a smoke test.
 
+mod compare;
 mod failover;
 mod idle;
 mod ops;
@@ -48,6 +49,7 @@ fn main() {
     ops::lock_cycle(&mut c, &rt, &env);
     ops::lock_cycle_concurrent(&mut c, &rt, &env);
     ops::redlock(&mut c, &rt, &env);
+    ops::redlock_slow_node(&mut c, &rt, &env);
     let failovers = failover::bench(&mut c, &rt, &env);
     c.final_summary();
 
@@ -56,7 +58,9 @@ fn main() {
         let idle = rt
             .block_on(idle::measure(Duration::from_secs(10)))
             .expect("idle measurement");
-        let text = report::render(&out_dir, &env, &paired, &failovers, &idle);
+        let compared = rt.block_on(compare::interleaved(&env, 1_500));
+        let mut text = report::render(&out_dir, &env, &paired, &failovers, &idle);
+        text.push_str(&compare::render(&compared));
         println!("\n{text}");
         let path = out_dir.join("redlease-report.md");
         match std::fs::write(&path, &text) {
@@ -75,6 +79,8 @@ fn main() {
         };
         let paired = rt.block_on(ops::paired(&env, 4));
         assert!(!paired.is_empty());
+        let compared = rt.block_on(compare::interleaved(&env, 4));
+        assert_eq!(compared.cycles, 4);
         let idle = rt
             .block_on(idle::measure(Duration::from_millis(800)))
             .expect("idle measurement (leader elected, follower following)");

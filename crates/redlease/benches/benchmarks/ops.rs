@@ -17,6 +17,7 @@ use redlease::{Fencing, LeaseBackend, LockOptions, Locker, Token, Ttl};
 use tokio::runtime::Runtime;
 
 use crate::setup::Env;
+use lease_testkit::proxy::{FaultProxy, Mode};
 
 type Backend = RedisBackend<MultiplexedConnection>;
 
@@ -311,6 +312,59 @@ pub(crate) fn redlock(c: &mut Criterion, rt: &Runtime, env: &Env) {
     g.finish();
 }
 
+/// The slow-node Redlock set: servers 0, 1 and 2 behind latency proxies of 1, 1 and 20 ms
+/// (one way, each direction), and the single-node baseline on server 3 behind a 1 ms proxy.
+pub(crate) struct SlowNode {
+    _proxies: Vec<FaultProxy>,
+    pub(crate) single: Locker<Backend>,
+    pub(crate) r3: Locker<Quorum>,
+}
+
+/// Starts the proxies of [`SlowNode`] and connects through them.
+pub(crate) async fn slow_node(env: &Env) -> SlowNode {
+    let mut proxies = Vec::new();
+    let mut conns = Vec::new();
+    for (server, ms) in env.servers[..4].iter().zip([1u64, 1, 20, 1]) {
+        let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
+        proxy.set_mode(Mode::Latency(Duration::from_millis(ms)));
+        let client = redis::Client::open(proxy.url()).expect("proxy url");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect through the proxy");
+        proxies.push(proxy);
+        conns.push(conn);
+    }
+    let single = Locker::new(RedisBackend::new(conns[3].clone()));
+    let nodes = proxies[..3]
+        .iter()
+        .zip(&conns)
+        .map(|(p, c)| Node::new(p.addr().to_string(), RedisBackend::new(c.clone())))
+        .collect();
+    let r3 = Locker::new(RedlockBackend::new(nodes, RedlockConfig::new()).expect("redlock nodes"));
+    SlowNode {
+        _proxies: proxies,
+        single,
+        r3,
+    }
+}
+
+/// A Redlock round returns at quorum: 3 nodes, one 20 ms away, against a single node 1 ms
+/// away (the goal of issue 16: ≤ 1.15×; a wait-for-all round pays the slow node, ~10×).
+pub(crate) fn redlock_slow_node(c: &mut Criterion, rt: &Runtime, env: &Env) {
+    let set = rt.block_on(slow_node(env));
+    let mut g = c.benchmark_group("redlock_slow_node");
+    g.bench_function("single_at_1ms", |b| {
+        b.to_async(rt)
+            .iter(|| locker_cycle(&set.single, "bench:slow:single"))
+    });
+    g.bench_function("redlock_3_one_at_20ms", |b| {
+        b.to_async(rt)
+            .iter(|| locker_cycle(&set.r3, "bench:slow:r3"))
+    });
+    g.finish();
+}
+
 /// One paired comparison: `op` and `base` alternated, each timed, medians compared.
 #[derive(Debug, Clone)]
 pub(crate) struct Paired {
@@ -452,6 +506,16 @@ pub(crate) async fn paired(env: &Env, n: usize) -> Vec<Paired> {
             n,
             || time(locker_cycle(&r5, "bench:paired:r5")),
             single,
+        )
+        .await,
+    );
+    let slow = slow_node(env).await;
+    out.push(
+        pair(
+            "redlock_3_slow_node",
+            n.min(500),
+            || time(locker_cycle(&slow.r3, "bench:paired:slow:r3")),
+            || time(locker_cycle(&slow.single, "bench:paired:slow:single")),
         )
         .await,
     );

@@ -138,6 +138,14 @@ const ROWS: &[Row] = &[
         paired: Some("redlock_5"),
         goal: None,
     },
+    Row {
+        what: "Redlock 3 nodes (two behind 1 ms one-way latency, one behind 20 ms) vs single node behind 1 ms (lock cycle)",
+        group: "redlock_slow_node",
+        op: "redlock_3_one_at_20ms",
+        base: "single_at_1ms",
+        paired: Some("redlock_3_slow_node"),
+        goal: Some(1.15),
+    },
 ];
 
 pub(crate) fn render(
