@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::quorum::{Quorum, Round, Verdict};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, ConfigError, Instant, LeaseBackend, LeaseInfo,
@@ -12,6 +13,7 @@ use lease_core::{
 };
 
 use crate::node::QuorumNode;
+use crate::notify::Fanin;
 use crate::round::{Flights, drive};
 
 /// The default drift factor: 1 % of the TTL (plus 2 ms) is set aside for clock-rate drift.
@@ -158,6 +160,8 @@ pub struct RedlockBackend<N> {
     machine: Quorum,
     config: RedlockConfig,
     flights: Arc<Flights>,
+    /// Release notices relayed from every node (see [`crate::notify`]).
+    fanin: Arc<Fanin>,
 }
 
 impl<N: QuorumNode> fmt::Debug for RedlockBackend<N> {
@@ -199,6 +203,7 @@ impl<N: QuorumNode> RedlockBackend<N> {
             machine,
             config,
             flights: Arc::default(),
+            fanin: Arc::default(),
         })
     }
 
@@ -302,6 +307,18 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
     /// Every node must accept the lease.
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.nodes().iter().try_for_each(|n| n.check_spec(spec))
+    }
+
+    /// A watch fed by every node's notices (each node's backend needs its own subscriber, as
+    /// [`Node::connect`](crate::Node::connect) gives it); see [`crate::notify`].
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        let key = spec.keys().first()?;
+        self.fanin.watch(key, role, || {
+            self.nodes
+                .iter()
+                .filter_map(|n| n.release_watch(spec, WatchRole::Observer))
+                .collect()
+        })
     }
 
     /// The drift allowance `ceil(ttl × drift) + 2 ms`: the driver's local deadline must not

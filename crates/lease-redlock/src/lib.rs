@@ -59,6 +59,7 @@
 mod backend;
 pub mod error;
 mod node;
+pub mod notify;
 mod round;
 
 #[doc(hidden)]

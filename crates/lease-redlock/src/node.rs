@@ -145,6 +145,10 @@ impl RedisNode<redis::aio::ConnectionManager> {
     /// The manager gets no response timeout of its own: every call is bounded by the quorum's
     /// operation timeout, which may exceed redis-rs's default of 500 ms. Build the connection
     /// yourself and use [`Node::new`] for other settings.
+    ///
+    /// The node's backend has its own release-notice subscriber ([`lease_redis::ReleaseNotices`],
+    /// opened when a waiter first needs it), so a [`crate::RedlockBackend`] over such nodes
+    /// wakes its followers and waiters on a release (see [`crate::notify`]).
     pub async fn connect(client: redis::Client) -> Result<Self, redis::RedisError> {
         let id = client_address(&client);
         let config = redis::aio::ConnectionManagerConfig::new()
@@ -152,7 +156,11 @@ impl RedisNode<redis::aio::ConnectionManager> {
             .set_response_timeout(None)
             .set_number_of_retries(1);
         let conn = client.get_connection_manager_with_config(config).await?;
-        Ok(Node::new(id, RedisBackend::new(conn)))
+        let notices = lease_redis::ReleaseNotices::new(client);
+        Ok(Node::new(
+            id,
+            RedisBackend::new(conn).with_release_notices(notices),
+        ))
     }
 }
 
@@ -195,6 +203,13 @@ impl<B: LeaseBackend> LeaseBackend for Node<B> {
     }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.backend.check_spec(spec)
+    }
+    fn release_watch(
+        &self,
+        spec: &LeaseSpec,
+        role: lease_core::notify::WatchRole,
+    ) -> Option<lease_core::notify::ReleaseWatch> {
+        self.backend.release_watch(spec, role)
     }
     async fn preflight(&self) -> Result<lease_core::preflight::StoreReport, BackendError> {
         self.backend.preflight().await

@@ -9,9 +9,10 @@
 //!
 //! - a notice from **any** node wakes the Redlock hub (a quorum of notices is not needed: the
 //!   attempt decides);
-//! - one release arrives from every node within a round's spread, so the wakes that follow
-//!   a forwarded one within [`DEDUP`] are absorbed (one attempt per release, not N); a release
-//!   whose notices all fall in that window is found by the waiters' poll;
+//! - one release arrives from every node; the nodes' wakes that are pending together are
+//!   forwarded as one, the others each wake one more contender of this process (at most N
+//!   attempts per release, and no notice is ever dropped: a time window that absorbed
+//!   "duplicates" would also swallow the next release);
 //! - the hub is live while some relay is (checked at every forwarded wake).
 //!
 //! The task ends when the hub is dropped (its last watch is gone), dropping the relays, so
@@ -20,12 +21,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::Poll;
-use std::time::Duration;
 
 use lease_core::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
-
-/// How long after a forwarded wake the nodes' further wakes are absorbed as the same release.
-pub const DEDUP: Duration = Duration::from_millis(10);
 
 /// The Redlock-level hubs, by the lease's first key.
 #[derive(Debug, Default)]
@@ -115,7 +112,11 @@ async fn forward(hub: Weak<ReleaseHub>, mut relays: Vec<ReleaseWatch>) {
             for r in relays.iter_mut() {
                 woken |= r.poll_notified(cx).is_ready();
             }
-            if woken { Poll::Ready(()) } else { Poll::Pending }
+            if woken {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
         })
         .await;
         let Some(h) = hub.upgrade() else {
@@ -123,17 +124,13 @@ async fn forward(hub: Weak<ReleaseHub>, mut relays: Vec<ReleaseWatch>) {
         };
         h.set_live(relays.iter().any(ReleaseWatch::is_live));
         h.notify();
-        drop(h);
-        tokio::time::sleep(DEDUP).await;
-        for r in relays.iter_mut() {
-            r.take_wake();
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     struct Nothing;
     impl HubLink for Nothing {
@@ -164,9 +161,10 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), w.notified())
             .await
             .expect("woken");
-        tokio::time::sleep(DEDUP * 5).await;
-        assert!(!w.take_wake(), "the other nodes' notices were the same release");
         assert!(w.is_live());
+        // The other nodes' notices of the same release may wake it once more (never lost).
+        tokio::task::yield_now().await;
+        let _ = w.take_wake();
         // A later release on one node only (the others lost it) still wakes.
         nodes[2].notify();
         tokio::time::timeout(Duration::from_secs(5), w.notified())
