@@ -73,6 +73,8 @@ async fn a_paused_node_does_not_hold_up_the_acquire() {
     // Load the scripts everywhere first, so requests queued at the paused node run on resume.
     let t0 = token_of(&b.acquire(&acq(&spec, "warm", 2000)).await.unwrap());
     b.release(&release(&spec, "warm")).await.unwrap();
+    // A round returns at quorum: let the other nodes' warm-up requests finish first.
+    must_complete("late requests settle", b.settled()).await;
 
     servers[2].pause().await.unwrap();
     let got = within_rounds(
@@ -165,6 +167,8 @@ async fn a_majority_partition_does_not_acquire_and_leaves_nothing_behind() {
     // Load the scripts on every server: requests queued at the partition then run as sent.
     b.acquire(&acq(&spec, "warm", 2000)).await.unwrap();
     b.release(&release(&spec, "warm")).await.unwrap();
+    // A round returns at quorum: let the other nodes' warm-up requests finish first.
+    must_complete("late requests settle", b.settled()).await;
 
     for i in [0, 2, 4] {
         proxies[i].set_mode(Mode::Blackhole);
@@ -223,6 +227,8 @@ async fn a_partial_acquisition_is_cleaned_up_and_others_values_are_kept() {
     let spec = fenced_lock(KEY);
     b.acquire(&acq(&spec, "warm", 2000)).await.unwrap();
     b.release(&release(&spec, "warm")).await.unwrap();
+    // A round returns at quorum: let the other nodes' warm-up requests finish first.
+    must_complete("late requests settle", b.settled()).await;
 
     // Another owner holds node 0, node 2 is paused: only node 1 can be won.
     set_px(&mut raw[0], KEY, "other", 60_000).await;
