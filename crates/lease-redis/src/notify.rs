@@ -99,6 +99,16 @@ pub struct NoticeStats {
 struct Shared {
     hubs: Mutex<HashMap<String, Weak<ReleaseHub>>>,
     stats: Mutex<NoticeStats>,
+    /// What the subscriber task needs, until the first activation starts it.
+    start: Mutex<Option<Unstarted>>,
+}
+
+/// The subscriber task's source and command channel, before it runs. (Not the task itself:
+/// it holds the `Shared` this sits in, and a subscriber never started must not keep it alive.)
+type Unstarted = (Source, mpsc::UnboundedReceiver<String>);
+
+fn lock_start(m: &Mutex<Option<Unstarted>>) -> MutexGuard<'_, Option<Unstarted>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {
@@ -126,9 +136,10 @@ impl Shared {
 /// One subscriber connection for release notices, shared by every backend and waiter it is
 /// given to. Cheap to clone. See the [module docs](self).
 ///
-/// It needs a tokio runtime: its task starts with the first [`ReleaseNotices::new`] call and
-/// ends when every clone and every watch on it are gone. It opens its connection only when a
-/// waiter first needs it.
+/// Its task starts, on the tokio runtime of the first waiter that needs notices, when that
+/// waiter activates its watch (so building one needs no runtime, and one that is never
+/// needed costs no task and no connection); it ends when every clone and every watch on it
+/// are gone.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -154,7 +165,7 @@ impl fmt::Debug for ReleaseNotices {
 
 impl ReleaseNotices {
     /// A subscriber that opens its pub/sub connections with `client` (TLS and credentials
-    /// as configured on it). Must be called inside a tokio runtime.
+    /// as configured on it).
     pub fn new(client: redis::Client) -> ReleaseNotices {
         ReleaseNotices::spawn(Source::Standalone(Box::new(client)))
     }
@@ -182,7 +193,8 @@ impl ReleaseNotices {
     fn spawn(source: Source) -> ReleaseNotices {
         let shared = Arc::new(Shared::default());
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Subscriber::new(source, Arc::clone(&shared), rx).run());
+        // Started by the first activation (a waiter that needs notices), on its runtime.
+        *lock_start(&shared.start) = Some((source, rx));
         ReleaseNotices { shared, commands }
     }
 
@@ -194,6 +206,7 @@ impl ReleaseNotices {
                 Some(hub) => hub,
                 None => {
                     let hub = ReleaseHub::new(Link {
+                        shared: Arc::clone(&self.shared),
                         channel: channel.to_owned(),
                         commands: self.commands.clone(),
                     });
@@ -218,6 +231,7 @@ impl ReleaseNotices {
 
 /// Tells the subscriber task which channel to reconcile.
 struct Link {
+    shared: Arc<Shared>,
     channel: String,
     commands: mpsc::UnboundedSender<String>,
 }
@@ -226,6 +240,21 @@ impl HubLink for Link {
     fn activate(&self) {
         // The task ends only when every sender is gone, and this link holds one.
         let _ = self.commands.send(self.channel.clone());
+        let mut start = lock_start(&self.shared.start);
+        if start.is_some() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    if let Some((source, rx)) = start.take() {
+                        rt.spawn(Subscriber::new(source, Arc::clone(&self.shared), rx).run());
+                    }
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "release notices: activated outside a tokio runtime; waiters poll until a waiter on a runtime activates them"
+                    );
+                }
+            }
+        }
     }
 
     fn idle(&self) {
@@ -620,5 +649,22 @@ mod tests {
             assert_eq!(slot::key_slot(&ch), slot::key_slot(key), "{key} -> {ch}");
         }
         assert_eq!(notice_channel("a}b{c", Topology::Cluster), "a}b{c");
+    }
+
+    #[test]
+    fn building_needs_no_runtime_and_an_unused_subscriber_is_freed() {
+        let client = redis::Client::open("redis://127.0.0.1:1/").expect("url");
+        let notices = ReleaseNotices::new(client);
+        let shared = Arc::downgrade(&notices.shared);
+        let watch = notices.watch("redlease:released:k", WatchRole::Contender);
+        // No runtime here: the task cannot start; the watch simply never goes live.
+        watch.activate();
+        assert!(!watch.is_live());
+        drop(watch);
+        drop(notices);
+        assert!(
+            shared.upgrade().is_none(),
+            "nothing keeps the subscriber alive"
+        );
     }
 }
