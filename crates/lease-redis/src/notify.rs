@@ -262,6 +262,20 @@ impl HubLink for Link {
     }
 }
 
+impl Drop for Link {
+    /// The hub is gone (its last watch dropped): forget its entry, unless a new hub took the
+    /// channel meanwhile. Without this, every key ever locked would leave an entry behind.
+    fn drop(&mut self) {
+        let mut hubs = self.shared.hubs();
+        if hubs
+            .get(&self.channel)
+            .is_some_and(|h| h.strong_count() == 0)
+        {
+            hubs.remove(&self.channel);
+        }
+    }
+}
+
 /// Why a connection's loop ended.
 enum Ended {
     /// Every handle and watch is gone.
@@ -649,6 +663,19 @@ mod tests {
             assert_eq!(slot::key_slot(&ch), slot::key_slot(key), "{key} -> {ch}");
         }
         assert_eq!(notice_channel("a}b{c", Topology::Cluster), "a}b{c");
+    }
+
+    #[test]
+    fn hubs_of_uncontended_keys_leave_nothing_behind() {
+        let client = redis::Client::open("redis://127.0.0.1:1/").expect("url");
+        let notices = ReleaseNotices::new(client);
+        for i in 0..100 {
+            drop(notices.watch(&format!("redlease:released:k{i}"), WatchRole::Contender));
+        }
+        let kept = notices.watch("redlease:released:kept", WatchRole::Contender);
+        assert_eq!(notices.shared.hubs().len(), 1);
+        drop(kept);
+        assert!(notices.shared.hubs().is_empty());
     }
 
     #[test]

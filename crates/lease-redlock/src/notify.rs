@@ -27,7 +27,7 @@ use lease_core::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
 /// The Redlock-level hubs, by the lease's first key.
 #[derive(Debug, Default)]
 pub(crate) struct Fanin {
-    hubs: Mutex<HashMap<String, Weak<ReleaseHub>>>,
+    hubs: Arc<Mutex<HashMap<String, Weak<ReleaseHub>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -44,7 +44,6 @@ impl Fanin {
         relays: impl FnOnce() -> Vec<ReleaseWatch>,
     ) -> Option<ReleaseWatch> {
         let mut hubs = lock(&self.hubs);
-        hubs.retain(|_, h| h.strong_count() > 0);
         if let Some(hub) = hubs.get(key).and_then(Weak::upgrade) {
             return Some(hub.watch(role));
         }
@@ -57,7 +56,11 @@ impl Fanin {
             relays: Mutex::new(Some(relays)),
             task: Mutex::new(None),
         });
-        let hub = ReleaseHub::new(Relay(Arc::clone(&state)));
+        let hub = ReleaseHub::new(Relay {
+            state: Arc::clone(&state),
+            key: key.to_owned(),
+            hubs: Arc::downgrade(&self.hubs),
+        });
         let _ = state.hub.set(Arc::downgrade(&hub));
         hubs.insert(key.to_owned(), Arc::downgrade(&hub));
         Some(hub.watch(role))
@@ -81,14 +84,30 @@ impl Drop for LinkState {
 }
 
 /// The Redlock hub's link: activation starts the relays and the forwarding task.
-struct Relay(Arc<LinkState>);
+struct Relay {
+    state: Arc<LinkState>,
+    key: String,
+    hubs: Weak<Mutex<HashMap<String, Weak<ReleaseHub>>>>,
+}
+
+impl Drop for Relay {
+    /// The hub is gone: forget its entry (unless a new hub took the key meanwhile).
+    fn drop(&mut self) {
+        if let Some(hubs) = self.hubs.upgrade() {
+            let mut hubs = lock(&hubs);
+            if hubs.get(&self.key).is_some_and(|h| h.strong_count() == 0) {
+                hubs.remove(&self.key);
+            }
+        }
+    }
+}
 
 impl HubLink for Relay {
     fn activate(&self) {
-        let Some(relays) = lock(&self.0.relays).take() else {
+        let Some(relays) = lock(&self.state.relays).take() else {
             return;
         };
-        let Some(hub) = self.0.hub.get().cloned() else {
+        let Some(hub) = self.state.hub.get().cloned() else {
             return;
         };
         for r in &relays {
@@ -96,7 +115,7 @@ impl HubLink for Relay {
         }
         // Called from a driver on a tokio runtime (the drivers activate their watches).
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            *lock(&self.0.task) = Some(rt.spawn(forward(hub, relays)));
+            *lock(&self.state.task) = Some(rt.spawn(forward(hub, relays)));
         }
     }
 
@@ -176,5 +195,19 @@ mod tests {
     fn no_node_with_notices_means_no_watch() {
         let fanin = Fanin::default();
         assert!(fanin.watch("k", WatchRole::Contender, Vec::new).is_none());
+    }
+
+    #[test]
+    fn hubs_of_uncontended_keys_leave_nothing_behind() {
+        let node = ReleaseHub::new(Nothing);
+        let fanin = Fanin::default();
+        for i in 0..50 {
+            let w = fanin.watch(&format!("k{i}"), WatchRole::Contender, || {
+                vec![node.watch(WatchRole::Observer)]
+            });
+            drop(w);
+        }
+        assert!(lock(&fanin.hubs).is_empty());
+        assert_eq!(node.watches(), 0, "the relays are gone too");
     }
 }
