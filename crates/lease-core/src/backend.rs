@@ -462,6 +462,78 @@ impl BackendError {
     pub fn is_outcome_unknown(&self) -> bool {
         self.effect() == Effect::Unknown
     }
+
+    /// A copy of this error for each request of a batch that one failure ended (a pipeline
+    /// whose connection broke, a batch that timed out): the same variant, so the same
+    /// [`Effect`] and [`is_transient`](Self::is_transient); a boxed source is kept as its
+    /// message.
+    ///
+    /// ```
+    /// use lease_core::BackendError;
+    /// let e = BackendError::OutcomeUnknown("connection reset".into());
+    /// let copy = e.duplicate();
+    /// assert!(copy.is_outcome_unknown() && copy.is_transient());
+    /// assert_eq!(copy.to_string(), e.to_string());
+    /// ```
+    pub fn duplicate(&self) -> BackendError {
+        let boxed = |e: &BoxError| -> BoxError { e.to_string().into() };
+        match self {
+            BackendError::Unavailable(e) => BackendError::Unavailable(boxed(e)),
+            BackendError::OutcomeUnknown(e) => BackendError::OutcomeUnknown(boxed(e)),
+            BackendError::Timeout(d) => BackendError::Timeout(*d),
+            BackendError::Invalid(m) => BackendError::Invalid(m.clone()),
+            BackendError::Refused(m) => BackendError::Refused(m.clone()),
+            BackendError::Protocol(m) => BackendError::Protocol(m.clone()),
+            BackendError::TokenExhausted(m) => BackendError::TokenExhausted(m.clone()),
+            BackendError::TokenRegression { previous, minted } => BackendError::TokenRegression {
+                previous: *previous,
+                minted: *minted,
+            },
+            BackendError::Other(e) => BackendError::Other(boxed(e)),
+        }
+    }
+}
+
+/// How many leases the Redis backend renews in one script call of a batch
+/// ([`LeaseBackend::renew_many`]); a larger batch is several calls in one pipeline, so no
+/// single call holds the server for long.
+pub const RENEW_BATCH_CHUNK: usize = 128;
+
+/// Every [`LeaseBackend::renew`] of `reqs` on `backend`, concurrently; the outcomes in order.
+/// The default [`LeaseBackend::renew_many`], for overrides that fall back to it.
+pub async fn renew_each<B: LeaseBackend + ?Sized>(
+    backend: &B,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>> {
+    join_all(reqs.iter().map(|r| backend.renew(r)).collect()).await
+}
+
+/// Runs `futures` concurrently; their outputs in order (no runtime needed).
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pending: Vec<Option<std::pin::Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (slot, out) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 /// A store of leases. Implemented by the Redis, Redlock and in-memory backends.
@@ -476,6 +548,17 @@ pub trait LeaseBackend: Send + Sync + 'static {
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError>;
     /// Releases the lease if still ours.
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError>;
+    /// Extends several leases at once: one outcome per request, in order, each with the
+    /// meaning of [`LeaseBackend::renew`] for that request alone (one lease's refusal or
+    /// `NotHeld` never affects another's). Drivers that hold many leases call it with the
+    /// renewals that fall due together (`lease-tokio`'s locks do).
+    ///
+    /// The default runs every [`LeaseBackend::renew`] concurrently. Backends that can carry a
+    /// batch in fewer round trips override it (the Redis backend: one script call per up to
+    /// [`RENEW_BATCH_CHUNK`] leases, all of them in one pipeline).
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        renew_each(self, reqs).await
+    }
     /// The minimum remaining TTL over the keys if every key is held by `owner`, else `None`.
     async fn remaining(
         &self,
@@ -530,6 +613,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         (**self).release(req).await
+    }
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        (**self).renew_many(reqs).await
     }
     async fn remaining(
         &self,

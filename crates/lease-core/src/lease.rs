@@ -149,8 +149,36 @@ impl HeldLease {
 
     /// The next renewal to send, if one is due at `now` and none is in flight.
     pub fn poll_renew(&mut self, now: Instant) -> Option<RenewOrder> {
+        self.poll_renew_within(now, Duration::ZERO)
+    }
+
+    /// Like [`HeldLease::poll_renew`], but a renewal due within `early` of `now` is sent now:
+    /// a driver that batches renewals lets the ones falling due together share one round trip.
+    ///
+    /// Renewing early never weakens the rules: the deadline a renewal grants is dated from its
+    /// own send, and the next one is due one renew interval after it. A lease renewed early
+    /// stays in step with the batch it joined, so in steady state each lease is still renewed
+    /// once per interval.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Instant, RenewOutcome, Ttl};
+    /// use lease_core::lease::{HeldLease, LeaseTiming};
+    /// let ms = Duration::from_millis;
+    /// let timing = LeaseTiming { ttl: Ttl::new(ms(3000))?, renew_interval: ms(1000), operation_timeout: None, margin: Duration::ZERO };
+    /// let mut lease = HeldLease::new(timing, None, Instant::ZERO, Instant::ZERO);
+    /// let first = lease.poll_renew(Instant::ZERO).expect("due at once");
+    /// lease.handle_renew(Instant::ZERO + ms(1), Ok(RenewOutcome::Renewed));
+    /// // The next one is due at 1000 ms; at 900 ms it is not due, but within a 125 ms window.
+    /// assert!(lease.poll_renew(Instant::ZERO + ms(900)).is_none());
+    /// let early = lease.poll_renew_within(Instant::ZERO + ms(900), ms(125)).expect("joins the batch");
+    /// assert_eq!(early.sent_at, Instant::ZERO + ms(900));
+    /// # let _ = first; Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn poll_renew_within(&mut self, now: Instant, early: Duration) -> Option<RenewOrder> {
         self.handle_timeout(now);
-        if self.lost.is_some() || self.ended || self.in_flight.is_some() || now < self.next_renew {
+        let due = now.checked_add(early).unwrap_or(now) >= self.next_renew;
+        if self.lost.is_some() || self.ended || self.in_flight.is_some() || !due {
             return None;
         }
         self.in_flight = Some(now);

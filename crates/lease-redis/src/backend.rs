@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::backend::{epoch_key_of, mark_key_of};
+use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::{
@@ -19,7 +19,9 @@ use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
 use crate::notify::{self, ReleaseNotices};
 use crate::replica::ReplicaAck;
 use crate::reply;
-use crate::scripts::{BodyCache, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW};
+use crate::scripts::{
+    BodyCache, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW, S_RENEW_MANY,
+};
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
 
@@ -347,6 +349,51 @@ where
             self.acknowledge(&mut conn).await?;
         }
         Ok(outcome)
+    }
+
+    /// On a standalone server, one `renew_many.lua` call per [`RENEW_BATCH_CHUNK`] leases, all
+    /// in one pipeline (and one `WAIT` after it with replica acknowledgement). On Redis Cluster
+    /// each lease's renewal goes to its own slot's node, all at once.
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        if self.topology == Topology::Cluster || reqs.len() < 2 {
+            return renew_each(self, reqs).await;
+        }
+        let calls: Vec<Call> = reqs
+            .chunks(RENEW_BATCH_CHUNK)
+            .map(|chunk| {
+                let mut call = Call::new();
+                for req in chunk {
+                    for k in req.spec.keys() {
+                        call.key(k);
+                    }
+                    call.arg(req.spec.keys().len())
+                        .arg(req.owner.as_str())
+                        .arg(req.ttl.as_millis());
+                }
+                call
+            })
+            .collect();
+        let mut conn = self.conn.clone();
+        let replies = match Call::run_pipelined(&calls, &mut conn, &S_RENEW_MANY).await {
+            Ok(replies) => replies,
+            Err(e) => return reqs.iter().map(|_| Err(e.duplicate())).collect(),
+        };
+        let mut out = Vec::with_capacity(reqs.len());
+        for (chunk, reply) in reqs.chunks(RENEW_BATCH_CHUNK).zip(replies) {
+            match reply.and_then(|v| reply::renew_many(&v, chunk.len())) {
+                Ok(outcomes) => out.extend(outcomes),
+                Err(e) => out.extend(chunk.iter().map(|_| Err(e.duplicate()))),
+            }
+        }
+        let renewed = out.iter().any(|r| matches!(r, Ok(RenewOutcome::Renewed)));
+        if renewed && let Err(e) = self.acknowledge(&mut conn).await {
+            for r in &mut out {
+                if matches!(r, Ok(RenewOutcome::Renewed)) {
+                    *r = Err(e.duplicate());
+                }
+            }
+        }
+        out
     }
 
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {

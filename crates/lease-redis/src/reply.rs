@@ -138,6 +138,31 @@ pub(crate) fn renew(v: &Value) -> Result<RenewOutcome, BackendError> {
     })
 }
 
+/// A `renew_many.lua` reply for `n` leases: one outcome each (`-1`: that lease's key has the
+/// wrong type, refused as `renew.lua` would refuse it).
+pub(crate) fn renew_many(
+    v: &Value,
+    n: usize,
+) -> Result<Vec<Result<RenewOutcome, BackendError>>, BackendError> {
+    let items = array("renew_many", v)?;
+    if items.len() != n {
+        return Err(protocol("renew_many", v));
+    }
+    items
+        .iter()
+        .map(|item| {
+            Ok(match int("renew_many", item)? {
+                1 => Ok(RenewOutcome::Renewed),
+                0 => Ok(RenewOutcome::NotHeld),
+                -1 => Err(BackendError::Refused(
+                    "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+                )),
+                _ => return Err(protocol("renew_many", item)),
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn release(v: &Value) -> Result<ReleaseOutcome, BackendError> {
     Ok(if flag("release", v)? {
         ReleaseOutcome::Released

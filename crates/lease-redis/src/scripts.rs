@@ -73,6 +73,8 @@ macro_rules! fence_script {
 pub const ACQUIRE: &str = plain_script!("acquire.lua");
 /// `renew.lua`: extend a lease held on every key.
 pub const RENEW: &str = plain_script!("renew.lua");
+/// `renew_many.lua`: renew.lua's rule for a batch of leases, one answer each.
+pub const RENEW_MANY: &str = plain_script!("renew_many.lua");
 /// `release.lua`: compare-and-delete, optionally only while the counter is at the term.
 pub const RELEASE: &str = plain_script!("release.lua");
 /// `pttl.lua`: the minimum remaining TTL of a lease held on every key.
@@ -96,9 +98,10 @@ pub const FENCE_EVAL_TEMPLATE: &str = fence_script!("fence_eval.lua");
 pub const BODY_MARKER: &str = "--@@BODY@@";
 
 /// Every fixed script, by file name.
-pub const ALL: [(&str, &str); 10] = [
+pub const ALL: [(&str, &str); 11] = [
     ("acquire.lua", ACQUIRE),
     ("renew.lua", RENEW),
+    ("renew_many.lua", RENEW_MANY),
     ("release.lua", RELEASE),
     ("pttl.lua", PTTL),
     ("inspect.lua", INSPECT),
@@ -158,6 +161,7 @@ macro_rules! script {
 
 script!(S_ACQUIRE, "acquire", ACQUIRE);
 script!(S_RENEW, "renew", RENEW);
+script!(S_RENEW_MANY, "renew_many", RENEW_MANY);
 script!(S_RELEASE, "release", RELEASE);
 script!(S_PTTL, "pttl", PTTL);
 script!(S_INSPECT, "inspect", INSPECT);
@@ -206,6 +210,80 @@ impl Call {
         cmd
     }
 
+    /// Runs one call of `script` per element of `calls` in one pipeline (one write, one
+    /// read): `EVALSHA` each, then, in a second pipeline, `EVAL` for those the server
+    /// answered `NOSCRIPT` (nothing of those ran). One result per call, in order; the outer
+    /// error is a failure of the pipeline itself (every call's outcome is then that error's).
+    pub(crate) async fn run_pipelined<C>(
+        calls: &[Call],
+        conn: &mut C,
+        script: &LuaScript,
+    ) -> Result<Vec<Result<Value, BackendError>>, BackendError>
+    where
+        C: ConnectionLike + Send,
+    {
+        tracing::debug!(
+            script = script.name,
+            calls = calls.len(),
+            "lease-redis: EVALSHA pipeline"
+        );
+        let mut out = Vec::with_capacity(calls.len());
+        let mut missing = Vec::new();
+        let sent = Call::pipeline(calls.iter(), "EVALSHA", script.hash.as_bytes(), conn).await?;
+        for (i, r) in sent.into_iter().enumerate() {
+            match r {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    missing.push(i);
+                    out.push(Err(BackendError::Protocol("NOSCRIPT".into())));
+                }
+                r => out.push(r.map_err(backend_error)),
+            }
+        }
+        if !missing.is_empty() {
+            tracing::debug!(
+                script = script.name,
+                calls = missing.len(),
+                "lease-redis: NOSCRIPT, sending EVAL"
+            );
+            let again = missing.iter().filter_map(|&i| calls.get(i));
+            let resent = Call::pipeline(again, "EVAL", script.code.as_bytes(), conn).await?;
+            for (&i, r) in missing.iter().zip(resent) {
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = r.map_err(backend_error);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends `calls` as `verb` in one pipeline; one result per call.
+    async fn pipeline<'a, C>(
+        calls: impl Iterator<Item = &'a Call>,
+        verb: &str,
+        script_ref: &[u8],
+        conn: &mut C,
+    ) -> Result<Vec<redis::RedisResult<Value>>, BackendError>
+    where
+        C: ConnectionLike + Send,
+    {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut count = 0;
+        for call in calls {
+            pipe.add_command(call.cmd(verb, script_ref));
+            count += 1;
+        }
+        let replies: Vec<redis::RedisResult<Value>> =
+            pipe.query_async(conn).await.map_err(backend_error)?;
+        if replies.len() != count {
+            return Err(BackendError::Protocol(format!(
+                "a pipeline of {count} script calls got {} replies",
+                replies.len()
+            )));
+        }
+        Ok(replies)
+    }
+
     /// Runs `script`: `EVALSHA`, and once `EVAL` if the server answers `NOSCRIPT`.
     pub(crate) async fn run<C>(
         &self,
@@ -252,9 +330,10 @@ mod tests {
     use super::*;
 
     /// Every script's own file (what follows the prelude, or the guard), by file name.
-    const OWN_PARTS: [(&str, &str); 11] = [
+    const OWN_PARTS: [(&str, &str); 12] = [
         ("acquire.lua", lua_file!("acquire.lua")),
         ("renew.lua", lua_file!("renew.lua")),
+        ("renew_many.lua", lua_file!("renew_many.lua")),
         ("release.lua", lua_file!("release.lua")),
         ("pttl.lua", lua_file!("pttl.lua")),
         ("inspect.lua", lua_file!("inspect.lua")),
@@ -270,9 +349,10 @@ mod tests {
     /// the advance or a script's own file) changes a SHA1 and must be deliberate: re-pin it
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
-    const PINNED_SHA1: [(&str, &str); 11] = [
+    const PINNED_SHA1: [(&str, &str); 12] = [
         ("acquire.lua", "18c4a170cbc152bee17e922273eced8e4299ccbc"),
         ("renew.lua", "70477c1f9bf0031b7d412385ca82c711a83b65d2"),
+        ("renew_many.lua", "5d5c5deefd6d355e9f65e6dc2205116b1b196b76"),
         ("release.lua", "c3602a7256bc73de68683bc3676b8821f03ad851"),
         ("pttl.lua", "fcbf4458d4dc74652bbb377a63a893650aaad193"),
         ("inspect.lua", "fe07020311c8b9037def2e02ba5958cc6eb73275"),

@@ -199,3 +199,136 @@ async fn a_loss_receiver_from_before_a_reobtain_still_fires() {
     assert_eq!(get(&mut conn, "k").await.as_deref(), Some("c"));
     c.release().await.unwrap();
 }
+
+/// `INFO commandstats` `calls=` per command name.
+async fn command_calls(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> std::collections::HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// Issue 16, item 3: many auto-renewed locks of one locker share their renewals. 300 locks
+/// (TTL 900 ms, renewed every 300 ms) held across several TTLs are all still held and renewed
+/// once per interval each, in a few script calls per interval (not one per lock); stealing one
+/// lock's key loses that lock alone; freezing Redis (SIGSTOP) fires every loss signal by its
+/// own local deadline, never before.
+#[tokio::test]
+async fn many_auto_renewed_locks_share_batched_renewals() {
+    const LOCKS: usize = 300;
+    let server = common::redis().await;
+    let client = server.client().unwrap();
+    // No response timeout of the client's own: only the library's deadlines end the locks.
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+        .unwrap();
+    let locker = Locker::new(RedisBackend::new(conn).with_token_scheme(TokenScheme::Counter));
+    let mut raw = raw(&server).await;
+    let (ttl, interval) = (ms(900), ms(300));
+    let mut locks = Vec::new();
+    for i in 0..LOCKS {
+        let lock = locker
+            .obtain(
+                format!("many:{i}"),
+                ttl,
+                LockOptions::new().auto_renew(interval),
+            )
+            .await
+            .unwrap();
+        locks.push(lock);
+    }
+    let losses: Vec<_> = locks.iter().map(|l| l.lost()).collect();
+    let before = command_calls(&mut raw).await;
+    let start = std::time::Instant::now();
+    // A real wait: the point is to be held across several TTLs.
+    tokio::time::sleep(ttl * 3).await;
+    let after = command_calls(&mut raw).await;
+    let held_for = start.elapsed();
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    for (i, lock) in locks.iter().enumerate() {
+        assert!(lock.held(), "lock {i} held");
+        assert!(!losses[i].is_cancelled(), "lock {i} not lost");
+    }
+    assert_eq!(
+        get(&mut raw, "many:0").await.as_deref(),
+        Some(locks[0].owner())
+    );
+    // Each lock is renewed about once per interval (a renewal may join a batch up to an
+    // eighth of an interval early) ...
+    let intervals = held_for.as_secs_f64() / interval.as_secs_f64();
+    let renewals = delta("pexpire") as f64 / LOCKS as f64;
+    assert!(
+        renewals >= intervals - 2.0 && renewals <= intervals * 1.15 + 1.0,
+        "{renewals:.1} renewals per lock in {intervals:.1} intervals"
+    );
+    // ... in a few script calls per interval, not one per lock.
+    let scripts = (delta("evalsha") + delta("eval")) as f64;
+    println!(
+        "{renewals:.1} renewals per lock and {scripts} script calls in {intervals:.1} intervals"
+    );
+    assert!(
+        scripts <= intervals * 40.0,
+        "{scripts} script calls for {LOCKS} locks over {intervals:.1} intervals"
+    );
+
+    // Another owner takes one key: that lock alone is lost, at its next renewal.
+    let _: () = redis::cmd("SET")
+        .arg("many:7")
+        .arg("thief")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    fired(&losses[7], "the stolen lock's loss signal").await;
+    assert!(!locks[7].held());
+    for (i, lock) in locks.iter().enumerate().filter(|(i, _)| *i != 7) {
+        assert!(lock.held(), "lock {i} is unaffected");
+    }
+
+    // Frozen Redis: every renewal batch hangs; each loss fires by its own deadline.
+    server.pause().await.unwrap();
+    let paused = std::time::Instant::now();
+    let all = async {
+        for l in &losses {
+            l.cancelled().await;
+        }
+    };
+    let fired_in_time = tokio::time::timeout(EVENTUALLY, all).await;
+    let fired_at = tokio::time::Instant::now();
+    assert_eq!(
+        server.state(),
+        lease_testkit::redis::ServerState::Paused,
+        "still paused"
+    );
+    assert!(
+        fired_in_time.is_ok(),
+        "every loss signal fired while paused"
+    );
+    within(paused, ttl + SLACK, "every loss signal");
+    for (i, lock) in locks.iter().enumerate() {
+        assert!(!lock.held(), "lock {i}");
+        assert!(
+            fired_at >= lock.valid_until(),
+            "lock {i} fired before its deadline"
+        );
+    }
+    server.resume().await.unwrap();
+}

@@ -17,6 +17,9 @@ use crate::retry::RetrySequence;
 use crate::time::Instant;
 use crate::token::Token;
 
+/// [`HeldLock::coalesce_window`] is the renew interval divided by this.
+const COALESCE_DIVISOR: u32 = 8;
+
 /// What a held lock reports.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -210,11 +213,26 @@ impl HeldLock {
     /// The next auto-renewal to send, if one is due at `now` (never while a refresh or another
     /// renewal is in flight).
     pub fn poll_renew(&mut self, now: Instant) -> Option<RenewOrder> {
+        self.poll_renew_within(now, Duration::ZERO)
+    }
+
+    /// How early a batching driver may send an auto-renewal so that renewals falling due
+    /// together share one round trip: an eighth of the renew interval
+    /// (see [`HeldLease::poll_renew_within`]). Batches fire at least this far apart, so a
+    /// process holding many locks sends at most about nine batches per renew interval,
+    /// whatever the number of locks.
+    pub fn coalesce_window(&self) -> Duration {
+        self.timing.renew_interval / COALESCE_DIVISOR
+    }
+
+    /// Like [`HeldLock::poll_renew`], but a renewal due within `early` of `now` is sent now
+    /// (see [`HeldLease::poll_renew_within`]; the deadline rules are those of every renewal).
+    pub fn poll_renew_within(&mut self, now: Instant, early: Duration) -> Option<RenewOrder> {
         self.handle_timeout(now);
         if self.turn.is_some() || !self.is_held(now) {
             return None;
         }
-        let mut order = self.renewal.as_mut()?.poll_renew(now)?;
+        let mut order = self.renewal.as_mut()?.poll_renew_within(now, early)?;
         self.turn = Some(Turn::Renew {
             sent_at: order.sent_at,
         });

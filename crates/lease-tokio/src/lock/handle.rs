@@ -1,7 +1,7 @@
 //! [`Lock`]: the handle of a held lock, over a [`HeldLock`] machine behind one mutex.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lease_core::lock::{
@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::ids::random_u64;
-use crate::lock::task::{spawn_release, watch};
+use crate::lock::renewals::Renewals;
+use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
 use crate::telemetry;
 
@@ -35,8 +36,18 @@ pub(crate) struct Shared<B> {
     pub(crate) moved: tokio::sync::Notify,
     /// Fires when the lock is no longer held, for any reason.
     pub(crate) lost: CancellationToken,
-    /// Whether a background task runs (auto-renewal, or a deadline watch for `lost()`).
+    /// Whether the locker's renewal task watches this lock (auto-renewal, or the deadline
+    /// watch `lost()` asks for).
     watching: AtomicBool,
+    /// The locker's renewal task.
+    renewals: Arc<Renewals<B>>,
+    /// This lock, for waking the renewal task.
+    me: Weak<Shared<B>>,
+    /// The generation of this lock's entry in the renewal task's queue (older entries are
+    /// stale).
+    pub(crate) schedule: AtomicU64,
+    /// How early a renewal of this lock may join a batch ([`HeldLock::coalesce_window`]).
+    pub(crate) coalesce_window: Duration,
     /// The lock's span (`lock`, with its keys and fencing token): its events, and its
     /// background task, run inside it.
     pub(crate) span: tracing::Span,
@@ -102,6 +113,17 @@ impl<B: LeaseBackend> Shared<B> {
         }
     }
 
+    /// The machine's deadline or turn moved: wakes whoever waits on it (a refresh waiting for
+    /// the turn) and the renewal task, if it watches this lock.
+    pub(crate) fn moved(&self) {
+        self.moved.notify_waiters();
+        if self.watching.load(Ordering::Acquire)
+            && let Some(me) = self.me.upgrade()
+        {
+            self.renewals.wake(&me);
+        }
+    }
+
     /// The first key (the metrics' label source).
     fn key(&self) -> &str {
         self.spec.keys().first().map_or("", String::as_str)
@@ -123,7 +145,6 @@ pub struct Lock<B: LeaseBackend> {
     fence_token: Option<Token>,
     retry: RetryStrategy,
     bound: Duration,
-    renewer: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl<B: LeaseBackend> Lock<B> {
@@ -134,18 +155,20 @@ impl<B: LeaseBackend> Lock<B> {
         obtained: Obtained,
         clock: Clock,
         observer: Option<Arc<dyn LockObserver>>,
+        renewals: Arc<Renewals<B>>,
     ) -> Self {
         let ttl = plan.request.ttl;
         let margin = backend.validity_margin(ttl);
         let machine = HeldLock::for_plan(&plan, obtained, margin, clock.now());
         let bound = machine.bound();
+        let coalesce_window = machine.coalesce_window();
         let auto_renew = plan.auto_renew.is_some();
         let span = tracing::info_span!(
             "lock",
             keys = ?plan.request.spec.keys(),
             fence_token = ?obtained.token
         );
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
             backend,
             renew: RenewRequest {
                 spec: Arc::clone(&plan.request.spec),
@@ -159,12 +182,18 @@ impl<B: LeaseBackend> Lock<B> {
             moved: tokio::sync::Notify::new(),
             lost: CancellationToken::new(),
             watching: AtomicBool::new(auto_renew),
+            renewals,
+            me: me.clone(),
+            schedule: AtomicU64::new(0),
+            coalesce_window,
             span,
             observer: observer.map(ObserverSlot),
         });
         // Without auto-renewal, the deadline watch that fires the loss signal is started
-        // lazily, on the first `lost()` call: a lock nobody watches costs no task.
-        let renewer = auto_renew.then(|| tokio::spawn(watch(Arc::clone(&shared))));
+        // lazily, on the first `lost()` call: a lock nobody watches costs nothing.
+        if auto_renew && !shared.renewals.wake(&shared) {
+            tracing::error!(parent: &shared.span, "no tokio runtime to renew the lock; it expires with its TTL");
+        }
         Lock {
             shared,
             metadata: plan.request.metadata,
@@ -172,7 +201,6 @@ impl<B: LeaseBackend> Lock<B> {
             fence_token: obtained.token,
             retry: plan.retry,
             bound,
-            renewer,
         }
     }
 
@@ -236,12 +264,11 @@ impl<B: LeaseBackend> Lock<B> {
     /// belongs to this acquisition: a later obtain has its own.
     pub fn lost(&self) -> CancellationToken {
         let shared = &self.shared;
-        if !shared.lost.is_cancelled() && !shared.watching.swap(true, Ordering::AcqRel) {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(watch(Arc::clone(shared)));
-            } else {
-                shared.watching.store(false, Ordering::Release);
-            }
+        if !shared.lost.is_cancelled()
+            && !shared.watching.swap(true, Ordering::AcqRel)
+            && !shared.renewals.wake(shared)
+        {
+            shared.watching.store(false, Ordering::Release);
         }
         shared.lost.clone()
     }
@@ -298,7 +325,7 @@ impl<B: LeaseBackend> Lock<B> {
                 .unwrap_or(Err(BackendError::Timeout(order.deadline - order.sent_at)));
             turn.held = false;
             let answer = shared.with(|m, now| m.handle_refresh(now, reply));
-            shared.moved.notify_waiters();
+            shared.moved();
             let error = match answer {
                 RefreshReply::Refreshed => return Ok(()),
                 RefreshReply::Failed(e) => e,
@@ -329,7 +356,7 @@ impl<B: LeaseBackend> Lock<B> {
             match shared.with(|m, now| m.begin_refresh(now, ttl, margin)) {
                 RefreshTurn::Send(order) => {
                     // The deadline may have moved: whoever sleeps towards it re-reads it.
-                    shared.moved.notify_waiters();
+                    shared.moved();
                     return Some(order);
                 }
                 RefreshTurn::Busy => moved.await,
@@ -342,11 +369,8 @@ impl<B: LeaseBackend> Lock<B> {
     /// Returns [`LockError::NotHeld`] when it was no longer ours, and
     /// [`LockError::OutcomeUnknown`] when the release got no answer (the lock may still be
     /// held until its TTL runs out).
-    pub async fn release(mut self) -> Result<(), LockError> {
+    pub async fn release(self) -> Result<(), LockError> {
         self.shared.with(|m, _| m.release());
-        if let Some(r) = self.renewer.take() {
-            r.abort();
-        }
         let shared = &self.shared;
         let req = release_request(&shared.spec, &shared.owner);
         let result = tokio::time::timeout(self.bound, shared.backend.release(&req))
@@ -368,9 +392,6 @@ impl<B: LeaseBackend + Fencing> Lock<B> {
 
 impl<B: LeaseBackend> Drop for Lock<B> {
     fn drop(&mut self) {
-        if let Some(r) = self.renewer.take() {
-            r.abort();
-        }
         let shared = &self.shared;
         if shared.with(|m, now| m.release_on_drop(now)) {
             spawn_release(
@@ -394,7 +415,7 @@ impl<B: LeaseBackend> Drop for TurnGuard<'_, B> {
     fn drop(&mut self) {
         if self.held {
             self.shared.with(|m, _| m.abandon_refresh());
-            self.shared.moved.notify_waiters();
+            self.shared.moved();
         }
     }
 }

@@ -7,8 +7,10 @@
 //! - `obtain.rs`: [`Locker`] drives one [`Obtain`] per call, and its cleanup guard;
 //! - `handle.rs`: [`Lock`], the handle over a [`HeldLock`] behind one mutex (refresh, release,
 //!   TTL, loss signal, release on drop);
-//! - `task.rs`: the lock's background task (auto-renewal and the deadline watch) and
-//!   background releases.
+//! - `renewals.rs`: one task per locker that renews every auto-renewed lock, batching the
+//!   renewals that fall due together, and fires each watched lock's loss signal at its
+//!   deadline;
+//! - `task.rs`: background releases.
 //!
 //! [`Obtain`]: lease_core::lock::Obtain
 //! [`HeldLock`]: lease_core::lock::HeldLock
@@ -16,6 +18,7 @@
 
 mod handle;
 mod obtain;
+mod renewals;
 mod task;
 
 pub use handle::Lock;

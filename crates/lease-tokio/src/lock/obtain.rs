@@ -10,6 +10,7 @@ use lease_core::{AcquireRequest, LeaseBackend};
 use crate::clock::Clock;
 use crate::ids::{random_token, random_u64};
 use crate::lock::handle::Lock;
+use crate::lock::renewals::Renewals;
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
 use crate::telemetry;
@@ -32,6 +33,8 @@ use crate::telemetry;
 pub struct Locker<B> {
     backend: Arc<B>,
     observer: Option<Arc<dyn LockObserver>>,
+    /// One renewal task for every lock of this locker and its clones.
+    renewals: Arc<Renewals<B>>,
 }
 
 impl<B> Clone for Locker<B> {
@@ -39,6 +42,7 @@ impl<B> Clone for Locker<B> {
         Locker {
             backend: Arc::clone(&self.backend),
             observer: self.observer.clone(),
+            renewals: Arc::clone(&self.renewals),
         }
     }
 }
@@ -63,6 +67,7 @@ impl<B: LeaseBackend> Locker<B> {
         Locker {
             backend,
             observer: None,
+            renewals: Arc::new(Renewals::new()),
         }
     }
 
@@ -150,6 +155,7 @@ impl<B: LeaseBackend> Locker<B> {
             obtained,
             clock,
             self.observer.clone(),
+            Arc::clone(&self.renewals),
         );
         lock.obtained();
         Ok(lock)

@@ -1,0 +1,32 @@
+--[[ renew_many.lua: renew.lua's rule for several leases in one call (a batch of renewals).
+
+KEYS        every lease's lock keys, lease after lease
+ARGV[3i-2]  how many keys lease i has (>= 1)
+ARGV[3i-1]  lease i's owner
+ARGV[3i]    lease i's TTL in whole milliseconds (>= 1)
+
+Each lease is judged alone, as renew.lua judges it: if every one of its keys holds a value
+whose owner part equals its owner, PEXPIRE each; otherwise nothing of it changes. One lease's
+answer never changes another's.
+
+Returns an array, one entry per lease, in order:
+  1   renewed
+  0   not held (a key is absent or held by another owner); nothing of it changed
+ -1   a key holds a value that is not a string (WRONGTYPE); nothing of it changed
+]]
+local out, k = {}, 1
+for i = 1, #ARGV, 3 do
+  local n, owner, ttl = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+  local r = 1
+  for j = k, k + n - 1 do
+    local v = redis.pcall('GET', KEYS[j])
+    if type(v) == 'table' then r = -1 break end
+    if not v or owner_of(v) ~= owner then r = 0 break end
+  end
+  if r == 1 then
+    for j = k, k + n - 1 do redis.call('PEXPIRE', KEYS[j], ttl) end
+  end
+  out[#out + 1] = r
+  k = k + n
+end
+return out

@@ -1,0 +1,265 @@
+//! [`Renewals`]: one task per [`Locker`](crate::Locker) that keeps every auto-renewed lock of
+//! that locker alive, sending the renewals that fall due together as one batch
+//! ([`LeaseBackend::renew_many`]: one pipeline on Redis).
+//!
+//! Each lock keeps its own machine ([`HeldLock`](lease_core::lock::HeldLock)) and its own
+//! deadline rules; the task only decides *when* to ask each machine, and *with whom* its
+//! renewal travels:
+//!
+//! - a timer queue holds, per lock, the instant its machine next needs attention
+//!   ([`HeldLock::poll_timeout`](lease_core::lock::HeldLock::poll_timeout): its next renewal
+//!   or its deadline); stale entries are skipped by generation;
+//! - when the earliest entry is due, every lock whose renewal is due within its
+//!   [coalesce window](lease_core::lock::HeldLock::coalesce_window) is asked for its renewal
+//!   ([`poll_renew_within`](lease_core::lock::HeldLock::poll_renew_within)), and those renewals
+//!   go out together, on a task of their own, bounded by the earliest of their deadlines;
+//! - each reply is fed to its own lock's machine, which decides (renewed, tolerated failure,
+//!   lost); a lock whose deadline passes while its batch is in flight is lost at its deadline
+//!   like any other;
+//! - a refresh, a release or a drop wakes the task for that lock, which reads its machine
+//!   again.
+//!
+//! A process holding thousands of auto-renewed locks runs this one task (plus one short task
+//! per batch in flight) instead of one task and one round trip per lock per interval.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use lease_core::lease::RenewOrder;
+use lease_core::{BackendError, LeaseBackend};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::lock::handle::Shared;
+
+/// The renewal task of one locker (and of every clone of it): started on the first
+/// auto-renewed lock, on that caller's runtime; it ends once the locker and all its locks are
+/// gone.
+pub(crate) struct Renewals<B> {
+    tx: Mutex<Option<mpsc::UnboundedSender<Weak<Shared<B>>>>>,
+}
+
+impl<B> std::fmt::Debug for Renewals<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let running = self
+            .tx
+            .lock()
+            .map(|tx| tx.as_ref().is_some_and(|tx| !tx.is_closed()))
+            .unwrap_or(false);
+        f.debug_struct("Renewals")
+            .field("running", &running)
+            .finish()
+    }
+}
+
+impl<B: LeaseBackend> Renewals<B> {
+    /// No task yet.
+    pub(crate) fn new() -> Renewals<B> {
+        Renewals {
+            tx: Mutex::new(None),
+        }
+    }
+
+    /// Asks the task to read `lock`'s machine now (a new lock, or its deadline or turn
+    /// moved). Starts the task if it is not running (first lock, or its runtime is gone).
+    /// Returns `false` when there is no tokio runtime to run it on.
+    pub(crate) fn wake(&self, lock: &Arc<Shared<B>>) -> bool {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = tx.as_ref()
+            && sender.send(Arc::downgrade(lock)).is_ok()
+        {
+            return true;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let (sender, rx) = mpsc::unbounded_channel();
+        let sent = sender.send(Arc::downgrade(lock)).is_ok();
+        handle.spawn(run(rx));
+        *tx = Some(sender);
+        sent
+    }
+}
+
+/// A lock's place in the timer queue: valid while `generation` is the lock's current one.
+struct Entry<B> {
+    at: Instant,
+    seq: u64,
+    generation: u64,
+    lock: Weak<Shared<B>>,
+}
+
+impl<B> PartialEq for Entry<B> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl<B> Eq for Entry<B> {}
+impl<B> PartialOrd for Entry<B> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<B> Ord for Entry<B> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// The timer queue and the batch being gathered.
+struct Queue<B> {
+    heap: BinaryHeap<Reverse<Entry<B>>>,
+    seq: u64,
+    /// The widest coalesce window of the locks seen: how far past `now` a due batch looks.
+    horizon: Duration,
+}
+
+/// A renewal to send, with its lock.
+type Order<B> = (Arc<Shared<B>>, RenewOrder);
+
+impl<B: LeaseBackend> Queue<B> {
+    /// Reads `lock`'s machine at `now`: takes its renewal if one is due within its window,
+    /// then queues it at the instant it next needs attention (or lets it go: lost, released).
+    fn visit(&mut self, lock: Arc<Shared<B>>, batch: &mut Vec<Order<B>>) {
+        let window = lock.coalesce_window;
+        self.horizon = self.horizon.max(window);
+        let (order, next) = lock.with(|m, now| {
+            let order = m.poll_renew_within(now, window);
+            m.handle_timeout(now);
+            (order, m.poll_timeout())
+        });
+        let Some(next) = next else {
+            // Lost (the loss signal fired in `with`) or released: nothing more to do.
+            lock.lost.cancel();
+            return;
+        };
+        let at = lock.clock.to_tokio(next);
+        let generation = lock.schedule.fetch_add(1, Ordering::AcqRel) + 1;
+        self.seq += 1;
+        self.heap.push(Reverse(Entry {
+            at,
+            seq: self.seq,
+            generation,
+            lock: Arc::downgrade(&lock),
+        }));
+        if let Some(order) = order {
+            batch.push((lock, order));
+        }
+    }
+
+    /// The earliest queued instant.
+    fn next_at(&self) -> Option<Instant> {
+        self.heap.peek().map(|Reverse(e)| e.at)
+    }
+
+    /// Visits every lock queued at or before `now + horizon` (those not due are queued again
+    /// at their own instant); the renewals due.
+    fn due(&mut self, now: Instant) -> Vec<Order<B>> {
+        let mut batch = Vec::new();
+        let until = now + self.horizon;
+        while let Some(Reverse(e)) = self.heap.peek() {
+            if e.at > until {
+                break;
+            }
+            let Some(Reverse(e)) = self.heap.pop() else {
+                break;
+            };
+            let Some(lock) = e.lock.upgrade() else {
+                continue;
+            };
+            if lock.schedule.load(Ordering::Acquire) != e.generation {
+                continue; // a later visit queued it again
+            }
+            self.visit(lock, &mut batch);
+        }
+        batch
+    }
+}
+
+/// The task: wakes at the earliest queued instant or when a lock asks, and sends what is due.
+async fn run<B: LeaseBackend>(mut rx: mpsc::UnboundedReceiver<Weak<Shared<B>>>) {
+    let mut queue = Queue {
+        heap: BinaryHeap::new(),
+        seq: 0,
+        horizon: Duration::ZERO,
+    };
+    loop {
+        let batch = match queue.next_at() {
+            Some(at) => tokio::select! {
+                biased;
+                msg = rx.recv() => match msg {
+                    Some(lock) => woken(&mut queue, &mut rx, lock),
+                    None => return,
+                },
+                () = tokio::time::sleep_until(at) => queue.due(Instant::now()),
+            },
+            None => match rx.recv().await {
+                Some(lock) => woken(&mut queue, &mut rx, lock),
+                None => return,
+            },
+        };
+        send(batch);
+    }
+}
+
+/// The locks that asked to be read (this one and any others already waiting), read now; the
+/// renewals due among them.
+fn woken<B: LeaseBackend>(
+    queue: &mut Queue<B>,
+    rx: &mut mpsc::UnboundedReceiver<Weak<Shared<B>>>,
+    first: Weak<Shared<B>>,
+) -> Vec<Order<B>> {
+    let mut batch = Vec::new();
+    let mut next = Some(first);
+    while let Some(weak) = next {
+        if let Some(lock) = weak.upgrade() {
+            queue.visit(lock, &mut batch);
+        }
+        next = rx.try_recv().ok();
+    }
+    batch
+}
+
+/// Sends `batch` on a task of its own (the queue keeps running meanwhile), bounded by the
+/// earliest deadline among its renewals, and feeds each reply to its own lock. A batch that
+/// got no answer in time gives every renewal in it [`BackendError::Timeout`] (outcome
+/// unknown; each machine tolerates it until its own deadline).
+fn send<B: LeaseBackend>(batch: Vec<Order<B>>) {
+    let Some((first, _)) = batch.first() else {
+        return;
+    };
+    let backend = Arc::clone(&first.backend);
+    tokio::spawn(async move {
+        let deadline = batch
+            .iter()
+            .map(|(lock, order)| lock.clock.to_tokio(order.deadline))
+            .min()
+            .unwrap_or_else(Instant::now);
+        let requests: Vec<_> = batch.iter().map(|(lock, _)| &lock.renew).collect();
+        let sent = Instant::now();
+        let replies = tokio::time::timeout_at(deadline, backend.renew_many(&requests)).await;
+        let mut replies = match replies {
+            Ok(replies) => replies.into_iter(),
+            Err(_) => {
+                let waited = deadline.saturating_duration_since(sent);
+                (0..batch.len())
+                    .map(|_| Err(BackendError::Timeout(waited)))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            }
+        };
+        tracing::trace!(renewals = batch.len(), "lock renewals answered");
+        for (lock, _) in &batch {
+            let reply = replies.next().unwrap_or_else(|| {
+                Err(BackendError::Protocol(
+                    "a batch of renewals got fewer answers than renewals".into(),
+                ))
+            });
+            lock.with(|m, now| m.handle_renew(now, reply));
+            lock.moved();
+        }
+    });
+}
