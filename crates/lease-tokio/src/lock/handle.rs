@@ -15,7 +15,7 @@ use lease_core::{
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::ids::random_u64;
+use crate::ids::jitter_seed;
 use crate::lock::renewals::Renewals;
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
@@ -311,7 +311,7 @@ impl<B: LeaseBackend> Lock<B> {
             ttl,
         };
         let margin = shared.backend.validity_margin(ttl);
-        let mut refresh = Refresh::new(ttl, self.retry.jittered_sequence(random_u64()));
+        let mut refresh = Refresh::new(ttl, self.retry.jittered_sequence(jitter_seed()));
         loop {
             let Some(order) = self.take_turn(ttl, margin).await else {
                 shared.lost.cancel();

@@ -8,7 +8,7 @@ use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::{AcquireRequest, LeaseBackend};
 
 use crate::clock::Clock;
-use crate::ids::{random_token, random_u64};
+use crate::ids::{jitter_seed, random_token};
 use crate::lock::handle::Lock;
 use crate::lock::renewals::Renewals;
 use crate::lock::task::spawn_release;
@@ -129,7 +129,7 @@ impl<B: LeaseBackend> Locker<B> {
             .backend
             .release_watch(&plan.request.spec, WatchRole::Contender);
         let obtained = ObtainRun {
-            obtain: Obtain::new(&plan, random_u64(), clock.now()),
+            obtain: Obtain::new(&plan, jitter_seed(), clock.now()),
             backend: Arc::clone(&self.backend),
             request: &plan.request,
             watch,

@@ -122,3 +122,161 @@ pub(crate) fn render(c: &Compare) -> String {
         us(c.raw),
     )
 }
+
+/// One client's share of a concurrent round.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Throughput {
+    pub(crate) cycles_per_sec: f64,
+    /// This process's CPU per cycle.
+    pub(crate) client_cpu_us: f64,
+    /// The server's CPU per cycle.
+    pub(crate) redis_cpu_us: f64,
+}
+
+/// Rounds of `tasks` concurrent lock cycles, each task on its own key, each client for
+/// `window`, interleaved round by round (redlease, rslock, raw, redlease, ...).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Concurrent {
+    pub(crate) tasks: usize,
+    pub(crate) window: Duration,
+    /// Per round: redlease, rslock, raw.
+    pub(crate) rounds: Vec<[Throughput; 3]>,
+}
+
+#[derive(Clone, Copy)]
+enum Client {
+    Redlease,
+    Rslock,
+    Raw,
+}
+
+/// `tasks` tasks cycling their own keys with `client` for `window`.
+async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Duration) -> Throughput {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crate::cpu::{ServerSample, process_cpu};
+
+    let url = env.servers[0].url();
+    let redis_client = redis::Client::open(url.as_str()).expect("url");
+    let conn = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut stats = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let locker = Locker::new(RedisBackend::new(conn.clone()));
+    let mut manager = rslock::LockManager::from_clients(vec![redis_client.clone()]);
+    manager.set_retry(1, Duration::from_millis(1));
+    let manager = Arc::new(manager);
+    let script = redis::Script::new(RAW_RELEASE);
+    let cycles = Arc::new(AtomicU64::new(0));
+    let warm = Duration::from_millis(200).min(window);
+    let start = tokio::time::Instant::now();
+    let (measure_from, end) = (start + warm, start + warm + window);
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..tasks {
+        let (locker, manager, script) = (locker.clone(), Arc::clone(&manager), script.clone());
+        let (cycles, mut conn) = (Arc::clone(&cycles), conn.clone());
+        set.spawn(async move {
+            let mut n = 0u64;
+            loop {
+                let now = tokio::time::Instant::now();
+                if now >= end {
+                    break;
+                }
+                match client {
+                    Client::Redlease => {
+                        let key = format!("bench:c:redlease:{t}");
+                        let lock = locker
+                            .obtain(key, TTL, LockOptions::new())
+                            .await
+                            .expect("redlease obtain");
+                        lock.release().await.expect("redlease release");
+                    }
+                    Client::Rslock => {
+                        let key = format!("bench:c:rslock:{t}");
+                        let l = manager.lock(key.as_str(), TTL).await.expect("rslock lock");
+                        manager.unlock(&l).await;
+                    }
+                    Client::Raw => {
+                        raw_cycle(&mut conn, &script, &format!("bench:c:raw:{t}"), n).await;
+                    }
+                }
+                n += 1;
+                if now >= measure_from {
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    tokio::time::sleep_until(measure_from).await;
+    let server_before = ServerSample::read(&mut stats).await;
+    let cpu_before = process_cpu().unwrap_or(0.0);
+    tokio::time::sleep_until(end).await;
+    let cpu = process_cpu().unwrap_or(0.0) - cpu_before;
+    let server_after = ServerSample::read(&mut stats).await;
+    while let Some(joined) = set.join_next().await {
+        joined.expect("a cycling task");
+    }
+    let n = cycles.load(Ordering::Relaxed).max(1) as f64;
+    Throughput {
+        cycles_per_sec: n / window.as_secs_f64(),
+        client_cpu_us: cpu * 1e6 / n,
+        redis_cpu_us: (server_after.cpu - server_before.cpu) * 1e6 / n,
+    }
+}
+
+/// `rounds` interleaved concurrent rounds.
+pub(crate) async fn concurrent(
+    env: &Env,
+    tasks: usize,
+    window: Duration,
+    rounds: usize,
+) -> Concurrent {
+    let mut out = Concurrent {
+        tasks,
+        window,
+        rounds: Vec::new(),
+    };
+    for _ in 0..rounds {
+        let a = concurrent_round(env, Client::Redlease, tasks, window).await;
+        let b = concurrent_round(env, Client::Rslock, tasks, window).await;
+        let c = concurrent_round(env, Client::Raw, tasks, window).await;
+        out.rounds.push([a, b, c]);
+    }
+    out
+}
+
+/// The report's section for the concurrent rounds.
+pub(crate) fn render_concurrent(c: &Concurrent) -> String {
+    let mut s = format!(
+        "\n## {} concurrent tasks: redlease vs rslock vs raw redis-rs\n\n\
+         Each task cycles its own key (obtain + release, no retries) on one multiplexed \
+         connection per client, {} ms per client per round (after a 200 ms warm-up), clients \
+         interleaved round by round. CPU per cycle: this process (`/proc/self/task/*/schedstat`) \
+         and the server (`INFO` `used_cpu_*`).\n\n\
+         | round | client | cycles/s | vs raw | vs rslock | client CPU µs/cycle | vs raw | Redis CPU µs/cycle |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+        c.tasks,
+        c.window.as_millis()
+    );
+    for (i, [a, b, r]) in c.rounds.iter().enumerate() {
+        for (name, t) in [("redlease", a), ("rslock 0.10", b), ("raw redis-rs", r)] {
+            s.push_str(&format!(
+                "| {} | {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2}× | {:.2} |\n",
+                i + 1,
+                name,
+                t.cycles_per_sec,
+                t.cycles_per_sec / r.cycles_per_sec.max(f64::MIN_POSITIVE),
+                t.cycles_per_sec / b.cycles_per_sec.max(f64::MIN_POSITIVE),
+                t.client_cpu_us,
+                t.client_cpu_us / r.client_cpu_us.max(f64::MIN_POSITIVE),
+                t.redis_cpu_us
+            ));
+        }
+    }
+    s
+}

@@ -14,8 +14,10 @@
 //! runs it) every routine runs once, as a smoke test.
 
 mod compare;
+mod cpu;
 mod failover;
 mod idle;
+mod many;
 mod ops;
 mod report;
 mod setup;
@@ -59,9 +61,14 @@ fn main() {
             .block_on(idle::measure(Duration::from_secs(10)))
             .expect("idle measurement");
         let compared = rt.block_on(compare::interleaved(&env, 1_500));
+        let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
+        let many = rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2));
         let mut text = report::render(&out_dir, &env, &paired, &failovers, &idle);
         text.push_str(&compare::render(&compared));
+        text.push_str(&compare::render_concurrent(&concurrent));
+        text.push_str(&many::render(&many));
         println!("\n{text}");
+        let _ = std::fs::create_dir_all(&out_dir);
         let path = out_dir.join("redlease-report.md");
         match std::fs::write(&path, &text) {
             Ok(()) => println!("report written to {}", path.display()),
@@ -81,6 +88,13 @@ fn main() {
         assert!(!paired.is_empty());
         let compared = rt.block_on(compare::interleaved(&env, 4));
         assert_eq!(compared.cycles, 4);
+        let concurrent = rt.block_on(compare::concurrent(&env, 4, Duration::from_millis(200), 1));
+        assert!(
+            concurrent.rounds[0].iter().all(|t| t.cycles_per_sec > 0.0),
+            "{concurrent:?}"
+        );
+        let many = rt.block_on(many::measure(&env, 50, Duration::from_secs(1), 1));
+        assert!(many.redlease[0].renewals_per_lock_sec > 0.0, "{many:?}");
         let idle = rt
             .block_on(idle::measure(Duration::from_millis(800)))
             .expect("idle measurement (leader elected, follower following)");
