@@ -4,6 +4,7 @@
 #   redis-server, redis-cli   (Debian/Ubuntu packages: redis-server, redis-tools)
 #   initdb, postgres          (Debian/Ubuntu package: postgresql; found on PATH or in
 #                              /usr/lib/postgresql/<version>/bin)
+#   iptables, ip              (fault tests: blackholed ports, network namespaces)
 #
 # Usage: scripts/install-deps.sh [--check]
 #   --check   only report what is missing (exit 1 if anything is)
@@ -39,9 +40,12 @@ missing=()
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
 have_postgres || missing+=(postgresql)
+# Fault tests: blackholed ports (iptables) and network namespaces (ip).
+have iptables || missing+=(iptables)
+have ip || missing+=(iproute2)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-deps.sh: redis-server, redis-cli and postgres are installed"
+    echo "install-deps.sh: redis-server, redis-cli, postgres, iptables and ip are installed"
     exit 0
 fi
 

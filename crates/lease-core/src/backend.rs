@@ -400,7 +400,7 @@ pub enum BackendError {
     #[error("invalid request: {0}")]
     Invalid(String),
     /// The store answered with a permanent error (Redis `WRONGTYPE`, a counter that is not an
-    /// integer, `NOPERM`, `NOAUTH`/`WRONGPASS`, `OOM`, a failing script): retrying the same
+    /// integer, `NOPERM`, `NOAUTH`/`WRONGPASS`, a failing script): retrying the same
     /// request cannot help, so it is reported at once, never retried. Not applied: every
     /// script of ours performs its checks before its first write (a caller's own fenced Lua
     /// body is the exception: writes it made before failing stay).

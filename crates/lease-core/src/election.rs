@@ -177,7 +177,7 @@ pub enum Event {
         error: BackendError,
     },
     /// A request was refused with a permanent error ([`BackendError::is_transient`] is false:
-    /// `NOPERM`, `WRONGTYPE`, `OOM`, invalid input, ...). Retrying cannot help, so the
+    /// `NOPERM`, `WRONGTYPE`, invalid input, ...). Retrying cannot help, so the
     /// election stops: the term (if any) ends with [`StepDownReason::Refused`], what this
     /// instance may hold is released, then [`Event::Stopped`].
     Failed {

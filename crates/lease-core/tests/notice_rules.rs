@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lease_core::election::{Reply, RequestKind};
-use lease_core::lock::{LockOptions, Obtain};
+use lease_core::lock::{LockError, LockOptions, Obtain};
 use lease_core::{
     AcquireOutcome, Election, ElectionConfig, FenceState, Instant, ReleaseOutcome, RenewOutcome,
     RetryStrategy, Token,
@@ -190,12 +190,51 @@ fn with_live_notices_a_waiter_polls_when_the_holder_would_expire() {
 }
 
 #[test]
-fn with_live_notices_the_last_poll_is_at_the_wait_deadline() {
+fn with_live_notices_the_last_poll_is_the_last_the_wait_allows() {
     let t0 = Instant::ZERO;
-    // Wait 1 s, the holder has 2 s left: one last attempt at the deadline, not after.
+    // Wait 1 s, the holder has 2 s left: the last attempt is the last scheduled one within
+    // the wait (retries of at most 100 ms), never after the deadline.
     let mut o = Obtain::new(&plan(100, 1000), 1, t0);
     o.set_notices_live(true);
     o.poll_attempt(t0).unwrap();
     o.handle_reply(t0 + ms(1), Ok(held()));
-    assert_eq!(o.poll_timeout(), Some(t0 + ms(1000)));
+    let last = o.poll_timeout().unwrap();
+    assert!(last <= t0 + ms(1000) && last > t0 + ms(890), "{last:?}");
+    o.poll_attempt(last).unwrap();
+    o.handle_reply(last + ms(1), Ok(held()));
+    assert!(matches!(
+        o.poll_outcome(),
+        Some(Err(LockError::DeadlineExceeded { .. }))
+    ));
+}
+
+/// Issue 26: notices may make an attempt earlier, never the give-up later. Three attempts
+/// 5 ms apart against a holder with 1 s left: "not obtained" after 10 ms, not at the expiry.
+#[test]
+fn with_live_notices_a_limited_strategy_gives_up_on_its_schedule() {
+    let t0 = Instant::ZERO;
+    let mut p = plan(5, 10_000);
+    p.retry = RetryStrategy::limit(2, RetryStrategy::linear(ms(5)).unwrap());
+    let mut o = Obtain::new(&p, 1, t0);
+    o.set_notices_live(true);
+    let mut now = t0;
+    let mut attempts = 0;
+    let outcome = loop {
+        if let Some(outcome) = o.poll_outcome() {
+            break outcome;
+        }
+        now = o.poll_timeout().unwrap_or(now);
+        o.poll_attempt(now).expect("an attempt is due");
+        attempts += 1;
+        o.handle_reply(now, Ok(held()));
+        assert!(attempts <= 3, "more attempts than the strategy allows");
+    };
+    assert!(
+        matches!(outcome, Err(LockError::NotObtained { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        now <= t0 + ms(10),
+        "gave up at {now:?}, after the strategy's schedule"
+    );
 }

@@ -9,8 +9,8 @@ use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_ea
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
-    LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
+    AcquireOutcome, AcquireRequest, BackendError, ConfigError, FenceState, Fencing, LeaseBackend,
+    LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
     TokenScheme,
 };
 use redis::aio::ConnectionLike;
@@ -24,6 +24,10 @@ use crate::scripts::{
 };
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
+
+/// The default clock-drift factor of a Redis lease's local validity (1 %, plus 2 ms), as
+/// Redlock uses; see [`RedisBackend::with_drift_factor`].
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 
 /// A [`LeaseBackend`] on one Redis server or one Redis Cluster, over any redis-rs async
 /// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or
@@ -65,6 +69,8 @@ pub struct RedisBackend<C> {
     replica_ack: Option<ReplicaAck>,
     /// Whether releases publish a notice (default on).
     publish: bool,
+    /// The clock-drift allowance's factor (see [`RedisBackend::with_drift_factor`]).
+    drift_factor: f64,
     notices: Option<ReleaseNotices>,
 }
 
@@ -77,6 +83,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("scheme", &self.scheme)
             .field("replica_ack", &self.replica_ack)
             .field("publish", &self.publish)
+            .field("drift_factor", &self.drift_factor)
             .field("notices", &self.notices)
             .finish_non_exhaustive()
     }
@@ -108,8 +115,26 @@ where
             scheme: TokenScheme::default(),
             replica_ack: None,
             publish: true,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
             notices: None,
         }
+    }
+
+    /// The clock-drift allowance (default [`DEFAULT_DRIFT_FACTOR`], 1 %): a lease is trusted
+    /// locally for `ttl − elapsed − (ceil(ttl × factor) + 2 ms)`, as Redlock does, because
+    /// the server expires the key by its own clock. That covers the two clocks running at
+    /// slightly different rates; it cannot cover a server clock that *steps* forward (a
+    /// manual change, or a failover to a replica whose clock is ahead) by more than the
+    /// margin — keep servers on NTP with slewing, and rely on fencing tokens for the rest
+    /// (see `docs/production.md`, "Clocks"). `factor` must be finite and in `[0, 0.5)`.
+    pub fn with_drift_factor(mut self, factor: f64) -> Result<RedisBackend<C>, ConfigError> {
+        self.drift_factor = lease_core::quorum::validate_drift(factor)?;
+        Ok(self)
+    }
+
+    /// The clock-drift allowance's factor.
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
     }
 
     /// Wakes this backend's followers and lock waiters on release notices received by
@@ -469,6 +494,11 @@ where
 
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.precheck("check", spec)
+    }
+
+    /// `ceil(ttl × drift factor) + 2 ms` (see [`RedisBackend::with_drift_factor`]).
+    fn validity_margin(&self, ttl: lease_core::Ttl) -> Duration {
+        lease_core::quorum::drift(ttl.get(), self.drift_factor)
     }
 
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {

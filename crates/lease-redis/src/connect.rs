@@ -3,20 +3,21 @@
 //! ([`TlsFailure`], [`tls_failure`], [`connect_failure`]).
 //!
 //! **Timeout policy** (the same for these functions, the CLI and Redlock nodes): connecting,
-//! TLS handshake included, is bounded by [`CONNECT_TIMEOUT`] (retried once); the connection
-//! has **no response timeout** (redis-rs's default of 500 ms is turned off), because the
-//! library bounds every call itself. A plain client talking to a TLS port therefore fails
-//! within about two seconds, never hangs.
+//! TLS handshake included, is bounded by [`CONNECT_TIMEOUT`]; the connection has **no
+//! response timeout**, because the library bounds every call itself, and it is a
+//! [`HealingConnection`]: given up and opened again when the server goes silent (see
+//! [`crate::healing`]), with TCP keepalive and `TCP_USER_TIMEOUT`. A plain client talking to a
+//! TLS port therefore fails within about two seconds, never hangs.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
 use lease_core::BackendError;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError};
 
 use crate::RedisBackend;
+use crate::healing::HealingConnection;
 use crate::notify::ReleaseNotices;
 #[cfg(feature = "tls")]
 use crate::tls::{TlsConfig, TlsConfigError};
@@ -198,13 +199,13 @@ pub fn connect_failure(e: RedisError, tls: bool) -> ConnectError {
 }
 
 /// Connects to the Redis at `url` (`redis://`, or `rediss://` with the `tls` feature,
-/// trusting the system's roots) with a reconnecting [`ConnectionManager`] and wraps it in a
+/// trusting the system's roots) with a self-healing [`HealingConnection`] and wraps it in a
 /// standalone [`RedisBackend`]. See the module's timeout policy.
 ///
 /// The backend has [`ReleaseNotices`] on the same server: followers and lock waiters are woken
 /// when a lease is released, over one subscriber connection opened when a waiter first needs
 /// it (see [`crate::notify`]).
-pub async fn connect(url: &str) -> Result<RedisBackend<ConnectionManager>, ConnectError> {
+pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, ConnectError> {
     let client = redis::Client::open(url).map_err(|e| ConnectError::InvalidUrl(e.to_string()))?;
     let tls = is_tls_url(&client);
     managed(client, tls).await
@@ -216,7 +217,7 @@ pub async fn connect(url: &str) -> Result<RedisBackend<ConnectionManager>, Conne
 pub async fn connect_tls(
     url: &str,
     config: &TlsConfig,
-) -> Result<RedisBackend<ConnectionManager>, ConnectError> {
+) -> Result<RedisBackend<HealingConnection>, ConnectError> {
     let client = tls_client(url, config)?;
     managed(client, true).await
 }
@@ -258,20 +259,14 @@ fn is_tls_url(client: &redis::Client) -> bool {
 async fn managed(
     client: redis::Client,
     tls: bool,
-) -> Result<RedisBackend<ConnectionManager>, ConnectError> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(None)
-        // One quick retry, not redis-rs's six with backoff (~6 s): a wrong password, an
-        // unreachable server or a TLS failure is reported at once; later reconnects happen on
-        // the next call, which the driver retries within the lease's bounds anyway.
-        .set_number_of_retries(1);
+) -> Result<RedisBackend<HealingConnection>, ConnectError> {
     #[cfg(feature = "tls")]
     let addr = client.get_connection_info().addr().clone();
-    match ConnectionManager::new_with_config(client.clone(), config).await {
-        Ok(manager) => {
-            Ok(RedisBackend::new(manager).with_release_notices(ReleaseNotices::new(client)))
-        }
+    // The first connection is opened here, once (no retries with backoff): a wrong password,
+    // an unreachable server or a TLS failure is reported at once; later connections are opened
+    // by the next call, which the driver retries within the lease's bounds anyway.
+    match HealingConnection::connect(client.clone()).await {
+        Ok(conn) => Ok(RedisBackend::new(conn).with_release_notices(ReleaseNotices::new(client))),
         Err(e) => {
             #[cfg(feature = "tls")]
             if tls && e.is_timeout() && is_plain_redis(&addr).await {

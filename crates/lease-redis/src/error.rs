@@ -10,7 +10,13 @@ pub const TOKEN_EXHAUSTED: &str = "TOKEN_EXHAUSTED";
 
 /// Error codes with which Redis says "not now": the command was not executed, and the same
 /// command can succeed later (loading a dataset, a script running, a failover or resharding
-/// in progress, too few replicas).
+/// in progress, too few replicas, memory full under `maxmemory-policy noeviction`).
+///
+/// `OOM` is refused before a command (or a script: Redis 7 checks when the script starts;
+/// Redis 6.2 refuses a script's first write, before it has written anything) changes
+/// anything, so it is not applied; memory may be freed a moment later, so it is transient:
+/// electors keep contending and step down by their deadline, and recover when memory is
+/// freed, instead of the whole fleet stopping on a memory spike.
 pub const TRANSIENT_CODES: &[&str] = &[
     "LOADING",
     "BUSY",
@@ -22,6 +28,7 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "ASK",
     "NOREPLICAS",
     "MISCONF",
+    "OOM",
 ];
 
 /// Maps a redis-rs error to a [`BackendError`], telling apart what provably did not reach
@@ -31,9 +38,9 @@ pub const TRANSIENT_CODES: &[&str] = &[
 /// |---|---|---|
 /// | connection refused, client-side errors (nothing was sent) | [`Unavailable`](BackendError::Unavailable) | not applied |
 /// | any other I/O error: response timeout, reset, broken pipe, EOF mid-reply (the request may have been sent); no connection to a cluster node (after the cluster client's own retries) | [`OutcomeUnknown`](BackendError::OutcomeUnknown) | unknown |
-/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`, `MISCONF`), `ERR max number of clients reached` | [`Unavailable`](BackendError::Unavailable) | not applied |
+/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`, `MISCONF`, `OOM`), `ERR max number of clients reached`, a script error that wraps `OOM` (Redis 6.2) | [`Unavailable`](BackendError::Unavailable) | not applied |
 /// | `TOKEN_EXHAUSTED` (our acquire script) | [`TokenExhausted`](BackendError::TokenExhausted) | not applied |
-/// | any other error reply (`ERR`, `WRONGTYPE`, `NOPERM`, `NOAUTH`, `WRONGPASS`, `OOM`, script errors) and failed authentication | [`Refused`](BackendError::Refused) (permanent) | not applied |
+/// | any other error reply (`ERR`, `WRONGTYPE`, `NOPERM`, `NOAUTH`, `WRONGPASS`, script errors) and failed authentication | [`Refused`](BackendError::Refused) (permanent) | not applied |
 /// | unparsable or unexpected reply | [`Protocol`](BackendError::Protocol) | unknown |
 ///
 /// Limits: a `ConnectionManager` reports a failed reconnect (for example a connect timeout)
@@ -47,8 +54,9 @@ pub fn backend_error(e: RedisError) -> BackendError {
     }
     if code.is_some_and(|c| TRANSIENT_CODES.contains(&c))
         || (code == Some("ERR")
-            && e.detail()
-                .is_some_and(|d| d.contains("max number of clients")))
+            && e.detail().is_some_and(|d| {
+                d.contains("max number of clients") || d.contains("OOM command not allowed")
+            }))
     {
         return BackendError::Unavailable(Box::new(e));
     }
@@ -201,7 +209,6 @@ mod tests {
             "NOPERM",
             "NOAUTH",
             "WRONGPASS",
-            "OOM",
             "NOSCRIPT",
         ] {
             let b = backend_error(server(code, "no"));

@@ -4,8 +4,11 @@
 //! - [`RedisBackend`] implements [`lease_core::LeaseBackend`] and [`lease_core::Fencing`] with
 //!   exactly the semantics of lease-core's in-memory backend (same-owner takeover with a fresh
 //!   token, counter healing from the mark, exact owner match, all-or-nothing multi-key locks,
-//!   tokens refused past 2^53). It works over `MultiplexedConnection`, `ConnectionManager` and
-//!   `cluster_async::ClusterConnection`.
+//!   tokens refused past 2^53). It works over [`HealingConnection`] (what [`connect()`] builds),
+//!   `MultiplexedConnection`, `ConnectionManager` and `cluster_async::ClusterConnection`.
+//! - [`HealingConnection`] is rebuilt when the server goes silent (a request abandoned
+//!   unanswered and no reply for a second), not only on hard errors, so recovery after a
+//!   blackhole is bounded by the lease, not by TCP's retransmission backoff; see [`healing`].
 //! - [`RedisFencer`] applies fenced writes ([`FencedWrite`]: `SET`, `HSET`, `DEL`, a Lua body,
 //!   or several at once) and implements [`lease_core::FencedResource`].
 //! - [`ReplicaAck`] (`WAIT` after grants, renewals and fenced writes) makes a write that too
@@ -26,7 +29,7 @@
 //! # Timeouts and truthful outcomes
 //!
 //! Give the connection **no response timeout** of its own (redis-rs's `ConnectionManager`
-//! defaults to 500 ms; `redlease::redis::connect` turns it off): the library bounds every call
+//! defaults to 500 ms; [`connect()`] builds a [`HealingConnection`] without one): the library bounds every call
 //! itself — the driver bounds each lease request by the lease's own deadline, and a
 //! [`RedisFencer`] bounds each write by [`RedisFencer::with_timeout`] (default
 //! [`DEFAULT_FENCE_TIMEOUT`]). A connection-level timeout shorter than those bounds would only
@@ -70,6 +73,7 @@ mod backend;
 pub mod connect;
 pub mod error;
 mod fence;
+pub mod healing;
 pub mod notify;
 mod preflight;
 pub mod replica;
@@ -82,7 +86,7 @@ pub mod slot;
 pub mod tls;
 mod topology;
 
-pub use backend::RedisBackend;
+pub use backend::{DEFAULT_DRIFT_FACTOR, RedisBackend};
 pub use connect::{
     CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
 };
@@ -92,6 +96,7 @@ pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use healing::{HealingConnection, HealingStats};
 pub use notify::{NoticeStats, ReleaseNotices};
 pub use replica::{NotAcknowledged, ReplicaAck};
 pub use scripts::BODY_CACHE_CAPACITY;

@@ -138,24 +138,23 @@ pub fn client_address(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
 }
 
-impl RedisNode<redis::aio::ConnectionManager> {
-    /// Connects to one Redis primary with a [`redis::aio::ConnectionManager`] (which reconnects
-    /// after the server restarts), identified by the client's address.
+impl RedisNode<lease_redis::HealingConnection> {
+    /// Connects to one Redis primary with a [`lease_redis::HealingConnection`] (which
+    /// reconnects after the server restarts, and also when the node goes silent: a request
+    /// abandoned unanswered and no reply for a second, so a blackholed node that comes back
+    /// is usable again at once, not after TCP's retransmission backoff), identified by the
+    /// client's address.
     ///
-    /// The manager gets no response timeout of its own: every call is bounded by the quorum's
-    /// operation timeout, which may exceed redis-rs's default of 500 ms. Build the connection
-    /// yourself and use [`Node::new`] for other settings.
+    /// The connection has no response timeout of its own: every call is bounded by the
+    /// quorum's operation timeout. Build the connection yourself and use [`Node::new`] for
+    /// other settings.
     ///
     /// The node's backend has its own release-notice subscriber ([`lease_redis::ReleaseNotices`],
     /// opened when a waiter first needs it), so a [`crate::RedlockBackend`] over such nodes
     /// wakes its followers and waiters on a release (see [`crate::notify`]).
     pub async fn connect(client: redis::Client) -> Result<Self, redis::RedisError> {
         let id = client_address(&client);
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(None)
-            .set_number_of_retries(1);
-        let conn = client.get_connection_manager_with_config(config).await?;
+        let conn = lease_redis::HealingConnection::connect(client.clone()).await?;
         let notices = lease_redis::ReleaseNotices::new(client);
         Ok(Node::new(
             id,

@@ -11,11 +11,11 @@ use common::start;
 use lease_core::ElectionConfig;
 use lease_core::notify::WatchRole;
 use lease_core::{LeaseBackend, LeaseSpec, RetryStrategy, Role};
+use lease_redis::HealingConnection;
 use lease_redlock::{Node, RedlockBackend, RedlockConfig};
 use lease_tokio::{CancellationToken, Elector, LockOptions, Locker};
-use redis::aio::ConnectionManager;
 
-type Backend = RedlockBackend<Node<lease_redis::RedisBackend<ConnectionManager>>>;
+type Backend = RedlockBackend<Node<lease_redis::RedisBackend<HealingConnection>>>;
 
 const PROMPT: Duration = Duration::from_millis(1500);
 const SLACK: Duration = Duration::from_secs(2);

@@ -11,9 +11,9 @@ use std::time::Duration;
 use common::*;
 use lease_core::rng::SplitMix64;
 use lease_core::{AcquireOutcome, LeaseBackend, LeaseSpec, Token};
+use lease_redis::HealingConnection;
 use lease_redlock::{Node, RedisNode, RedlockBackend, RedlockConfig};
 use lease_testkit::redis::{Persistence, RedisServer};
-use redis::aio::ConnectionManager;
 
 const SEED: u64 = 0x5eed_2024;
 const CONTENDERS: usize = 8;
@@ -140,7 +140,7 @@ async fn fenced_quorum_tokens_strictly_increase_under_contention_and_pauses() {
 async fn nodes_minting(
     servers: &[RedisServer],
     scheme: TokenScheme,
-) -> Vec<RedisNode<ConnectionManager>> {
+) -> Vec<RedisNode<HealingConnection>> {
     let mut v = Vec::new();
     for s in servers {
         v.push(

@@ -14,6 +14,8 @@
 //!   forced failovers and a cut replication link.
 //! * [`proxy::FaultProxy`]: a TCP proxy with pass / latency / blackhole modes and
 //!   connection resets, for partition and slow-node tests.
+//! * [`blackhole::Blackhole`]: a loopback port silenced in the kernel (iptables), so TCP
+//!   backs off as on a real vanished path; healed on drop.
 //! * [`tls::TestPki`]: a test CA, server certificates (current or expired) and client
 //!   certificates; [`redis::RedisServerBuilder::tls`] starts a server with a TLS port.
 //! * [`wrap::Wrapped`]: a `LeaseBackend` that forwards every call to another and runs
@@ -32,6 +34,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod blackhole;
 pub mod cluster;
 mod docker;
 mod error;
@@ -47,6 +50,7 @@ pub mod tempdir;
 pub mod tls;
 pub mod wrap;
 
+pub use crate::blackhole::Blackhole;
 pub use crate::cluster::RedisCluster;
 pub use crate::error::{Error, Result};
 pub use crate::mode::ServerMode;

@@ -140,12 +140,13 @@ pub mod memory {
 pub mod redis {
     #[cfg(feature = "sentinel")]
     pub use lease_redis::SentinelConnection;
+    pub use lease_redis::healing;
     pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
-        DEFAULT_FENCE_TIMEOUT, FencedWrite, NotAcknowledged, NoticeStats, RedisBackend,
-        RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES, Topology,
-        backend_error,
+        DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FencedWrite, HealingConnection, HealingStats,
+        NotAcknowledged, NoticeStats, RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices,
+        ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).
@@ -162,17 +163,21 @@ pub mod redis {
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;
 
-    /// Connects to the Redis at `url` with a reconnecting [`client::aio::ConnectionManager`]
-    /// and wraps it in a standalone [`RedisBackend`]. `rediss://` needs feature `tls` (and
+    /// Connects to the Redis at `url` with a self-healing [`HealingConnection`] and wraps it in
+    /// a standalone [`RedisBackend`]. `rediss://` needs feature `tls` (and
     /// trusts the system's roots; `connect_tls` takes a CA and a client certificate).
     ///
     /// **Timeout policy** (the same for this function, the CLI and Redlock nodes): connecting
-    /// is bounded by 1 s (retried once); the connection has **no response timeout** (redis-rs's default of
+    /// is bounded by 1 s; the connection has **no response timeout** (redis-rs's default of
     /// 500 ms is turned off), because the library bounds every call itself — the driver each
     /// lease request by the lease's own deadline, a fencer each write by its timeout
     /// ([`DEFAULT_FENCE_TIMEOUT`]), [`crate::Elector::leader`] by the acquire timeout. A fixed
     /// client-side timeout would cut valid replies short and turn them into unknown outcomes.
-    /// Build your own connection with a response timeout if you call it directly.
+    /// Build your own connection with a response timeout if you call it directly. The
+    /// connection is given up and opened again when the server goes silent (a request
+    /// abandoned unanswered and no reply for [`healing::DEFAULT_SILENCE`]), and has TCP
+    /// keepalive and `TCP_USER_TIMEOUT`: after a blackhole heals, recovery is bounded by the
+    /// lease, not by TCP's retransmission backoff (see [`healing`]).
     ///
     /// The backend wakes followers and lock waiters on release notices ([`ReleaseNotices`]:
     /// one subscriber connection, opened when a waiter first needs it); polling stays the
@@ -181,9 +186,7 @@ pub mod redis {
     /// A failure is a [`ConnectError`]; a plain URL that reached a TLS port says so
     /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, build a
     /// `client::cluster_async::ClusterConnection` and use [`RedisBackend::cluster`].
-    pub async fn connect(
-        url: &str,
-    ) -> Result<RedisBackend<client::aio::ConnectionManager>, ConnectError> {
+    pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, ConnectError> {
         lease_redis::connect(url).await
     }
 
@@ -208,7 +211,7 @@ pub mod redis {
     pub async fn connect_tls(
         url: &str,
         config: &TlsConfig,
-    ) -> Result<RedisBackend<client::aio::ConnectionManager>, ConnectError> {
+    ) -> Result<RedisBackend<HealingConnection>, ConnectError> {
         lease_redis::connect_tls(url, config).await
     }
 

@@ -15,11 +15,11 @@ use common::locks::{SLACK, ms};
 use common::{EVENTUALLY, config, wait_leader, wait_role};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
-use redis::aio::ConnectionManager;
+use redlease::redis::HealingConnection;
 use redlease::redis::{RedisBackend, ReleaseNotices, Topology, notice_channel};
 use redlease::{CancellationToken, Elector, LeaderWatch, LockOptions, Locker, RetryStrategy, Role};
 
-type Managed = RedisBackend<ConnectionManager>;
+type Managed = RedisBackend<HealingConnection>;
 
 /// A backend as `redlease::redis::connect` builds it: its own data and subscriber
 /// connections, like a separate process.

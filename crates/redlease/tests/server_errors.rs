@@ -295,16 +295,19 @@ async fn noauth_and_wrongpass_are_refused_at_once() {
     assert!(!b.is_transient());
 }
 
-/// OOM under `noeviction`: refused at once, nothing written.
+/// OOM under `noeviction` (a memory spike) is transient and not applied: a lock obtain keeps
+/// retrying and an elector keeps contending (neither stops, as a permanent refusal would make
+/// the whole fleet do); both succeed once memory is freed, and nothing was written meanwhile.
 #[tokio::test]
-async fn oom_under_noeviction_is_refused_at_once() {
+async fn oom_under_noeviction_is_retried_until_memory_is_freed() {
     let server = RedisServer::builder()
         .maxmemory_policy("noeviction")
         .start()
         .await
         .unwrap();
     let mut conn = raw(&server).await;
-    let locker = Locker::new(backend_at(&server.url()).await);
+    let watched = Watched::new(backend_at(&server.url()).await);
+    let locker = Locker::new(watched.clone());
     // Load the scripts first: SCRIPT LOAD is refused under OOM as well.
     locker
         .obtain(
@@ -318,10 +321,58 @@ async fn oom_under_noeviction_is_refused_at_once() {
         .await
         .unwrap();
     let _: () = cmd(&mut conn, &["CONFIG", "SET", "maxmemory", "1"]).await;
-    assert_refused_at_once(&locker, &mut conn, "{m}:lock", "{m}:fence", "OOM").await;
+    let obtain = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .obtain(
+                    "{m}:lock",
+                    ms(10_000),
+                    LockOptions::new()
+                        .fence_key("{m}:fence")
+                        .retry(RetryStrategy::linear(ms(20)).unwrap())
+                        .wait(ms(15_000)),
+                )
+                .await
+        })
+    };
+    let config = redlease::ElectionConfig::builder("{m}e", "a")
+        .ttl(ms(1_000))
+        .build()
+        .unwrap();
+    let elector = redlease::Elector::new(watched.clone(), config);
+    let shutdown = CancellationToken::new();
+    let run = {
+        let elector = elector.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { elector.hold(shutdown).await })
+    };
+    // Wait (bounded) until several attempts were answered OOM.
+    watched.wait_errors("OOM", 4).await;
+    assert!(!obtain.is_finished(), "the obtain still retries under OOM");
+    assert!(!run.is_finished(), "the elector still contends under OOM");
+    let exists: i64 = cmd(&mut conn, &["EXISTS", "{m}:lock", "{m}e:leader"]).await;
+    assert_eq!(exists, 0, "nothing was written under OOM");
     let _: () = cmd(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]).await;
-    let exists: i64 = cmd(&mut conn, &["EXISTS", "{m}:lock"]).await;
-    assert_eq!(exists, 0);
+    let lock = tokio::time::timeout(EVENTUALLY, obtain)
+        .await
+        .expect("obtained once memory was freed")
+        .unwrap()
+        .expect("obtained");
+    assert!(lock.fence_token().is_some());
+    let mut role = elector.subscribe();
+    // (The watch's read guard is dropped at once: holding it would block the elector.)
+    let elected = tokio::time::timeout(
+        EVENTUALLY,
+        role.wait_for(|s| matches!(s.role, redlease::Role::Leader(_))),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    assert!(elected, "elected once memory was freed");
+    lock.release().await.unwrap();
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(EVENTUALLY, run).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
 }
 
 /// BUSY (another client's script runs past the busy threshold) is transient: the obtain keeps

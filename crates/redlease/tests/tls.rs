@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{EVENTUALLY, config, wait_leader};
 use lease_testkit::RedisServer;
 use lease_testkit::tls::{ClientAuth, ServerCert, TestPki, Validity};
-use redlease::redis::client::aio::ConnectionManager;
+use redlease::redis::HealingConnection;
 use redlease::redis::{ConnectError, RedisBackend, TlsConfig, TlsFailure, connect, connect_tls};
 use redlease::{CancellationToken, Elector, LockOptions, Locker};
 
@@ -40,7 +40,7 @@ fn current(pki: &TestPki) -> ServerCert {
         .expect("server certificate")
 }
 
-async fn bounded_tls(url: &str, tls: &TlsConfig) -> Result<RedisBackend<ConnectionManager>> {
+async fn bounded_tls(url: &str, tls: &TlsConfig) -> Result<RedisBackend<HealingConnection>> {
     let started = Instant::now();
     let outcome = tokio::time::timeout(CONNECT_BOUND, connect_tls(url, tls))
         .await
@@ -49,14 +49,14 @@ async fn bounded_tls(url: &str, tls: &TlsConfig) -> Result<RedisBackend<Connecti
     outcome
 }
 
-fn refused(outcome: Result<RedisBackend<ConnectionManager>>) -> ConnectError {
+fn refused(outcome: Result<RedisBackend<HealingConnection>>) -> ConnectError {
     match outcome {
         Ok(_) => panic!("the connection should have been refused"),
         Err(e) => e,
     }
 }
 
-fn failure_of(outcome: Result<RedisBackend<ConnectionManager>>) -> (TlsFailure, String) {
+fn failure_of(outcome: Result<RedisBackend<HealingConnection>>) -> (TlsFailure, String) {
     match outcome {
         Ok(_) => panic!("the connection should have failed"),
         Err(e) => {

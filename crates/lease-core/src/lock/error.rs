@@ -45,7 +45,7 @@ pub enum LockError {
     #[error("invalid input: {0}")]
     Invalid(#[from] ConfigError),
     /// The backend refused the request with a permanent error, at once and without retrying
-    /// (keys across Redis Cluster slots, `WRONGTYPE`, `NOPERM`, `OOM`, ...): nothing changed.
+    /// (keys across Redis Cluster slots, `WRONGTYPE`, `NOPERM`, ...): nothing changed.
     #[error("backend refused the request: {0}")]
     Refused(#[source] BackendError),
 }

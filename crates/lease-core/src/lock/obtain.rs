@@ -209,8 +209,10 @@ impl Obtain {
     /// Whether release notices are arriving for this lock (the driver's watch is live). While
     /// they are, an attempt that found the lock held waits for the notice of its release —
     /// and polls only when the holder's key would expire if the holder had crashed (its
-    /// reported remaining TTL, if later than the retry delay; never past the wait deadline,
-    /// where one last attempt is made). Set it before feeding each reply.
+    /// reported remaining TTL), skipping the strategy's attempts before then (each still
+    /// counts; see [`ObtainSchedule::after_failure_until`]). Notices only make attempts
+    /// earlier: the obtain gives up when the strategy's schedule or the wait deadline says,
+    /// whichever is earlier, never later. Set it before feeding each reply.
     pub fn set_notices_live(&mut self, live: bool) {
         self.notices_live = live;
     }
@@ -223,16 +225,13 @@ impl Obtain {
     fn after_failure_until(&mut self, now: Instant, last: LockError, expiry: Option<Instant>) {
         self.armed = self.private_token && self.unknown;
         let notice = std::mem::take(&mut self.notice_pending);
-        let deadline = self.schedule.deadline();
-        match self.schedule.after_failure(now) {
+        let next = match expiry {
+            Some(e) if self.notices_live && !notice => self.schedule.after_failure_until(now, e),
+            _ => self.schedule.after_failure(now),
+        };
+        match next {
             NextAttempt::At(_) if notice => self.state = State::Due(now),
-            NextAttempt::At(t) => {
-                let t = match expiry {
-                    Some(e) if self.notices_live && e > t => e.min(deadline),
-                    _ => t,
-                };
-                self.state = State::Due(t);
-            }
+            NextAttempt::At(t) => self.state = State::Due(t),
             NextAttempt::DeadlineExceeded if notice && now <= self.schedule.deadline() => {
                 self.state = State::Due(now);
             }

@@ -72,4 +72,51 @@ impl ObtainSchedule {
             }
         }
     }
+
+    /// Like [`after_failure`](Self::after_failure), when nothing is worth trying before
+    /// `until` (the holder's key expires then, and release notices will wake the waiter
+    /// sooner if it is released): the scheduled attempts before `until` are skipped — each
+    /// still counts against the strategy — and the next one is made at `until`. The give-up
+    /// time never moves later than the strategy's schedule and the wait deadline say: when
+    /// the strategy (or the deadline) ends before `until`, the last attempt it allows is kept.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Instant, RetryStrategy};
+    /// use lease_core::lock::{NextAttempt, ObtainSchedule};
+    /// let ms = Duration::from_millis;
+    /// let t0 = Instant::ZERO;
+    /// // Unlimited 100 ms retries, wait 10 s, the holder expires in 2 s: poll at 2 s.
+    /// let mut s = ObtainSchedule::new(RetryStrategy::linear(ms(100))?.sequence(), t0 + ms(10_000));
+    /// assert_eq!(s.after_failure_until(t0, t0 + ms(2_000)), NextAttempt::At(t0 + ms(2_000)));
+    /// // Two retries 5 ms apart: the last is at 10 ms, then "not obtained", whatever the expiry.
+    /// let limited = RetryStrategy::limit(2, RetryStrategy::linear(ms(5))?);
+    /// let mut s = ObtainSchedule::new(limited.sequence(), t0 + ms(10_000));
+    /// assert_eq!(s.after_failure_until(t0, t0 + ms(1_000)), NextAttempt::At(t0 + ms(10)));
+    /// assert_eq!(s.after_failure(t0 + ms(10)), NextAttempt::GiveUp);
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn after_failure_until(&mut self, now: Instant, until: Instant) -> NextAttempt {
+        /// Skipping is a shortcut; a strategy of tiny delays before a far expiry just polls.
+        const MAX_SKIPPED: u32 = 10_000;
+        let mut at = match self.after_failure(now) {
+            NextAttempt::At(at) => at,
+            other => return other,
+        };
+        for _ in 0..MAX_SKIPPED {
+            if at >= until {
+                return NextAttempt::At(at.min(until.max(now)));
+            }
+            let before = self.sequence.clone();
+            match self.sequence.next_delay() {
+                Some(d) if at + d <= self.deadline => at += d,
+                // `at` is the last attempt the strategy or the deadline allows: keep it.
+                _ => {
+                    self.sequence = before;
+                    return NextAttempt::At(at);
+                }
+            }
+        }
+        NextAttempt::At(at)
+    }
 }

@@ -15,7 +15,7 @@ use clap::Parser;
 use lease_jepsen::history::{Event, HistoryFile, NodeId, Outcome, now_us};
 use lease_jepsen::rng::Rng;
 use lease_jepsen::{ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK};
-use redlease::redis::client::aio::{ConnectionManager, ConnectionManagerConfig};
+use redlease::redis::HealingConnection;
 use redlease::redis::{RedisBackend, RedisFencer, backend_error};
 use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
 use redlease::{
@@ -70,11 +70,11 @@ enum Sink {
     /// Through a fencer on the store (the election's mark when `mark` is `None`, else the
     /// lock's) or on the resource (its own mark).
     Fenced {
-        conn: ConnectionManager,
+        conn: HealingConnection,
         mark: Option<String>,
     },
     /// A plain RPUSH: the negative control.
-    Unfenced(ConnectionManager),
+    Unfenced(HealingConnection),
 }
 
 impl Sink {
@@ -133,9 +133,9 @@ impl Node_ {
     }
 }
 
-/// Connects a manager, retrying until it succeeds (the server may be partitioned or down
+/// Connects (a self-healing connection), retrying until it succeeds (the server may be partitioned or down
 /// when a node restarts) or `shutdown` fires.
-async fn manager(url: &str, shutdown: &CancellationToken) -> Option<ConnectionManager> {
+async fn manager(url: &str, shutdown: &CancellationToken) -> Option<HealingConnection> {
     let client = match redis::Client::open(url) {
         Ok(c) => c,
         Err(e) => {
@@ -143,17 +143,13 @@ async fn manager(url: &str, shutdown: &CancellationToken) -> Option<ConnectionMa
             std::process::exit(64);
         }
     };
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_millis(500)))
-        .set_response_timeout(None)
-        .set_number_of_retries(1);
     loop {
         if shutdown.is_cancelled() {
             return None;
         }
         let attempt = tokio::time::timeout(
-            Duration::from_secs(2),
-            client.get_connection_manager_with_config(config.clone()),
+            Duration::from_secs(3),
+            HealingConnection::connect(client.clone()),
         )
         .await;
         if let Ok(Ok(conn)) = attempt {

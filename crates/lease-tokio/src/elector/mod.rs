@@ -27,7 +27,7 @@ pub enum ElectorError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// The store refused a request of the election with a permanent error (`NOPERM`,
-    /// `WRONGTYPE`, `OOM`, ...): retrying cannot help, so the run stopped at once (after
+    /// `WRONGTYPE`, ...): retrying cannot help, so the run stopped at once (after
     /// releasing what it held) instead of retrying forever.
     #[error("election stopped: {op:?} refused: {error}")]
     Refused {
@@ -411,6 +411,8 @@ impl<B: LeaseBackend> Elector<B> {
     /// token-driven style: other tasks act via [`Elector::token`] / [`Elector::fencer`]).
     /// Returns after `shutdown` is cancelled and the lease is released, or with
     /// [`ElectorError::Refused`] after a permanent refusal (see [`Elector::run`]).
+    ///
+    /// **Dropping the future** ends what it started, as [`Elector::run`] describes.
     pub async fn hold(&self, shutdown: CancellationToken) -> Result<(), ElectorError> {
         self.run_inner(shutdown, None::<fn(Term<B>) -> std::future::Ready<()>>)
             .await
@@ -432,6 +434,13 @@ impl<B: LeaseBackend> Elector<B> {
     /// released and the elector re-contends after one acquire interval), and is reported: a
     /// `tracing` error event with the panic message and [`Observer::on_leader_panic`]. It is
     /// not propagated: one failing term does not stop the elector.
+    ///
+    /// **Dropping the future** (a `select!` that took another branch, a `timeout` around it)
+    /// ends what it started: the term's token is cancelled (the work is not awaited), requests
+    /// in flight are abandoned, [`Elector::token`] turns `None`, watchers see
+    /// [`Role::Stopped`], observers hear `on_stepped_down(_, Shutdown)`, and the lease is
+    /// released best-effort on a task of its own (bounded by the release timeout), so another
+    /// instance is elected at once rather than after the TTL. The elector can run again.
     pub async fn run<F, Fut>(
         &self,
         shutdown: CancellationToken,

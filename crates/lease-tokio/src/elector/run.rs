@@ -13,6 +13,15 @@
 //!    the end of the term's work, or a release notice is fed back to the machine;
 //!
 //! and, once the machine has stopped, [`Run::await_last_work`] then [`Run::finish`].
+//!
+//! **A run dropped before it finished** (the caller's `run`/`hold` future was dropped: a
+//! `select!` that took another branch, a `timeout` around it) ends what it started, in `Drop`:
+//! the term's token is cancelled (as at any step-down: the work ends when it sees it; it is
+//! not awaited, since nobody is left to await it), requests in flight are aborted,
+//! `token()` turns `None`, watchers see [`Role::Stopped`], the observer hears `SteppedDown`
+//! with [`StepDownReason::Shutdown`], and a best-effort release of the lease (bounded by the
+//! release timeout) runs on its own task, so another instance is elected at once instead of
+//! after the TTL.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,7 +53,7 @@ pub(super) enum Notice {
 }
 
 /// The state of one run.
-pub(super) struct Run<'a, B, F> {
+pub(super) struct Run<'a, B: LeaseBackend, F> {
     elector: &'a Elector<B>,
     leader_fn: Option<F>,
     clock: Clock,
@@ -60,10 +69,13 @@ pub(super) struct Run<'a, B, F> {
     shutting_down: bool,
     follower_of: Option<String>,
     refused: Option<(Op, Arc<BackendError>)>,
-    notices: mpsc::UnboundedSender<Notice>,
-    observer_task: JoinHandle<()>,
+    /// `None` once [`Run::finish`] let the observer task drain.
+    notices: Option<mpsc::UnboundedSender<Notice>>,
+    observer_task: Option<JoinHandle<()>>,
     /// Release notices for this election's lease, when the backend has them.
     watch: Option<ReleaseWatch>,
+    /// Set by [`Run::finish`]; a run dropped before it is cleaned up by `Drop`.
+    finished: bool,
 }
 
 impl<'a, B, F, Fut> Run<'a, B, F>
@@ -101,9 +113,10 @@ where
             shutting_down: false,
             follower_of: None,
             refused: None,
-            notices,
-            observer_task,
+            notices: Some(notices),
+            observer_task: Some(observer_task),
             watch,
+            finished: false,
         }
     }
 
@@ -113,7 +126,9 @@ where
 
     fn notify(&self, notice: Notice) {
         // The observer task only ends after the run drops the sender.
-        let _ = self.notices.send(notice);
+        if let Some(n) = &self.notices {
+            let _ = n.send(notice);
+        }
     }
 
     pub(super) fn begin_shutdown_if_asked(&mut self, shutdown: &CancellationToken) {
@@ -352,16 +367,19 @@ where
     }
 
     /// Publishes `Stopped`, lets the observer task drain, and returns the run's result.
-    pub(super) async fn finish(self) -> Result<(), ElectorError> {
+    pub(super) async fn finish(mut self) -> Result<(), ElectorError> {
+        self.finished = true;
         let inner = &self.elector.inner;
         *lock(&inner.lease) = None;
         inner.state.send_replace(ElectorState {
             role: Role::Stopped,
             leader: None,
         });
-        drop(self.notices);
-        let _ = self.observer_task.await;
-        match self.refused {
+        drop(self.notices.take());
+        if let Some(task) = self.observer_task.take() {
+            let _ = task.await;
+        }
+        match self.refused.take() {
             // The observer task has ended: this is the last reference.
             Some((op, error)) => Err(ElectorError::Refused {
                 op,
@@ -369,6 +387,60 @@ where
                     .unwrap_or_else(|shared| BackendError::Refused(shared.to_string())),
             }),
             None => Ok(()),
+        }
+    }
+}
+
+impl<B: LeaseBackend, F> Drop for Run<'_, B, F> {
+    /// A run dropped before it finished: see the module documentation.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let inner = &self.elector.inner;
+        let now = self.clock.now();
+        let term = self.machine.token(now);
+        if let Some(c) = self.term_cancel.take() {
+            c.cancel();
+        }
+        // The work is told, as at any step-down, and not awaited (nobody is left to await it).
+        drop(self.work.take());
+        self.requests.abort_all();
+        *lock(&inner.lease) = None;
+        inner.state.send_replace(ElectorState {
+            role: Role::Stopped,
+            leader: None,
+        });
+        if let (Some(token), Some(n)) = (term, &self.notices) {
+            let _ = n.send(Notice::SteppedDown(token, StepDownReason::Shutdown));
+        }
+        tracing::warn!(
+            name = inner.config.name(),
+            ?term,
+            "election run dropped before it finished; ending the term and releasing"
+        );
+        if self.machine.is_stopped() {
+            return;
+        }
+        // Whatever this run may hold (a term, or an acquire in flight that may have been
+        // granted): released by owner, which is harmless when nothing is held.
+        let req = Request {
+            id: RequestId(u64::MAX),
+            kind: RequestKind::Release(lease_core::ReleaseRequest {
+                spec: Arc::clone(self.machine.spec()),
+                owner: self.machine.owner().clone(),
+                term_token: term,
+            }),
+            sent_at: now,
+            deadline: now + inner.config.release_timeout(),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let backend = Arc::clone(&inner.backend);
+            let clock = self.clock;
+            runtime.spawn(async move {
+                let (reply, _) = perform(backend, req, clock).await;
+                tracing::debug!(?reply, "release after a dropped run");
+            });
         }
     }
 }

@@ -1,0 +1,506 @@
+//! [`HealingConnection`]: a multiplexed connection to one server that is rebuilt when the
+//! server goes silent, not only when TCP says it is gone.
+//!
+//! # Why
+//!
+//! A request the driver gave up on (its deadline passed) leaves the socket as it was. When the
+//! path to the server was blackholed (a partition, a VM gone, a dropped NAT entry, a failover
+//! that moved DNS), TCP keeps the unacknowledged bytes in retransmission backoff — up to two
+//! minutes between tries, about fifteen before the kernel gives up — and every later request
+//! queues behind them. A connection that reconnects only on hard errors (redis-rs's
+//! `ConnectionManager`) therefore stays dead for minutes after the fault heals. Recovery must be
+//! bounded by the lease, not by TCP.
+//!
+//! # The rule
+//!
+//! The connection is **given up** (and the next call opens a new one) when:
+//!
+//! - a call fails with an I/O error or a dropped connection (as `ConnectionManager` does); or
+//! - the connection has been **silent** for [`DEFAULT_SILENCE`] (or
+//!   [`HealingConnection::with_silence`]): a request sent at `t` was abandoned by its caller
+//!   unanswered (its deadline fired and the future was dropped), no reply of any request
+//!   arrived on this connection since `t`, and `t` is at least the silence bound ago. This
+//!   is checked when a call is abandoned and when a call starts.
+//!
+//! A single caller that gives up early (a `select!` that lost, a short timeout) does not cost
+//! a reconnect: the silence must last. One reply on the connection clears the suspicion, since
+//! replies come back in order and any reply proves the path works.
+//!
+//! Giving a connection up drops only this handle's reference: calls already in flight on it
+//! keep their own and finish (or are abandoned) as they would have. **A rebuild never changes
+//! an outcome**: the abandoned call was already reported unknown to its caller by the driver;
+//! a call that finds no connection and cannot open one was never sent and fails as not
+//! applied (`ErrorKind::Client`, see [`crate::backend_error`]).
+//!
+//! The sockets also get TCP keepalive ([`KEEPALIVE_IDLE`], probes every
+//! [`KEEPALIVE_INTERVAL`]) and, on Linux, `TCP_USER_TIMEOUT` ([`TCP_USER_TIMEOUT`]), so an
+//! idle connection to a vanished server is closed by the kernel too.
+//!
+//! Each clone pins the connection on its first call (until an error), like
+//! `SentinelConnection`: the backend clones the connection once per operation, so a script and
+//! the `WAIT` of a [`ReplicaAck`](crate::ReplicaAck) after it share one server connection.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::io::tcp::{TcpSettings, socket2};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value};
+
+use crate::CONNECT_TIMEOUT;
+
+/// How long a connection may stay silent, with a request abandoned unanswered, before it is
+/// given up. Shorter than any lease's renew slack in practice, longer than a reply from a busy
+/// server normally takes.
+pub const DEFAULT_SILENCE: Duration = Duration::from_secs(1);
+
+/// Idle time before the first TCP keepalive probe.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+
+/// Time between TCP keepalive probes (on Linux, `TCP_USER_TIMEOUT` bounds how long unanswered
+/// probes may go on).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `TCP_USER_TIMEOUT` (Linux): how long sent data may stay unacknowledged before the kernel
+/// closes the connection.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TCP settings every connection of this crate uses: `TCP_NODELAY`, keepalive after
+/// [`KEEPALIVE_IDLE`] every [`KEEPALIVE_INTERVAL`], and `TCP_USER_TIMEOUT` where the
+/// platform has it.
+pub fn tcp_settings() -> TcpSettings {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL);
+    let settings = TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(TCP_USER_TIMEOUT);
+    settings
+}
+
+/// `client` with [`tcp_settings`] applied to its address (a new client with the same
+/// connection info otherwise).
+pub fn with_tcp_settings(client: &redis::Client) -> RedisResult<redis::Client> {
+    let info = client
+        .get_connection_info()
+        .clone()
+        .set_tcp_settings(tcp_settings());
+    redis::Client::open(info)
+}
+
+/// A self-healing multiplexed connection to one server; see the [module documentation](self).
+/// Cloning is cheap; clones share the connection.
+pub struct HealingConnection {
+    shared: Arc<Shared>,
+    pinned: Option<(u64, MultiplexedConnection)>,
+}
+
+struct Shared {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    silence: Duration,
+    /// One dial at a time.
+    dial: tokio::sync::Mutex<()>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    generation: u64,
+    conn: Option<MultiplexedConnection>,
+    /// When the current connection last delivered a reply.
+    last_reply: Option<Instant>,
+    /// The send time of the oldest request abandoned unanswered with no reply since.
+    silent_since: Option<Instant>,
+    dials: u64,
+    given_up: u64,
+}
+
+impl Clone for HealingConnection {
+    fn clone(&self) -> HealingConnection {
+        HealingConnection {
+            shared: Arc::clone(&self.shared),
+            pinned: None,
+        }
+    }
+}
+
+impl fmt::Debug for HealingConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.state();
+        f.debug_struct("HealingConnection")
+            .field("addr", &self.shared.client.get_connection_info().addr())
+            .field("connected", &state.conn.is_some())
+            .field("dials", &state.dials)
+            .field("given_up", &state.given_up)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters of a [`HealingConnection`] (shared by its clones).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HealingStats {
+    /// Connections opened (the first, then every rebuild).
+    pub dials: u64,
+    /// Connections given up (an I/O error, or silence past the bound).
+    pub given_up: u64,
+}
+
+impl HealingConnection {
+    /// Opens the first connection to `client`'s server, so a wrong address or password is
+    /// reported here. Each connection attempt is bounded by [`CONNECT_TIMEOUT`]; the connection
+    /// has no response timeout (the library bounds every call) and the [`tcp_settings`].
+    pub async fn connect(client: redis::Client) -> RedisResult<HealingConnection> {
+        let conn = HealingConnection::lazy(client)?;
+        conn.shared.dial_raw().await?;
+        Ok(conn)
+    }
+
+    /// Like [`connect`](Self::connect), but nothing is connected until the first call.
+    pub fn lazy(client: redis::Client) -> RedisResult<HealingConnection> {
+        let client = with_tcp_settings(&client)?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(None);
+        Ok(HealingConnection {
+            shared: Arc::new(Shared {
+                client,
+                config,
+                silence: DEFAULT_SILENCE,
+                dial: tokio::sync::Mutex::new(()),
+                state: Mutex::new(State::default()),
+            }),
+            pinned: None,
+        })
+    }
+
+    /// Sets the silence bound (default [`DEFAULT_SILENCE`]; at least 10 ms). Call it before
+    /// cloning: clones made earlier keep the bound they had.
+    pub fn with_silence(mut self, silence: Duration) -> HealingConnection {
+        let silence = silence.max(Duration::from_millis(10));
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.silence = silence;
+        } else {
+            let state = std::mem::take(&mut *self.shared.state());
+            self.shared = Arc::new(Shared {
+                client: self.shared.client.clone(),
+                config: self.shared.config.clone(),
+                silence,
+                dial: tokio::sync::Mutex::new(()),
+                state: Mutex::new(state),
+            });
+        }
+        self
+    }
+
+    /// The silence bound.
+    pub fn silence(&self) -> Duration {
+        self.shared.silence
+    }
+
+    /// The client this connection dials.
+    pub fn client(&self) -> &redis::Client {
+        &self.shared.client
+    }
+
+    /// How many connections were opened and given up so far.
+    pub fn stats(&self) -> HealingStats {
+        let state = self.shared.state();
+        HealingStats {
+            dials: state.dials,
+            given_up: state.given_up,
+        }
+    }
+
+    async fn conn(&mut self) -> RedisResult<(u64, MultiplexedConnection)> {
+        if let Some(pinned) = &self.pinned {
+            return Ok(pinned.clone());
+        }
+        self.shared.give_up_if_silent(Instant::now());
+        let pinned = match self.shared.current() {
+            Some(found) => found,
+            None => self.shared.dial().await?,
+        };
+        self.pinned = Some(pinned.clone());
+        Ok(pinned)
+    }
+
+    fn after<T>(&mut self, generation: u64, result: &RedisResult<T>) {
+        match result {
+            Err(e) if lost(e) => {
+                self.pinned = None;
+                self.shared.give_up(generation, &e.to_string());
+            }
+            // A reply (a server error reply included) proves the path works.
+            _ => self.shared.replied(generation),
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
+        let state = self.state();
+        state.conn.clone().map(|c| (state.generation, c))
+    }
+
+    fn replied(&self, generation: u64) {
+        let mut state = self.state();
+        if state.generation == generation {
+            state.last_reply = Some(Instant::now());
+            state.silent_since = None;
+        }
+    }
+
+    /// A request sent at `sent` on `generation` was abandoned before its reply.
+    fn abandoned(&self, generation: u64, sent: Instant) {
+        let now = Instant::now();
+        {
+            let mut state = self.state();
+            if state.generation != generation || state.last_reply.is_some_and(|r| r >= sent) {
+                return;
+            }
+            state.silent_since = Some(state.silent_since.map_or(sent, |s| s.min(sent)));
+        }
+        self.give_up_if_silent(now);
+    }
+
+    fn give_up_if_silent(&self, now: Instant) {
+        let generation = {
+            let state = self.state();
+            match state.silent_since {
+                Some(since) if now.saturating_duration_since(since) >= self.silence => {
+                    state.generation
+                }
+                _ => return,
+            }
+        };
+        self.give_up(
+            generation,
+            &format!(
+                "no reply for {:?} to a request abandoned unanswered",
+                self.silence
+            ),
+        );
+    }
+
+    /// Drops the connection of `generation` (if it is still the current one).
+    fn give_up(&self, generation: u64, cause: &str) {
+        let mut state = self.state();
+        if state.generation == generation && state.conn.is_some() {
+            tracing::info!(
+                addr = %self.client.get_connection_info().addr(),
+                %cause,
+                "lease-redis: giving up the connection; the next call opens another"
+            );
+            state.conn = None;
+            state.generation += 1;
+            state.silent_since = None;
+            state.last_reply = None;
+            state.given_up += 1;
+        }
+    }
+
+    /// Opens a connection unless another caller did meanwhile (one dial at a time); a failure
+    /// is redis-rs's own error (for the first connection, whose errors are classified).
+    async fn dial_raw(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        let _one = self.dial.lock().await;
+        if let Some(found) = self.current() {
+            return Ok(found);
+        }
+        // The config bounds the connect; the outer bound covers HELLO/AUTH/SELECT too.
+        let bound = CONNECT_TIMEOUT * 2;
+        let conn = tokio::time::timeout(
+            bound,
+            self.client
+                .get_multiplexed_async_connection_with_config(&self.config),
+        )
+        .await
+        .map_err(|_| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {bound:?}"),
+            ))
+        })??;
+        let mut state = self.state();
+        state.generation += 1;
+        state.dials += 1;
+        state.conn = Some(conn.clone());
+        state.silent_since = None;
+        state.last_reply = None;
+        Ok((state.generation, conn))
+    }
+
+    /// [`dial_raw`](Self::dial_raw) for a call: a failure means nothing of the call was sent,
+    /// so it is not applied (server refusals such as `WRONGPASS` keep their kind).
+    async fn dial(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        self.dial_raw().await.map_err(|e| {
+            if is_refusal(&e) || e.kind() == ErrorKind::InvalidClientConfig {
+                e
+            } else {
+                not_connected(&e.to_string())
+            }
+        })
+    }
+}
+
+/// Errors the server sent (a wrong password) keep their kind; the rest become "not connected".
+fn is_refusal(e: &RedisError) -> bool {
+    matches!(e.kind(), ErrorKind::Server(_)) || e.is_connection_refusal()
+}
+
+/// A connection could not be opened: nothing was sent, so the call did not apply.
+fn not_connected(detail: &str) -> RedisError {
+    RedisError::from((
+        ErrorKind::Client,
+        "cannot connect to Redis",
+        detail.to_owned(),
+    ))
+}
+
+/// Whether `e` says the connection itself is gone.
+fn lost(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout()
+}
+
+/// Reports a call abandoned before its reply to the shared state.
+struct Abandoned<'a> {
+    shared: &'a Shared,
+    generation: u64,
+    sent: Instant,
+    armed: bool,
+}
+
+impl Abandoned<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.abandoned(self.generation, self.sent);
+        }
+    }
+}
+
+impl ConnectionLike for HealingConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.conn().await?;
+            let guard = Abandoned {
+                shared: &self.shared,
+                generation,
+                sent: Instant::now(),
+                armed: true,
+            };
+            let result = conn.req_packed_command(cmd).await;
+            guard.disarm();
+            self.after(generation, &result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.conn().await?;
+            let guard = Abandoned {
+                shared: &self.shared,
+                generation,
+                sent: Instant::now(),
+                armed: true,
+            };
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            guard.disarm();
+            self.after(generation, &result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared
+            .client
+            .get_connection_info()
+            .redis_settings()
+            .db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        let client = redis::Client::open("redis://127.0.0.1:1/").expect("url");
+        Shared {
+            client,
+            config: AsyncConnectionConfig::new(),
+            silence: Duration::from_millis(100),
+            dial: tokio::sync::Mutex::new(()),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn fake_connected(s: &Shared) {
+        // No real connection is needed to test the rule: mark generation 1 as live.
+        let mut state = s.state();
+        state.generation = 1;
+        state.dials = 1;
+    }
+
+    #[test]
+    fn silence_gives_up_only_after_the_bound_and_a_reply_clears_it() {
+        let s = shared();
+        fake_connected(&s);
+        let t0 = Instant::now();
+        s.abandoned(1, t0);
+        assert_eq!(s.state().silent_since, Some(t0));
+        // A reply after the send proves the path: not silent.
+        s.replied(1);
+        assert_eq!(s.state().silent_since, None);
+        // A request abandoned after a reply that came before it was sent is suspect again.
+        let t1 = Instant::now() + Duration::from_millis(1);
+        s.abandoned(1, t1);
+        assert_eq!(s.state().silent_since, Some(t1));
+        s.give_up_if_silent(t1 + Duration::from_millis(50));
+        assert_eq!(s.state().generation, 1, "not before the bound");
+    }
+
+    #[test]
+    fn an_old_generation_does_not_count() {
+        let s = shared();
+        fake_connected(&s);
+        s.abandoned(0, Instant::now());
+        assert_eq!(s.state().silent_since, None);
+    }
+
+    #[test]
+    fn dial_failures_are_not_applied() {
+        let e = not_connected("refused");
+        let b = crate::backend_error(e);
+        assert_eq!(b.effect(), lease_core::Effect::NotApplied);
+        assert!(b.is_transient());
+    }
+
+    #[test]
+    fn tcp_settings_have_keepalive_and_user_timeout() {
+        let s = tcp_settings();
+        assert!(s.nodelay());
+        assert!(s.keepalive().is_some());
+        #[cfg(target_os = "linux")]
+        assert_eq!(s.user_timeout(), Some(TCP_USER_TIMEOUT));
+    }
+}
