@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use crate::history::{Event, History, LogEntry, NodeId, Outcome, Record};
+use crate::history::{Event, HarnessEvent, History, LogEntry, NodeId, Outcome, Record};
 
 /// The properties, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,11 +40,15 @@ pub enum Property {
     /// After the final heal, a leader's write is applied within 2×TTL + acquire interval +
     /// slack.
     Recovery,
+    /// After every isolation of Redis (`isolate-redis`: the whole fleet cut off from its
+    /// store, for many TTLs) heals, a leader's write is applied within TTL + acquire interval
+    /// + 1 s: recovery is bounded by the lease, not by TCP's retransmission backoff.
+    Liveness,
 }
 
 impl Property {
     /// Every property, in report order.
-    pub const ALL: [Property; 8] = [
+    pub const ALL: [Property; 9] = [
         Property::TokensMonotonic,
         Property::TermsContiguous,
         Property::ElectionTokens,
@@ -53,6 +57,7 @@ impl Property {
         Property::NoStaleAfterNewerWrite,
         Property::NoOverlappingLeases,
         Property::Recovery,
+        Property::Liveness,
     ];
 
     /// The property's name in reports.
@@ -66,6 +71,7 @@ impl Property {
             Property::NoStaleAfterNewerWrite => "no-stale-after-newer-write",
             Property::NoOverlappingLeases => "no-overlapping-leases",
             Property::Recovery => "recovery",
+            Property::Liveness => "liveness",
         }
     }
 }
@@ -114,6 +120,12 @@ impl Rules {
     /// The recovery bound after the final heal (µs).
     pub fn recovery_bound_us(&self) -> u64 {
         2 * self.ttl_us + self.acquire_interval_us + self.recovery_slack_us
+    }
+
+    /// The liveness bound after an isolation of Redis heals (µs): TTL + acquire interval +
+    /// 1 s (the lease's own bound; no orphan lease can outlive an isolation of many TTLs).
+    pub fn liveness_bound_us(&self) -> u64 {
+        self.ttl_us + self.acquire_interval_us + 1_000_000
     }
 }
 
@@ -205,6 +217,9 @@ pub struct Report {
     pub longest_gap: (u64, u64),
     /// How long after the heal the first write was applied (µs), if one was.
     pub recovered_after_us: Option<u64>,
+    /// After each isolation of Redis healed: how long until the first write was applied
+    /// (µs; `None`: none was), in order.
+    pub isolation_recoveries_us: Vec<Option<u64>>,
 }
 
 impl Report {
@@ -222,6 +237,31 @@ impl Report {
     pub fn violations(&self, p: Property) -> usize {
         self.result(p).map_or(0, |r| r.violations.len())
     }
+}
+
+/// The end of every `isolate-redis` fault, with the start of the next fault (if any).
+fn isolation_heals(history: &History) -> Vec<(u64, Option<u64>)> {
+    let mut isolations = HashSet::new();
+    let mut out = Vec::new();
+    let mut records: Vec<_> = history.harness.iter().collect();
+    records.sort_by_key(|r| r.at_us);
+    for r in records {
+        match &r.event {
+            HarnessEvent::FaultStart { id, kind, .. } => {
+                if let Some(last) = out.last_mut()
+                    && let (_, next @ None) = last
+                {
+                    *next = Some(r.at_us);
+                }
+                if kind == "isolate-redis" {
+                    isolations.insert(*id);
+                }
+            }
+            HarnessEvent::FaultEnd { id } if isolations.contains(id) => out.push((r.at_us, None)),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Extracts the terms of a history.
@@ -636,6 +676,41 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
         }
     }
 
+    // liveness: after every isolation of Redis heals
+    let mut isolation_recoveries_us = Vec::new();
+    for (healed, next_start) in isolation_heals(history) {
+        let bound = rules.liveness_bound_us();
+        let first = attempts
+            .iter()
+            .filter(|a| a.outcome == Outcome::Applied && a.sent_us >= healed)
+            .filter_map(|a| a.done_us)
+            .min();
+        isolation_recoveries_us.push(first.map(|d| d - healed));
+        if next_start.is_some_and(|n| n < healed + bound) {
+            continue; // another fault began before the bound: nothing to judge
+        }
+        if first.is_none_or(|d| d - healed > bound) {
+            flag(
+                Property::Liveness,
+                Violation {
+                    what: match first {
+                        Some(d) => format!(
+                            "after an isolation of Redis healed, the first write was applied {} ms later (bound {} ms)",
+                            (d - healed) / 1000,
+                            bound / 1000
+                        ),
+                        None => format!(
+                            "no write was applied after an isolation of Redis healed (bound {} ms)",
+                            bound / 1000
+                        ),
+                    },
+                    at_us: healed,
+                    excerpt: excerpt(history, healed, 6),
+                },
+            );
+        }
+    }
+
     let mut outcomes: BTreeMap<Outcome, usize> = Outcome::ALL.iter().map(|o| (*o, 0)).collect();
     for a in &attempts {
         *outcomes.entry(a.outcome).or_insert(0) += 1;
@@ -657,6 +732,7 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
         log_len: log.len(),
         longest_gap,
         recovered_after_us,
+        isolation_recoveries_us,
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use crate::checker::{self, Report};
 use crate::error::{JepsenError, Result};
 use crate::history::{Event, HarnessEvent, History, HistoryFile, LogEntry, Target, now_us};
-use crate::nemesis::{self, Fault, NodeChoice, Plan, Planned};
+use crate::nemesis::{self, Direction, Fault, NodeChoice, Plan, Planned};
 use crate::netns::{self, Network};
 use crate::scenario::Scenario;
 use crate::{LOG_KEY, report, svg};
@@ -69,6 +69,8 @@ pub struct RunConfig {
     pub out: PathBuf,
     /// The `jepsen-node` binary.
     pub node_bin: PathBuf,
+    /// A fixed schedule instead of the seed's (a test of one fault, say); `None` by default.
+    pub schedule: Option<Vec<Planned>>,
 }
 
 impl RunConfig {
@@ -89,6 +91,7 @@ impl RunConfig {
             ttl: Duration::from_secs(1),
             out,
             node_bin,
+            schedule: None,
         }
     }
 }
@@ -281,6 +284,7 @@ impl Ctx<'_> {
             }
             Fault::Partition { node, .. } => Target::Node(self.resolve(*node)),
             Fault::PauseRedis { server } | Fault::KillRedis { server } => Target::Redis(*server),
+            Fault::IsolateRedis { servers } => Target::Redis(servers.first().copied().unwrap_or(0)),
         };
         let detail = format!("{} {}ms", p.fault, p.hold.as_millis()).replace(' ', "_");
         let start = self.harness.harness(HarnessEvent::FaultStart {
@@ -324,6 +328,19 @@ impl Ctx<'_> {
                 self.servers[s].kill().await?;
                 tokio::time::sleep(p.hold).await;
                 self.servers[s].restart().await?;
+            }
+            (Fault::IsolateRedis { servers }, _) => {
+                let ports: Vec<u16> = servers
+                    .iter()
+                    .filter_map(|s| self.servers.get(*s).map(RedisServer::port))
+                    .collect();
+                for n in 0..self.cfg.nodes {
+                    self.net.partition(n, Direction::Both, &ports)?;
+                }
+                tokio::time::sleep(p.hold).await;
+                for n in 0..self.cfg.nodes {
+                    self.net.heal(n)?;
+                }
             }
             _ => {}
         }
@@ -501,12 +518,14 @@ pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
             dir.display()
         )));
     }
-    let schedule = nemesis::schedule(&Plan {
-        seed: cfg.seed,
-        scenario: cfg.scenario,
-        time: cfg.time,
-        nodes: cfg.nodes,
-        ttl: cfg.ttl,
+    let schedule = cfg.schedule.clone().unwrap_or_else(|| {
+        nemesis::schedule(&Plan {
+            seed: cfg.seed,
+            scenario: cfg.scenario,
+            time: cfg.time,
+            nodes: cfg.nodes,
+            ttl: cfg.ttl,
+        })
     });
     let start = tokio::time::Instant::now();
     let mut faults = Vec::new();

@@ -82,7 +82,20 @@ pub enum Fault {
         /// Which store server.
         server: usize,
     },
+    /// Every node is cut off from these store servers, both ways, for a long time (5 to 10
+    /// TTLs): a blackholed primary, a long partition of Redis from everyone. Packets are
+    /// dropped, so the nodes' sockets sit in TCP's retransmission backoff; the run then stays
+    /// quiet for [`LIVENESS_GAP_TTLS`] TTLs + 1 s so that the liveness property can judge the
+    /// recovery.
+    IsolateRedis {
+        /// Which store servers (one, a majority or all of the Redlock servers).
+        servers: Vec<usize>,
+    },
 }
+
+/// The quiet time after an isolation, in TTLs (plus 1 s): longer than the liveness bound
+/// (TTL + acquire interval + 1 s; the acquire interval is at most a TTL).
+pub const LIVENESS_GAP_TTLS: u64 = 3;
 
 impl Fault {
     /// The fault's kind, as in histories.
@@ -93,6 +106,7 @@ impl Fault {
             Fault::KillNode { .. } => "kill-node",
             Fault::PauseRedis { .. } => "pause-redis",
             Fault::KillRedis { .. } => "kill-redis",
+            Fault::IsolateRedis { .. } => "isolate-redis",
         }
     }
 }
@@ -117,6 +131,10 @@ impl fmt::Display for Fault {
             Fault::KillNode { node } => write!(f, "kill-node {node}"),
             Fault::PauseRedis { server } => write!(f, "pause-redis r{server}"),
             Fault::KillRedis { server } => write!(f, "kill-redis r{server}"),
+            Fault::IsolateRedis { servers } => {
+                let s: Vec<String> = servers.iter().map(|s| format!("r{s}")).collect();
+                write!(f, "isolate-redis {}", s.join(","))
+            }
         }
     }
 }
@@ -165,7 +183,7 @@ pub fn schedule(plan: &Plan) -> Vec<Planned> {
             NodeChoice::Index(usize::try_from(rng.range(0, plan.nodes as u64 - 1)).unwrap_or(0))
         };
         let server = usize::try_from(rng.range(0, stores as u64 - 1)).unwrap_or(0);
-        let (fault, hold) = match rng.range(0, 9) {
+        let (fault, hold) = match rng.range(0, 10) {
             0..=2 => (Fault::PauseNode { node }, rng.range(ttl * 3 / 2, ttl * 3)),
             3..=5 => {
                 let direction = match rng.range(0, 2) {
@@ -199,9 +217,26 @@ pub fn schedule(plan: &Plan) -> Vec<Planned> {
             }
             6 => (Fault::KillNode { node }, rng.range(ttl / 2, ttl * 2)),
             7 => (Fault::PauseRedis { server }, rng.range(ttl / 3, ttl * 2)),
-            _ => (Fault::KillRedis { server }, rng.range(ttl / 5, ttl)),
+            8 => (Fault::KillRedis { server }, rng.range(ttl / 5, ttl)),
+            _ => {
+                // One server, or a majority or all of the Redlock servers.
+                let k = usize::try_from(rng.range(stores as u64 / 2 + 1, stores as u64))
+                    .unwrap_or(1)
+                    .min(stores);
+                let first = usize::try_from(rng.range(0, stores as u64 - 1)).unwrap_or(0);
+                let mut servers: Vec<usize> = (0..k).map(|i| (first + i) % stores).collect();
+                servers.sort_unstable();
+                (
+                    Fault::IsolateRedis { servers },
+                    rng.range(ttl * 5, ttl * 10),
+                )
+            }
         };
-        if t + hold > total {
+        let quiet = match fault {
+            Fault::IsolateRedis { .. } => ttl * LIVENESS_GAP_TTLS + 1000,
+            _ => 0,
+        };
+        if t + hold + quiet > total {
             break;
         }
         out.push(Planned {
@@ -209,7 +244,7 @@ pub fn schedule(plan: &Plan) -> Vec<Planned> {
             fault,
             hold: Duration::from_millis(hold),
         });
-        t += hold;
+        t += hold + quiet;
     }
     out
 }
@@ -267,5 +302,27 @@ mod tests {
             }
         }
         assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn isolations_are_long_cut_a_majority_and_are_followed_by_quiet() {
+        let mut seen = 0;
+        for seed in 0..50 {
+            for scenario in [Scenario::SingleAof, Scenario::Redlock] {
+                let s = schedule(&plan(seed, scenario));
+                for (i, p) in s.iter().enumerate() {
+                    let Fault::IsolateRedis { servers } = &p.fault else {
+                        continue;
+                    };
+                    seen += 1;
+                    assert!(p.hold >= Duration::from_millis(5000), "{p:?}");
+                    assert!(servers.len() * 2 > scenario.stores(), "{p:?}");
+                    if let Some(next) = s.get(i + 1) {
+                        assert!(next.at >= p.at + p.hold + Duration::from_millis(4000));
+                    }
+                }
+            }
+        }
+        assert!(seen >= 10, "{seen}");
     }
 }

@@ -70,6 +70,18 @@ pub fn markdown(s: &RunSummary) -> String {
             let _ = writeln!(o, "- no write applied after the final heal");
         }
     }
+    if !r.isolation_recoveries_us.is_empty() {
+        let each: Vec<String> = r
+            .isolation_recoveries_us
+            .iter()
+            .map(|us| us.map_or_else(|| "none".to_owned(), |us| format!("{} ms", us / 1000)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "- first write applied after each isolation of Redis healed: {}",
+            each.join(", ")
+        );
+    }
     let _ = writeln!(o, "\n## Properties\n");
     let _ = writeln!(o, "| property | mode | violations | why this mode |");
     let _ = writeln!(o, "|---|---|---|---|");

@@ -103,6 +103,11 @@ impl Scenario {
                 Asserted,
                 "2 x TTL + acquire interval covers an orphan lease and backed-off errors",
             ),
+            (
+                Liveness,
+                Asserted,
+                "connections that go silent are rebuilt (issue 26): the lease bounds recovery, not TCP",
+            ),
         ];
         let mut modes: Vec<(Property, Mode, &'static str)> = always.to_vec();
         match self {

@@ -122,6 +122,10 @@ pub fn timeline(s: &RunSummary) -> String {
                 ("#f0a030", label)
             }
             Fault::KillNode { .. } | Fault::KillRedis { .. } => ("#e05050", "killed".to_owned()),
+            Fault::IsolateRedis { servers } => {
+                let to: Vec<String> = servers.iter().map(|s| format!("r{s}")).collect();
+                ("#7050c0", format!("{} isolated", to.join(",")))
+            }
         };
         let title = esc(&f.planned.fault.to_string());
         match f.target {

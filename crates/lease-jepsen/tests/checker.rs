@@ -291,3 +291,54 @@ fn the_longest_gap_spans_stretches_without_any_valid_lease() {
     assert_eq!(longest_gap(&t, 2100 * MS), (100 * MS, 900 * MS));
     assert_eq!(longest_gap(&[], 5), (0, 0));
 }
+
+/// Liveness (issue 26): after an `isolate-redis` fault heals, a write within TTL + acquire
+/// interval + 1 s (here 500 + 250 + 1000 = 1750 ms); other faults' heals are not judged.
+#[test]
+fn a_slow_recovery_after_an_isolation_is_caught() {
+    let isolation = |h: &mut H, id: u32, kind: &str, start: u64, end: u64| {
+        h.harness(
+            start,
+            HarnessEvent::FaultStart {
+                id,
+                kind: kind.to_owned(),
+                target: lease_jepsen::history::Target::Redis(0),
+                detail: String::new(),
+            },
+        )
+        .harness(end, HarnessEvent::FaultEnd { id });
+    };
+    let mut rules = rules();
+    rules.ttl_us = 500 * MS;
+    // In time: healed at 1000, a write applied at 1010 (the clean history's writes).
+    let (mut h, log) = clean();
+    isolation(&mut h, 1, "isolate-redis", 150, 1000);
+    let report = check(&h.history(), &log, &rules);
+    assert_eq!(
+        report.violations(Property::Liveness),
+        0,
+        "{:#?}",
+        report.results
+    );
+    // Too late: healed at 1050; the next applied write is sent at 3100 (2050 ms later).
+    let (mut h, log) = clean();
+    isolation(&mut h, 1, "isolate-redis", 1045, 1050);
+    let report = check(&h.history(), &log, &rules);
+    assert_eq!(
+        report.violations(Property::Liveness),
+        1,
+        "{:#?}",
+        report.results
+    );
+    // The same gap after a partition is not this property's business.
+    let (mut h, log) = clean();
+    isolation(&mut h, 1, "partition", 1045, 1050);
+    let report = check(&h.history(), &log, &rules);
+    assert_eq!(report.violations(Property::Liveness), 0);
+    // Nor when the next fault begins before the bound.
+    let (mut h, log) = clean();
+    isolation(&mut h, 1, "isolate-redis", 1045, 1050);
+    isolation(&mut h, 2, "pause-node", 2000, 2100);
+    let report = check(&h.history(), &log, &rules);
+    assert_eq!(report.violations(Property::Liveness), 0);
+}

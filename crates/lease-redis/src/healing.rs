@@ -41,6 +41,7 @@
 //! the `WAIT` of a [`ReplicaAck`](crate::ReplicaAck) after it share one server connection.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -101,7 +102,8 @@ pub struct HealingConnection {
 struct Shared {
     client: redis::Client,
     config: AsyncConnectionConfig,
-    silence: Duration,
+    /// The silence bound, in milliseconds.
+    silence_ms: AtomicU64,
     /// One dial at a time.
     dial: tokio::sync::Mutex<()>,
     state: Mutex<State>,
@@ -170,7 +172,7 @@ impl HealingConnection {
             shared: Arc::new(Shared {
                 client,
                 config,
-                silence: DEFAULT_SILENCE,
+                silence_ms: AtomicU64::new(DEFAULT_SILENCE.as_millis() as u64),
                 dial: tokio::sync::Mutex::new(()),
                 state: Mutex::new(State::default()),
             }),
@@ -178,28 +180,20 @@ impl HealingConnection {
         })
     }
 
-    /// Sets the silence bound (default [`DEFAULT_SILENCE`]; at least 10 ms). Call it before
-    /// cloning: clones made earlier keep the bound they had.
-    pub fn with_silence(mut self, silence: Duration) -> HealingConnection {
+    /// Sets the silence bound (default [`DEFAULT_SILENCE`]; at least 10 ms), for this
+    /// connection and every clone of it.
+    pub fn with_silence(self, silence: Duration) -> HealingConnection {
         let silence = silence.max(Duration::from_millis(10));
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            shared.silence = silence;
-        } else {
-            let state = std::mem::take(&mut *self.shared.state());
-            self.shared = Arc::new(Shared {
-                client: self.shared.client.clone(),
-                config: self.shared.config.clone(),
-                silence,
-                dial: tokio::sync::Mutex::new(()),
-                state: Mutex::new(state),
-            });
-        }
+        self.shared.silence_ms.store(
+            u64::try_from(silence.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         self
     }
 
     /// The silence bound.
     pub fn silence(&self) -> Duration {
-        self.shared.silence
+        self.shared.silence()
     }
 
     /// The client this connection dials.
@@ -242,6 +236,10 @@ impl HealingConnection {
 }
 
 impl Shared {
+    fn silence(&self) -> Duration {
+        Duration::from_millis(self.silence_ms.load(Ordering::Relaxed))
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -276,7 +274,7 @@ impl Shared {
         let generation = {
             let state = self.state();
             match state.silent_since {
-                Some(since) if now.saturating_duration_since(since) >= self.silence => {
+                Some(since) if now.saturating_duration_since(since) >= self.silence() => {
                     state.generation
                 }
                 _ => return,
@@ -286,7 +284,7 @@ impl Shared {
             generation,
             &format!(
                 "no reply for {:?} to a request abandoned unanswered",
-                self.silence
+                self.silence()
             ),
         );
     }
@@ -448,7 +446,7 @@ mod tests {
         Shared {
             client,
             config: AsyncConnectionConfig::new(),
-            silence: Duration::from_millis(100),
+            silence_ms: AtomicU64::new(100),
             dial: tokio::sync::Mutex::new(()),
             state: Mutex::new(State::default()),
         }

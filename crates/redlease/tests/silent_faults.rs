@@ -8,6 +8,8 @@
 //!   `redis::connect` connected before): no leader within that bound, because the socket sits
 //!   in TCP's retransmission backoff.
 //! - The same for a Redlock election with two of its three nodes blackholed.
+//! - Sentinel: the primary blackholed (not killed) and a replica promoted at a new address: a
+//!   leader within the same bound after the promotion.
 //! - Dropping `Elector::run` while leading ends the term: the work's token is cancelled and
 //!   its task stops, watchers see `Stopped`, and the lease is released (another instance is
 //!   elected at once, not after the TTL).
@@ -252,6 +254,51 @@ async fn a_redlock_election_recovers_within_the_lease_bound_after_blackholed_nod
         gap <= bound,
         "leader {gap:?} after the heal, bound TTL + acquire interval + 1 s = {bound:?}"
     );
+}
+
+/// Sentinel: the primary is blackholed (not killed: its connections go silent) and the
+/// sentinels promote a replica at another address; a leader within the bound after the new
+/// primary is in place, the old one still blackholed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_election_follows_a_primary_replaced_while_the_old_one_is_blackholed() {
+    use lease_testkit::SentinelGroup;
+    let group = SentinelGroup::builder("bhs")
+        .down_after(ms(1_000))
+        .start()
+        .await
+        .expect("sentinel group");
+    let urls = group.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let a = redlease::redis::connect_sentinel(&urls, group.name())
+        .await
+        .expect("a");
+    let b = redlease::redis::connect_sentinel(&urls, group.name())
+        .await
+        .expect("b");
+    let (electors, shutdown, runs) = start_electors([a, b], "{bhs}");
+    assert!(until_leader(&electors, EVENTUALLY).await.is_some());
+    let old = group.primary_index().await.expect("primary");
+    let hole = Blackhole::port(group.server(old).expect("server").port()).expect("blackhole");
+    let new = group
+        .wait_new_primary(old, Duration::from_secs(30))
+        .await
+        .expect("the sentinels promoted a replica");
+    let promoted = Instant::now();
+    let bound = election_bound();
+    let gap = until_leader(&electors, bound * 3).await;
+    eprintln!(
+        "Sentinel: primary {old} blackholed, {new} promoted; leader {gap:?} after (bound {bound:?})"
+    );
+    let gap = gap.expect("no leader within three times the bound after the promotion");
+    assert!(
+        gap <= bound,
+        "leader {gap:?} after the promotion, bound {bound:?} (measured from {promoted:?})"
+    );
+    assert!(hole.is_active(), "the old primary stayed blackholed");
+    shutdown.cancel();
+    for r in runs {
+        let _ = tokio::time::timeout(EVENTUALLY, r).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
