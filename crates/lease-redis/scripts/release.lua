@@ -18,14 +18,14 @@ Returns
   1   every key was ours and is deleted
   0   not (entirely) ours: only our keys were deleted, or nothing when the term moved on
 Errors
-  ERR ...        the counter is not a decimal integer; nothing changed
+  CORRUPT <key>  the counter is not a decimal integer in 0..2^53; nothing changed
   WRONGTYPE ...  a key holds a value that is not a string
 ]]
 local owner = ARGV[1]
 local n = tonumber(ARGV[2])
 if #KEYS == n + 1 then
-  local counter = read_int(KEYS[n + 1])
-  if not counter then return redis.error_reply(NOT_AN_INTEGER) end
+  local counter = read_token(KEYS[n + 1])
+  if not counter then return corrupt(KEYS[n + 1], NOT_A_TOKEN .. ' (the fence counter)') end
   if counter ~= canon(ARGV[4]) then return 0 end
 end
 local all, deleted = 1, false
