@@ -517,7 +517,9 @@ where
 
 /// Counts a fenced write (feature `metrics`): `redlease_fenced_writes_total`, labelled `fence`
 /// (the mark key's hash tag, or its text before the first `:`: the election's name for an
-/// election's mark) and `outcome` (`applied`, `stale`, `not_applied`, `unknown`).
+/// election's mark; cut to 64 bytes, and at most [`FENCE_LABEL_LIMIT`] distinct values per
+/// process, later ones labelled `_other`) and `outcome` (`applied`, `stale`, `not_applied`,
+/// `unknown`).
 #[cfg(feature = "metrics")]
 fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseError>) {
     let outcome = match result {
@@ -544,16 +546,32 @@ pub fn describe_metrics() {
     );
 }
 
+/// At most this many distinct `fence` label values (of `redlease_fenced_writes_total`) per
+/// process; the marks whose prefix comes after them are labelled `_other`, so label
+/// cardinality stays bounded whatever mark keys a process writes under.
+pub const FENCE_LABEL_LIMIT: usize = 256;
+
 /// The `fence` label of a mark key: its hash tag when it starts with one, else the text
-/// before its first `:`.
+/// before its first `:`, cut to 64 bytes; `_other` past [`FENCE_LABEL_LIMIT`] distinct ones.
 #[cfg(feature = "metrics")]
 fn fence_label(mark_key: &str) -> String {
-    if mark_key.starts_with('{')
-        && let Some(end) = mark_key.find('}')
-    {
-        return mark_key[..=end].to_owned();
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    let prefix = match mark_key.find('}') {
+        Some(end) if mark_key.starts_with('{') => &mark_key[..=end],
+        _ => mark_key.split(':').next().unwrap_or(mark_key),
+    };
+    let mut cut = prefix.len().min(64);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
     }
-    mark_key.split(':').next().unwrap_or(mark_key).to_owned()
+    let prefix = &prefix[..cut];
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.contains(prefix) || seen.len() < FENCE_LABEL_LIMIT {
+        seen.insert(prefix.to_owned());
+        return prefix.to_owned();
+    }
+    "_other".to_owned()
 }
 
 #[cfg(test)]

@@ -92,7 +92,7 @@ pub use connect::{connect_tls, is_plain_redis, tls_client};
 pub use error::{CORRUPT, RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
 pub use fence::describe_metrics;
-pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use fence::{DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite, RedisFencer};
 pub use notify::{NoticeStats, ReleaseNotices};
 pub use replica::{NotAcknowledged, ReplicaAck};
 #[cfg(feature = "sentinel")]

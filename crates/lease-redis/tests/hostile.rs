@@ -343,3 +343,55 @@ async fn corrupt_key_names_are_escaped() {
         Ok(AcquireOutcome::Acquired { .. })
     ));
 }
+
+/// The subscriber's refused set follows the channels waited on now (issue 27): an ACL user
+/// without SUBSCRIBE waits on many distinct keys in turn; each channel is refused once, and
+/// none stays in the set once its waiter is gone.
+#[tokio::test]
+async fn refused_subscriptions_do_not_accumulate() {
+    use lease_core::notify::WatchRole;
+    use lease_redis::ReleaseNotices;
+    use std::time::Duration;
+
+    let (server, _b, mut raw) = setup().await;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nosub")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-subscribe")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let client = redis::Client::open(server.url_for_user("nosub", "pw")).unwrap();
+    let notices = ReleaseNotices::new(client);
+    let eventually = |what: &'static str, ok: Box<dyn Fn() -> bool>| async move {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !ok() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+    };
+    const KEYS: u64 = 50;
+    for i in 0..KEYS {
+        let watch = notices.watch(&format!("redlease:released:k{i}"), WatchRole::Contender);
+        watch.activate();
+        let n = notices.clone();
+        eventually("refused", Box::new(move || n.stats().refusals > i)).await;
+        drop(watch);
+    }
+    let n = notices.clone();
+    eventually(
+        "refused set emptied",
+        Box::new(move || n.stats().refused == 0),
+    )
+    .await;
+    let stats = notices.stats();
+    assert_eq!(stats.refusals, KEYS, "{stats:?}");
+    assert_eq!(stats.connections, 1, "{stats:?}");
+}

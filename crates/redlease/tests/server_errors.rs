@@ -158,6 +158,12 @@ async fn assert_refused_at_once(
             assert_eq!(e.effect(), Effect::NotApplied);
             assert!(!e.is_transient());
         }
+        // A corrupt fence key is refused by name (`code` is the key).
+        LockError::Refused(e @ BackendError::Corrupt { key, .. }) => {
+            assert_eq!(key, code);
+            assert_eq!(e.effect(), Effect::NotApplied);
+            assert!(!e.is_transient());
+        }
         other => panic!("{code}: expected Refused, got {other:?}"),
     }
     assert!(
@@ -177,7 +183,14 @@ async fn wrongtype_and_a_non_integer_counter_are_refused_at_once() {
     let _: () = cmd(&mut conn, &["HSET", "{p}:hash", "f", "v"]).await;
     assert_refused_at_once(&locker, &mut conn, "{p}:hash", "{p}:fence", "WRONGTYPE").await;
     let _: () = cmd(&mut conn, &["SET", "{p}:text-fence", "abc"]).await;
-    assert_refused_at_once(&locker, &mut conn, "{p}:lock", "{p}:text-fence", "ERR").await;
+    assert_refused_at_once(
+        &locker,
+        &mut conn,
+        "{p}:lock",
+        "{p}:text-fence",
+        "{p}:text-fence",
+    )
+    .await;
     // Nothing was written by either.
     let exists: i64 = cmd(&mut conn, &["EXISTS", "{p}:lock"]).await;
     assert_eq!(exists, 0);
