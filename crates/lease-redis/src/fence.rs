@@ -483,9 +483,10 @@ where
         if let (FenceOutcome::Applied, Some(ack)) = (&outcome, &self.replica_ack) {
             // The reply of WAIT comes after at most the ack's timeout; the fencer's own bound
             // covers the round trip on top of it.
-            match tokio::time::timeout(self.timeout + ack.timeout(), ack.wait(&mut conn)).await {
+            let bound = self.timeout.saturating_add(ack.timeout());
+            match tokio::time::timeout(bound, ack.wait(&mut conn)).await {
                 Ok(acked) => acked?,
-                Err(_) => return Err(BackendError::Timeout(self.timeout + ack.timeout()).into()),
+                Err(_) => return Err(BackendError::Timeout(bound).into()),
             }
         }
         tracing::debug!(

@@ -94,7 +94,7 @@ pub use error::{CORRUPT, RedisLeaseError, TRANSIENT_CODES, backend_error};
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite, RedisFencer};
 pub use notify::{NoticeStats, ReleaseNotices};
-pub use replica::{NotAcknowledged, ReplicaAck};
+pub use replica::{MAX_ACK_TIMEOUT, NotAcknowledged, ReplicaAck};
 #[cfg(feature = "sentinel")]
 pub use sentinel::SentinelConnection;
 pub use slot::{CrossSlot, SlotError};
