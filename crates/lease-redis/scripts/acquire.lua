@@ -32,10 +32,11 @@ Errors (nothing changed)
   CORRUPT <key> ...   the counter or the mark is not a decimal integer in 0..2^53, or the
                       epoch is not a decimal integer (checked before anything is written,
                       whether the lease is free or held)
-  ERR ...             the floor is not a decimal integer
+  ERR ...             the floor is not a decimal integer, or the TTL not in 1..2^53 ms
   WRONGTYPE ...       a key holds a value that is not a string
 ]]
-local value, ttl = ARGV[1], ARGV[2]
+local value, ttl = ARGV[1], ttl_ms(ARGV[2])
+if not ttl or not value then return redis.error_reply(BAD_TTL) end
 local owner = owner_of(value)
 local fenced = #ARGV == 3
 local n = #KEYS

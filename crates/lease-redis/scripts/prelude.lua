@@ -60,3 +60,12 @@ local function corrupt(key, what)
   return redis.error_reply('CORRUPT ' .. key_name(key) .. ' ' .. what)
 end
 local NOT_A_TOKEN = 'is not a decimal integer in 0..2^53'
+-- `s` when it is a TTL in whole milliseconds in 1..2^53 written as plain digits, else nil.
+-- Scripts check their TTLs before their first write, so a bad one changes nothing.
+local function ttl_ms(s)
+  if type(s) ~= 'string' or not string.match(s, '^[1-9]%d*$') or less(MAX_TOKEN, s) then
+    return nil
+  end
+  return s
+end
+local BAD_TTL = 'ERR the TTL must be whole milliseconds in 1..2^53'

@@ -17,12 +17,14 @@ Returns
   1   every key is ours; counter and mark are now at least the token
   0   not held by ARGV[1]; nothing changed
 Errors (nothing changed)
+  ERR malformed raise  n is not in 1..999999 or #KEYS is not n + 2
   ERR ...        the token is not a decimal integer in 1..2^53
   CORRUPT <key>  the counter or the mark is not a decimal integer in 0..2^53
   WRONGTYPE ...  a key holds a value that is not a string
 ]]
 local owner = ARGV[1]
-local n = tonumber(ARGV[3])
+local n = string.match(ARGV[3] or '', '^[1-9]%d?%d?%d?%d?%d?$') and tonumber(ARGV[3])
+if not n or #KEYS ~= n + 2 then return redis.error_reply('ERR malformed raise') end
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
   if not v or owner_of(v) ~= owner then return 0 end

@@ -327,21 +327,21 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 12] = [
-        ("acquire.lua", "5c1b270b29e74618b952537b7148fb5dc583baeb"),
-        ("renew.lua", "307a73ff33d279a3e5754e16b5ffa844900f2f38"),
-        ("renew_many.lua", "eb584d22d763829d834f56c8d6857e4209f390f1"),
-        ("release.lua", "b537de32c7a657a3dce594e1cfafceeef32ceb91"),
-        ("pttl.lua", "e3ac33db76dbfca4980a64e155aaba55fc8864b6"),
-        ("inspect.lua", "710ae4e0b6cb5ebf394b085bb01123dfb682d201"),
-        ("raise.lua", "3fe4bd4ab8ca2dcc7c883aee5808f2b7264ca1f2"),
-        ("fence_set.lua", "f79e9d24abe67a6ae65164d739bce68ad31d8160"),
-        ("fence_hset.lua", "0182a4c54e87ea334b670468f9cd7df342a81e23"),
-        ("fence_del.lua", "9861415756cbfc4ebddc8c594802159def0d1893"),
+        ("acquire.lua", "cd8855c3066caf5de36895847eec27cb48ffeb5a"),
+        ("renew.lua", "84e98b29f19a5b6414b1d5542350e58c7d0fdb2d"),
+        ("renew_many.lua", "0ffcddf98053d105969b9cfbf6cc9044e8beb92c"),
+        ("release.lua", "4e83bc59d23aa274c84b6319ac6e86a771cd5881"),
+        ("pttl.lua", "0e14cd3bef528d8f9b80d0e78775e5477c6eb974"),
+        ("inspect.lua", "8996c78be4836524b04469a4b094affaf8eb7ced"),
+        ("raise.lua", "915a5c087c6ac0dcd129a39a430166e00202a957"),
+        ("fence_set.lua", "adfe545754e84e44809b87b09d9edb462636fdd0"),
+        ("fence_hset.lua", "d1bad737b18732cd471a1ec13e81933aa50f5dd0"),
+        ("fence_del.lua", "a98e7c6552b98db4ba557bb0100acf41bb2515ab"),
         (
             "fence_multi.lua",
-            "b38d05c5873c853e5972bea164289508fabb7bfb",
+            "9f89420572fbc446bacecac304cce2e90e2d6361",
         ),
-        ("fence_eval.lua", "04f8bd35073c8d6c8251139f06159b27f8cea602"),
+        ("fence_eval.lua", "f670c4705215927aab83d5a56f3bef464ce608a1"),
     ];
 
     /// Every composed script, by file name.
