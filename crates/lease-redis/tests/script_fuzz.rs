@@ -351,7 +351,7 @@ fn check(
     runner: &mut TestRunner,
     state: impl Strategy<Value = State>,
     case: BoxedStrategy<Case>,
-) -> Result<(), proptest::test_runner::TestError<(State, Case)>> {
+) -> Result<(), String> {
     runner.run(&(state, case), |((lock, counter, mark, epoch, target), c)| {
         let mut conn = conn.clone();
         rt.block_on(async {
@@ -433,4 +433,5 @@ fn check(
             Ok(())
         })
     })
+    .map_err(|e| e.to_string())
 }
