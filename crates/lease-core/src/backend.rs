@@ -374,7 +374,7 @@ pub enum Effect {
 /// |---|---|---|
 /// | [`Unavailable`](Self::Unavailable) | not applied | yes |
 /// | [`OutcomeUnknown`](Self::OutcomeUnknown), [`Timeout`](Self::Timeout) | **unknown** | yes |
-/// | [`Refused`](Self::Refused), [`Invalid`](Self::Invalid), [`TokenExhausted`](Self::TokenExhausted) | not applied | no |
+/// | [`Refused`](Self::Refused), [`Invalid`](Self::Invalid), [`TokenExhausted`](Self::TokenExhausted), [`Corrupt`](Self::Corrupt) | not applied | no |
 /// | [`Protocol`](Self::Protocol) | **unknown** | yes |
 /// | [`TokenRegression`](Self::TokenRegression) | applied (a report, not a failure) | no |
 /// | [`Other`](Self::Other) | **unknown** | yes |
@@ -412,6 +412,19 @@ pub enum BackendError {
     /// The store refuses because a value is out of range (e.g. the counter passed 2^53).
     #[error("fence counter exhausted: {0}")]
     TokenExhausted(String),
+    /// A key the fence keeps (the counter, the applied mark or the fence epoch) holds a value
+    /// that is not what it must be (not a decimal integer, or above 2^53 for a counter or a
+    /// mark): the store refused before writing anything. Permanent: only an operator can
+    /// repair the key (delete it, or set it to a valid value); retrying cannot help, so an
+    /// election stops contending instead of looping. `key` is the key's name as the store
+    /// printed it (bytes outside printable ASCII escaped as `\xNN`).
+    #[error("corrupt fence key {key}: {detail}")]
+    Corrupt {
+        /// The key's name, escaped.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The store minted a token not above one this instance was granted before: its counter
     /// went back (restart without persistence, eviction, failover). Reported, not fatal.
     #[error("fence counter regressed: minted {minted} after {previous} was granted")]
@@ -453,7 +466,8 @@ impl BackendError {
             BackendError::Unavailable(_)
             | BackendError::Invalid(_)
             | BackendError::Refused(_)
-            | BackendError::TokenExhausted(_) => Effect::NotApplied,
+            | BackendError::TokenExhausted(_)
+            | BackendError::Corrupt { .. } => Effect::NotApplied,
             BackendError::TokenRegression { .. } => Effect::Applied,
         }
     }
@@ -485,6 +499,10 @@ impl BackendError {
             BackendError::Refused(m) => BackendError::Refused(m.clone()),
             BackendError::Protocol(m) => BackendError::Protocol(m.clone()),
             BackendError::TokenExhausted(m) => BackendError::TokenExhausted(m.clone()),
+            BackendError::Corrupt { key, detail } => BackendError::Corrupt {
+                key: key.clone(),
+                detail: detail.clone(),
+            },
             BackendError::TokenRegression { previous, minted } => BackendError::TokenRegression {
                 previous: *previous,
                 minted: *minted,

@@ -150,9 +150,10 @@ fn memory_batches_see_their_own_types() {
     assert!(matches!(err, Err(BackendError::Refused(_))));
     assert_eq!(b.get("x"), None);
     assert_eq!(b.get("m").as_deref(), Some("1"));
-    // A mark above 2^53 (never written by us) refuses every token, as the Redis scripts do.
+    // A mark above 2^53 (never written by us) is corrupt, as the Redis scripts say: a typed,
+    // permanent refusal naming the key, nothing written.
     b.put("m2", "9007199254740993");
-    let stale = b.fenced_now(
+    let corrupt = b.fenced_now(
         "m2",
         Token::MAX,
         &[MemoryWrite::Set {
@@ -160,5 +161,9 @@ fn memory_batches_see_their_own_types() {
             value: "1".into(),
         }],
     );
-    assert!(matches!(stale, Ok(FenceOutcome::Stale { .. })));
+    assert!(
+        matches!(&corrupt, Err(BackendError::Corrupt { key, .. }) if key == "m2"),
+        "{corrupt:?}"
+    );
+    assert_eq!(b.get("y"), None);
 }

@@ -29,10 +29,14 @@ Returns
                                   max(counter, mark) and the epoch ('' when absent)
 Errors (nothing changed)
   TOKEN_EXHAUSTED ... the next token would exceed 2^53
-  ERR ...             the counter, the mark or the floor is not a decimal integer
+  CORRUPT <key> ...   the counter or the mark is not a decimal integer in 0..2^53, or the
+                      epoch is not a decimal integer (checked before anything is written,
+                      whether the lease is free or held)
+  ERR ...             the floor is not a decimal integer, or the TTL not in 1..2^53 ms
   WRONGTYPE ...       a key holds a value that is not a string
 ]]
-local value, ttl = ARGV[1], ARGV[2]
+local value, ttl = ARGV[1], ttl_ms(ARGV[2])
+if not ttl or not value then return redis.error_reply(BAD_TTL) end
 local owner = owner_of(value)
 local fenced = #ARGV == 3
 local n = #KEYS
@@ -42,20 +46,29 @@ if fenced then
   scheme, floor_arg = string.match(ARGV[3], '^(%a+):(.*)$')
 end
 
--- max(counter, mark) and the epoch ('' when absent); nil when a value is not an integer.
+-- max(counter, mark) and the epoch ('' when absent); nil and a CORRUPT error reply (naming
+-- the key) when the counter or the mark is not a decimal integer in 0..2^53, or the epoch is
+-- not a decimal integer.
 local function fence_state()
   if not fenced then return '0', '' end
-  local counter, mark = read_int(KEYS[n + 1]), read_int(KEYS[n + 2])
-  if not counter or not mark then return nil end
+  local counter_key, mark_key, epoch_key = KEYS[n + 1], KEYS[n + 2], KEYS[n + 3]
+  local counter = read_token(counter_key)
+  if not counter then return nil, corrupt(counter_key, NOT_A_TOKEN .. ' (the fence counter)') end
+  local mark = read_token(mark_key)
+  if not mark then return nil, corrupt(mark_key, NOT_A_TOKEN .. ' (the applied mark)') end
   if less(counter, mark) then counter = mark end
-  return counter, redis.call('GET', KEYS[n + 3]) or ''
+  local epoch = redis.call('GET', epoch_key) or ''
+  if epoch ~= '' and not canon(epoch) then
+    return nil, corrupt(epoch_key, 'is not a decimal integer (the fence epoch, in us)')
+  end
+  return counter, epoch
 end
 
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
   if v and owner_of(v) ~= owner then
     local now, epoch = fence_state()
-    if not now then return redis.error_reply(NOT_AN_INTEGER) end
+    if not now then return epoch end
     return {0, owner_of(v), redis.call('PTTL', KEYS[i]), now, epoch}
   end
 end
@@ -63,8 +76,9 @@ end
 local token, before, epoch = '0', '0', ''
 if fenced then
   before, epoch = fence_state()
+  if not before then return epoch end
   local floor = canon(floor_arg)
-  if not before or not floor then return redis.error_reply(NOT_AN_INTEGER) end
+  if not floor then return redis.error_reply(NOT_AN_INTEGER) end
   local base = before
   if less(base, floor) then base = floor end
   if not less(base, MAX_TOKEN) then

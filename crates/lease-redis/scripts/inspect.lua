@@ -13,9 +13,11 @@ Returns {has_value, value, pttl, has_counter, counter, has_mark, mark, epoch}
   has_counter  1 if KEYS[2] exists, else 0; counter is its raw value ('' if absent)
   has_mark     1 if KEYS[3] exists, else 0; mark is its raw value ('' if absent)
   epoch        the raw value of KEYS[4] ('' if absent or not given)
-Raw values are returned unparsed; the client validates them.
+Raw values are returned as stored, once checked: a counter or mark that is not a decimal
+integer in 0..2^53, or an epoch that is not a decimal integer, is refused by name.
 Errors
   WRONGTYPE ...  a key holds a value that is not a string
+  CORRUPT <key>  the counter, the mark or the epoch holds a value it must not
 ]]
 local out = {0, '', -2, 0, '', 0, '', ''}
 local v = redis.call('GET', KEYS[1])
@@ -24,9 +26,18 @@ if v then
 end
 if #KEYS >= 3 then
   local c = redis.call('GET', KEYS[2])
-  if c then out[4], out[5] = 1, c end
+  if c then
+    if not read_token(KEYS[2]) then return corrupt(KEYS[2], NOT_A_TOKEN .. ' (the fence counter)') end
+    out[4], out[5] = 1, c
+  end
   local m = redis.call('GET', KEYS[3])
-  if m then out[6], out[7] = 1, m end
+  if m then
+    if not read_token(KEYS[3]) then return corrupt(KEYS[3], NOT_A_TOKEN .. ' (the applied mark)') end
+    out[6], out[7] = 1, m
+  end
   out[8] = redis.call('GET', KEYS[4]) or ''
+  if out[8] ~= '' and not canon(out[8]) then
+    return corrupt(KEYS[4], 'is not a decimal integer (the fence epoch, in us)')
+  end
 end
 return out

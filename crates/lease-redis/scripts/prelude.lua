@@ -31,12 +31,41 @@ local function canon(s)
   if less('18446744073709551615', d) then return nil end
   return d
 end
--- The canonical integer stored at `key`, '0' when absent, or nil when it is not an integer
--- (a key of another type raises WRONGTYPE, which aborts the script).
-local function read_int(key)
-  local v = redis.call('GET', key)
-  if not v then return '0' end
-  return canon(v)
-end
 local NOT_AN_INTEGER = 'ERR value is not an integer or out of range'
 local MAX_TOKEN = '9007199254740992' -- 2^53
+-- The token stored at `key` (a fence counter or an applied mark) in canonical form, '0' when
+-- absent, or nil when the value is not a decimal integer in 0..2^53 (nothing of ours ever
+-- stores one above 2^53). A key of another type raises WRONGTYPE, which aborts the script.
+local function read_token(key)
+  local v = redis.call('GET', key)
+  if not v then return '0' end
+  local c = canon(v)
+  if not c or less(MAX_TOKEN, c) then return nil end
+  return c
+end
+-- `key` fit for an error reply: its first 200 bytes, every byte that is not printable ASCII,
+-- and the space and the backslash, written as \xNN (so a reply never carries control bytes
+-- and the name is one word); '...' marks a cut.
+local function key_name(key)
+  local s, cut = key, ''
+  if #s > 200 then s, cut = string.sub(s, 1, 200), '...' end
+  s = string.gsub(s, '[%z\1-\32\92\127-\255]', function(c)
+    return string.format('\\x%02x', string.byte(c))
+  end)
+  return s .. cut
+end
+-- The typed refusal for a fence key holding what it must not: 'CORRUPT <key> <what>'.
+-- Returned before anything is written; the client maps it to BackendError::Corrupt.
+local function corrupt(key, what)
+  return redis.error_reply('CORRUPT ' .. key_name(key) .. ' ' .. what)
+end
+local NOT_A_TOKEN = 'is not a decimal integer in 0..2^53'
+-- `s` when it is a TTL in whole milliseconds in 1..2^53 written as plain digits, else nil.
+-- Scripts check their TTLs before their first write, so a bad one changes nothing.
+local function ttl_ms(s)
+  if type(s) ~= 'string' or not string.match(s, '^[1-9]%d*$') or less(MAX_TOKEN, s) then
+    return nil
+  end
+  return s
+end
+local BAD_TTL = 'ERR the TTL must be whole milliseconds in 1..2^53'

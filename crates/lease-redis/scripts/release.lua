@@ -18,14 +18,18 @@ Returns
   1   every key was ours and is deleted
   0   not (entirely) ours: only our keys were deleted, or nothing when the term moved on
 Errors
-  ERR ...        the counter is not a decimal integer; nothing changed
+  ERR malformed release  n is not in 1..999999, #KEYS is neither n nor n + 1, or no term
+  CORRUPT <key>  the counter is not a decimal integer in 0..2^53; nothing changed
   WRONGTYPE ...  a key holds a value that is not a string
 ]]
 local owner = ARGV[1]
-local n = tonumber(ARGV[2])
+local n = string.match(ARGV[2] or '', '^[1-9]%d?%d?%d?%d?%d?$') and tonumber(ARGV[2])
+if not n or (#KEYS ~= n and #KEYS ~= n + 1) or (#KEYS == n + 1 and not ARGV[4]) then
+  return redis.error_reply('ERR malformed release')
+end
 if #KEYS == n + 1 then
-  local counter = read_int(KEYS[n + 1])
-  if not counter then return redis.error_reply(NOT_AN_INTEGER) end
+  local counter = read_token(KEYS[n + 1])
+  if not counter then return corrupt(KEYS[n + 1], NOT_A_TOKEN .. ' (the fence counter)') end
   if counter ~= canon(ARGV[4]) then return 0 end
 end
 local all, deleted = 1, false
@@ -38,7 +42,7 @@ for i = 1, n do
     all = 0
   end
 end
-local notice = ARGV[3]
+local notice = ARGV[3] or ''
 if deleted and notice ~= '' then
   local verb = 'PUBLISH'
   if string.sub(notice, 1, 1) == 's' then verb = 'SPUBLISH' end

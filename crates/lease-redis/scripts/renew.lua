@@ -12,8 +12,10 @@ Returns
   0   not held (some key is absent or held by another owner); nothing changed
 Errors
   WRONGTYPE ...  a key holds a value that is not a string; nothing changed
+  ERR ...        the TTL is not whole milliseconds in 1..2^53; nothing changed
 ]]
-local owner, ttl = ARGV[1], ARGV[2]
+local owner, ttl = ARGV[1], ttl_ms(ARGV[2])
+if not ttl or not owner then return redis.error_reply(BAD_TTL) end
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   if not v or owner_of(v) ~= owner then return 0 end

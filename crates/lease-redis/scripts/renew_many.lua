@@ -13,7 +13,20 @@ Returns an array, one entry per lease, in order:
   1   renewed
   0   not held (a key is absent or held by another owner); nothing of it changed
  -1   a key holds a value that is not a string (WRONGTYPE); nothing of it changed
+Errors (nothing changed)
+  ERR malformed renewal batch   a key count that is not in 1..999999, a TTL not in 1..2^53 ms,
+                                or counts that do not add up to #KEYS
 ]]
+-- Every lease's key count and TTL are checked before anything changes.
+local total = 0
+for i = 1, #ARGV, 3 do
+  local n = ARGV[i]
+  if not string.match(n, '^[1-9]%d*$') or #n > 6 or not ttl_ms(ARGV[i + 2]) then
+    return redis.error_reply('ERR malformed renewal batch')
+  end
+  total = total + tonumber(n)
+end
+if #ARGV % 3 ~= 0 or total ~= #KEYS then return redis.error_reply('ERR malformed renewal batch') end
 local out, k = {}, 1
 for i = 1, #ARGV, 3 do
   local n, owner, ttl = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]

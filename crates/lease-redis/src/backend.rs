@@ -1,7 +1,6 @@
 //! [`RedisBackend`]: the lease scripts over any redis-rs async connection.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +19,7 @@ use crate::notify::{self, ReleaseNotices};
 use crate::replica::ReplicaAck;
 use crate::reply;
 use crate::scripts::{
-    BodyCache, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW, S_RENEW_MANY,
+    Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW, S_RENEW_MANY,
 };
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
@@ -63,7 +62,6 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub struct RedisBackend<C> {
     conn: C,
     topology: Topology,
-    bodies: Arc<BodyCache>,
     fence_timeout: Duration,
     scheme: TokenScheme,
     replica_ack: Option<ReplicaAck>,
@@ -78,7 +76,6 @@ impl<C> fmt::Debug for RedisBackend<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
             .field("topology", &self.topology)
-            .field("cached_bodies", &self.bodies.len())
             .field("fence_timeout", &self.fence_timeout)
             .field("scheme", &self.scheme)
             .field("replica_ack", &self.replica_ack)
@@ -110,7 +107,6 @@ where
         RedisBackend {
             conn,
             topology,
-            bodies: Arc::default(),
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
             scheme: TokenScheme::default(),
             replica_ack: None,
@@ -218,11 +214,6 @@ where
         &self.conn
     }
 
-    /// How many wrapped Eval bodies are cached (at most [`crate::BODY_CACHE_CAPACITY`]).
-    pub fn cached_bodies(&self) -> usize {
-        self.bodies.len()
-    }
-
     /// Checks a lease for this backend without a round trip: on Redis Cluster, see
     /// [`slot::check_spec`]; on a standalone server every lease passes. Call it when building
     /// a configuration to fail early.
@@ -250,15 +241,11 @@ where
     ) -> Result<RedisFencer<C>, SlotError> {
         let mark_key = mark_key.into();
         check_mark_key(&mark_key, self.topology)?;
-        Ok(RedisFencer::from_parts(
-            self.conn.clone(),
-            mark_key,
-            token,
-            Arc::clone(&self.bodies),
-            self.topology,
+        Ok(
+            RedisFencer::from_parts(self.conn.clone(), mark_key, token, self.topology)
+                .with_timeout(self.fence_timeout)
+                .with_replica_ack_opt(self.replica_ack),
         )
-        .with_timeout(self.fence_timeout)
-        .with_replica_ack_opt(self.replica_ack))
     }
 
     /// A fencer for election `name`'s term `token` (mark key `<name>:fence:applied`).
@@ -531,14 +518,8 @@ where
     fn fencer(&self, mark_key: &str, token: Token) -> RedisFencer<C> {
         // Infallible by the trait: no hash-tag check here (the spec was checked when it was
         // acquired); target keys are still checked against the mark's slot on every write.
-        RedisFencer::from_parts(
-            self.conn.clone(),
-            mark_key.to_owned(),
-            token,
-            Arc::clone(&self.bodies),
-            self.topology,
-        )
-        .with_timeout(self.fence_timeout)
-        .with_replica_ack_opt(self.replica_ack)
+        RedisFencer::from_parts(self.conn.clone(), mark_key.to_owned(), token, self.topology)
+            .with_timeout(self.fence_timeout)
+            .with_replica_ack_opt(self.replica_ack)
     }
 }

@@ -8,6 +8,10 @@ use crate::slot::SlotError;
 /// The error code the acquire script answers with when the next token would pass 2^53.
 pub const TOKEN_EXHAUSTED: &str = "TOKEN_EXHAUSTED";
 
+/// The error code with which our scripts refuse a fence key (counter, mark, epoch) holding a
+/// value it must not: `CORRUPT <key> <what>`, the key escaped (see `prelude.lua`).
+pub const CORRUPT: &str = "CORRUPT";
+
 /// Error codes with which Redis says "not now": the command was not executed, and the same
 /// command can succeed later (loading a dataset, a script running, a failover or resharding
 /// in progress, too few replicas, memory full under `maxmemory-policy noeviction`).
@@ -40,6 +44,7 @@ pub const TRANSIENT_CODES: &[&str] = &[
 /// | any other I/O error: response timeout, reset, broken pipe, EOF mid-reply (the request may have been sent); no connection to a cluster node (after the cluster client's own retries) | [`OutcomeUnknown`](BackendError::OutcomeUnknown) | unknown |
 /// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`, `MISCONF`, `OOM`), `ERR max number of clients reached`, a script error that wraps `OOM` (Redis 6.2) | [`Unavailable`](BackendError::Unavailable) | not applied |
 /// | `TOKEN_EXHAUSTED` (our acquire script) | [`TokenExhausted`](BackendError::TokenExhausted) | not applied |
+/// | `CORRUPT` (our scripts: a fence counter, mark or epoch holding garbage) | [`Corrupt`](BackendError::Corrupt) (permanent, names the key) | not applied |
 /// | any other error reply (`ERR`, `WRONGTYPE`, `NOPERM`, `NOAUTH`, `WRONGPASS`, script errors) and failed authentication | [`Refused`](BackendError::Refused) (permanent) | not applied |
 /// | unparsable or unexpected reply | [`Protocol`](BackendError::Protocol) | unknown |
 ///
@@ -51,6 +56,14 @@ pub fn backend_error(e: RedisError) -> BackendError {
     let code = e.code();
     if code == Some(TOKEN_EXHAUSTED) {
         return BackendError::TokenExhausted(e.detail().unwrap_or("").to_owned());
+    }
+    if code == Some(CORRUPT) {
+        let detail = e.detail().unwrap_or("");
+        let (key, what) = detail.split_once(' ').unwrap_or((detail, ""));
+        return BackendError::Corrupt {
+            key: key.to_owned(),
+            detail: what.to_owned(),
+        };
     }
     if code.is_some_and(|c| TRANSIENT_CODES.contains(&c))
         || (code == Some("ERR")
@@ -226,6 +239,21 @@ mod tests {
         let e = server(TOKEN_EXHAUSTED, "the fence counter x would pass 2^53");
         match backend_error(e) {
             BackendError::TokenExhausted(m) => assert!(m.contains("2^53")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn corrupt_is_typed_and_names_the_key() {
+        let e = server(CORRUPT, "{e}:fence\\x20x is not a decimal integer");
+        let b = backend_error(e);
+        assert!(!b.is_transient());
+        assert_eq!(b.effect(), Effect::NotApplied);
+        match b {
+            BackendError::Corrupt { key, detail } => {
+                assert_eq!(key, "{e}:fence\\x20x");
+                assert_eq!(detail, "is not a decimal integer");
+            }
             other => panic!("{other:?}"),
         }
     }

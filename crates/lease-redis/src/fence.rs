@@ -15,7 +15,7 @@ use crate::error::RedisLeaseError;
 use crate::replica::ReplicaAck;
 use crate::reply;
 use crate::scripts::{
-    BodyCache, Call, LuaScript, S_FENCE_DEL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET,
+    Call, LuaScript, S_FENCE_DEL, S_FENCE_EVAL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET,
 };
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
@@ -65,9 +65,14 @@ pub enum FencedWrite {
     },
     /// A Lua body run between the guard and the mark advance. `KEYS[1]` and `ARGV[1]` are the
     /// fence's (mark key, token): the body's keys start at `KEYS[2]`, its arguments at
-    /// `ARGV[2]`. An error raised or returned by the body leaves the mark unmoved (writes the
-    /// body made before failing stay). The body's return value is discarded. Cannot be
-    /// combined with other writes in [`RedisFencer::apply_all`].
+    /// `ARGV[2]`. The body is sent as an argument of one fixed script and compiled on the
+    /// server as a chunk of its own (see `scripts/fence_eval.lua`): it cannot reach the
+    /// guard's names, so nothing it assigns (with or without `local`) changes what the fence
+    /// writes, and distinct bodies never grow the server's script cache. An error raised or
+    /// returned by the body (or a body that does not compile) leaves the mark as it was,
+    /// restored if the body wrote the mark key itself (writes the body made to other keys
+    /// before failing stay). The body's return value is discarded. Cannot be combined with
+    /// other writes in [`RedisFencer::apply_all`].
     Eval {
         /// The Lua body.
         body: String,
@@ -173,7 +178,6 @@ pub struct RedisFencer<C> {
     conn: C,
     mark_key: Arc<str>,
     token: Token,
-    bodies: Arc<BodyCache>,
     topology: Topology,
     timeout: Duration,
     replica_ack: Option<ReplicaAck>,
@@ -196,15 +200,9 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A fencer for `token` against the mark at `mark_key`, on a standalone server (no slot
-    /// checks), with its own Eval body cache.
+    /// checks).
     pub fn new(conn: C, mark_key: impl Into<String>, token: Token) -> RedisFencer<C> {
-        RedisFencer::from_parts(
-            conn,
-            mark_key.into(),
-            token,
-            Arc::default(),
-            Topology::Standalone,
-        )
+        RedisFencer::from_parts(conn, mark_key.into(), token, Topology::Standalone)
     }
 
     /// A fencer for election `name`'s term `token` (mark key `<name>:fence:applied`), on a
@@ -226,7 +224,6 @@ where
             conn,
             mark_key,
             token,
-            Arc::default(),
             Topology::Cluster,
         ))
     }
@@ -235,14 +232,12 @@ where
         conn: C,
         mark_key: String,
         token: Token,
-        bodies: Arc<BodyCache>,
         topology: Topology,
     ) -> RedisFencer<C> {
         RedisFencer {
             conn,
             mark_key: mark_key.into(),
             token,
-            bodies,
             topology,
             timeout: DEFAULT_FENCE_TIMEOUT,
             replica_ack: None,
@@ -298,7 +293,7 @@ where
         self.topology
     }
 
-    /// The same fencer under another token (same connection, mark and body cache).
+    /// The same fencer under another token (same connection and mark).
     pub fn with_token(&self, token: Token) -> RedisFencer<C> {
         RedisFencer {
             token,
@@ -414,7 +409,6 @@ where
         }
         let mut call = Call::new();
         call.key(self.mark_key.as_bytes()).arg(token.to_string());
-        let cached;
         let script: &LuaScript = match writes.as_slice() {
             [FencedWrite::Set { key, value }] => {
                 call.key(key).arg_bytes(value);
@@ -437,8 +431,9 @@ where
                 for a in args {
                     call.arg_bytes(a);
                 }
-                cached = self.bodies.get(body);
-                &cached
+                // The body travels as the last argument of the one fixed script.
+                call.arg_bytes(body.as_bytes());
+                &S_FENCE_EVAL
             }
             many => {
                 call.arg(many.len());
@@ -488,9 +483,10 @@ where
         if let (FenceOutcome::Applied, Some(ack)) = (&outcome, &self.replica_ack) {
             // The reply of WAIT comes after at most the ack's timeout; the fencer's own bound
             // covers the round trip on top of it.
-            match tokio::time::timeout(self.timeout + ack.timeout(), ack.wait(&mut conn)).await {
+            let bound = self.timeout.saturating_add(ack.timeout());
+            match tokio::time::timeout(bound, ack.wait(&mut conn)).await {
                 Ok(acked) => acked?,
-                Err(_) => return Err(BackendError::Timeout(self.timeout + ack.timeout()).into()),
+                Err(_) => return Err(BackendError::Timeout(bound).into()),
             }
         }
         tracing::debug!(
@@ -522,7 +518,9 @@ where
 
 /// Counts a fenced write (feature `metrics`): `redlease_fenced_writes_total`, labelled `fence`
 /// (the mark key's hash tag, or its text before the first `:`: the election's name for an
-/// election's mark) and `outcome` (`applied`, `stale`, `not_applied`, `unknown`).
+/// election's mark; cut to 64 bytes, and at most [`FENCE_LABEL_LIMIT`] distinct values per
+/// process, later ones labelled `_other`) and `outcome` (`applied`, `stale`, `not_applied`,
+/// `unknown`).
 #[cfg(feature = "metrics")]
 fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseError>) {
     let outcome = match result {
@@ -549,16 +547,32 @@ pub fn describe_metrics() {
     );
 }
 
+/// At most this many distinct `fence` label values (of `redlease_fenced_writes_total`) per
+/// process; the marks whose prefix comes after them are labelled `_other`, so label
+/// cardinality stays bounded whatever mark keys a process writes under.
+pub const FENCE_LABEL_LIMIT: usize = 256;
+
 /// The `fence` label of a mark key: its hash tag when it starts with one, else the text
-/// before its first `:`.
+/// before its first `:`, cut to 64 bytes; `_other` past [`FENCE_LABEL_LIMIT`] distinct ones.
 #[cfg(feature = "metrics")]
 fn fence_label(mark_key: &str) -> String {
-    if mark_key.starts_with('{')
-        && let Some(end) = mark_key.find('}')
-    {
-        return mark_key[..=end].to_owned();
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    let prefix = match mark_key.find('}') {
+        Some(end) if mark_key.starts_with('{') => &mark_key[..=end],
+        _ => mark_key.split(':').next().unwrap_or(mark_key),
+    };
+    let mut cut = prefix.len().min(64);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
     }
-    mark_key.split(':').next().unwrap_or(mark_key).to_owned()
+    let prefix = &prefix[..cut];
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.contains(prefix) || seen.len() < FENCE_LABEL_LIMIT {
+        seen.insert(prefix.to_owned());
+        return prefix.to_owned();
+    }
+    "_other".to_owned()
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@
 //!   slot are refused before any round trip.
 //! - [`scripts`] holds the Lua sources: one file per script in `scripts/`, each documenting its
 //!   KEYS, ARGV and replies, composed at compile time behind one shared prelude (the fenced
-//!   writes also share one guard and one mark advance), and the cache of wrapped Eval bodies.
+//!   writes also share one guard and one mark advance); fenced Eval bodies run through one fixed
+//!   script that takes the body as an argument.
 //!
 //! # Timeouts and truthful outcomes
 //!
@@ -92,14 +93,13 @@ pub use connect::{
 };
 #[cfg(feature = "tls")]
 pub use connect::{connect_tls, is_plain_redis, tls_client};
-pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
+pub use error::{CORRUPT, RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
 pub use fence::describe_metrics;
-pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
+pub use fence::{DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite, RedisFencer};
 pub use healing::{HealingConnection, HealingStats};
 pub use notify::{NoticeStats, ReleaseNotices};
-pub use replica::{NotAcknowledged, ReplicaAck};
-pub use scripts::BODY_CACHE_CAPACITY;
+pub use replica::{MAX_ACK_TIMEOUT, NotAcknowledged, ReplicaAck};
 #[cfg(feature = "sentinel")]
 pub use sentinel::SentinelConnection;
 pub use slot::{CrossSlot, SlotError};

@@ -24,6 +24,14 @@
 //! - **Redis Cluster.** [`ReleaseNotices::cluster`] subscribes with `SSUBSCRIBE` on a RESP3
 //!   cluster connection: each channel on the node that owns its slot.
 //!
+//! - **Bounds.** The subscriber's memory follows the channels that have waiters, not every
+//!   channel ever waited on: a hub's entry goes with its last watch; the set of channels the
+//!   server refused (asked again only after the channel idles and is wanted anew) and the set
+//!   pending a connection drop the channels that no longer have a hub whenever they pass
+//!   [`MAX_TRACKED_CHANNELS`]; and the task's command queue holds at most
+//!   [`COMMAND_QUEUE_CAPACITY`] commands: past that, commands are coalesced into one
+//!   resynchronisation of every channel (a waiter's activation is never lost, only merged).
+//!
 //! Not covered yet: servers managed by Sentinel (`SentinelConnection` backends have no
 //! subscriber; their waiters poll).
 
@@ -52,6 +60,15 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The longest wait between two reconnection attempts (it starts at 50 ms and doubles).
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+
+/// How many commands (a channel to reconcile) the subscriber task's queue holds. The task may
+/// spend up to [`PING_TIMEOUT`] on one channel when the server is slow; commands that find the
+/// queue full are merged into one resynchronisation of every channel instead of queuing.
+pub const COMMAND_QUEUE_CAPACITY: usize = 1024;
+
+/// Past this many channels, the subscriber's refused and pending sets drop the channels that
+/// no longer have a hub (a waiter): they stay bounded by the channels waited on now.
+pub const MAX_TRACKED_CHANNELS: usize = 1024;
 
 /// The channel on which the release of a lease whose first key is `key` is published:
 /// `redlease:released:<key>`. On Redis Cluster a key without a hash tag is its own channel
@@ -90,9 +107,12 @@ pub struct NoticeStats {
     pub notices: u64,
     /// Channels subscribed now.
     pub subscribed: usize,
-    /// Channels whose subscription the server refused (an ACL without them); their waiters
-    /// poll, and they are not asked for again.
+    /// Channels whose subscription the server refused (an ACL without them) and that are
+    /// still waited on; their waiters poll, and the server is not asked again while they are
+    /// (a channel that idles leaves this set, bounded by the channels waited on now).
     pub refused: usize,
+    /// Subscriptions the server refused, in total.
+    pub refusals: u64,
 }
 
 #[derive(Default)]
@@ -101,11 +121,25 @@ struct Shared {
     stats: Mutex<NoticeStats>,
     /// What the subscriber task needs, until the first activation starts it.
     start: Mutex<Option<Unstarted>>,
+    /// A command found the queue full: the task resynchronises every channel.
+    overflow: std::sync::atomic::AtomicBool,
 }
 
 /// The subscriber task's source and command channel, before it runs. (Not the task itself:
 /// it holds the `Shared` this sits in, and a subscriber never started must not keep it alive.)
-type Unstarted = (Source, mpsc::UnboundedReceiver<String>);
+type Unstarted = (Source, mpsc::Receiver<String>);
+
+/// Asks the subscriber task to reconcile `channel`; a full queue sets the overflow flag and
+/// makes sure the task wakes to see it (an empty command, or the full queue's own).
+fn command(shared: &Shared, commands: &mpsc::Sender<String>, channel: &str) {
+    if let Err(mpsc::error::TrySendError::Full(_)) = commands.try_send(channel.to_owned()) {
+        shared
+            .overflow
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Full again: the queued commands wake the task after the flag is set.
+        let _ = commands.try_send(String::new());
+    }
+}
 
 fn lock_start(m: &Mutex<Option<Unstarted>>) -> MutexGuard<'_, Option<Unstarted>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -152,7 +186,7 @@ impl Shared {
 #[derive(Clone)]
 pub struct ReleaseNotices {
     shared: Arc<Shared>,
-    commands: mpsc::UnboundedSender<String>,
+    commands: mpsc::Sender<String>,
 }
 
 impl fmt::Debug for ReleaseNotices {
@@ -192,7 +226,7 @@ impl ReleaseNotices {
 
     fn spawn(source: Source) -> ReleaseNotices {
         let shared = Arc::new(Shared::default());
-        let (commands, rx) = mpsc::unbounded_channel();
+        let (commands, rx) = mpsc::channel(COMMAND_QUEUE_CAPACITY);
         // Started by the first activation (a waiter that needs notices), on its runtime.
         *lock_start(&shared.start) = Some((source, rx));
         ReleaseNotices { shared, commands }
@@ -233,13 +267,13 @@ impl ReleaseNotices {
 struct Link {
     shared: Arc<Shared>,
     channel: String,
-    commands: mpsc::UnboundedSender<String>,
+    commands: mpsc::Sender<String>,
 }
 
 impl HubLink for Link {
     fn activate(&self) {
         // The task ends only when every sender is gone, and this link holds one.
-        let _ = self.commands.send(self.channel.clone());
+        command(&self.shared, &self.commands, &self.channel);
         let mut start = lock_start(&self.shared.start);
         if start.is_some() {
             match tokio::runtime::Handle::try_current() {
@@ -258,7 +292,7 @@ impl HubLink for Link {
     }
 
     fn idle(&self) {
-        let _ = self.commands.send(self.channel.clone());
+        command(&self.shared, &self.commands, &self.channel);
     }
 }
 
@@ -331,7 +365,7 @@ fn channel_of(data: &[redis::Value]) -> Option<String> {
 struct Subscriber {
     source: Source,
     shared: Arc<Shared>,
-    commands: mpsc::UnboundedReceiver<String>,
+    commands: mpsc::Receiver<String>,
     /// Channels to reconcile once connected.
     pending: HashSet<String>,
     /// Channels subscribed on the current connection.
@@ -341,11 +375,7 @@ struct Subscriber {
 }
 
 impl Subscriber {
-    fn new(
-        source: Source,
-        shared: Arc<Shared>,
-        commands: mpsc::UnboundedReceiver<String>,
-    ) -> Subscriber {
+    fn new(source: Source, shared: Arc<Shared>, commands: mpsc::Receiver<String>) -> Subscriber {
         Subscriber {
             source,
             shared,
@@ -388,7 +418,7 @@ impl Subscriber {
                 tokio::select! {
                     _ = &mut sleep => break,
                     cmd = self.commands.recv() => match cmd {
-                        Some(channel) => { self.pending.insert(channel); }
+                        Some(channel) => self.add_pending(channel),
                         None => return,
                     },
                 }
@@ -404,9 +434,7 @@ impl Subscriber {
                 return true;
             }
             match self.commands.recv().await {
-                Some(channel) => {
-                    self.pending.insert(channel);
-                }
+                Some(channel) => self.add_pending(channel),
                 None => return false,
             }
         }
@@ -443,6 +471,10 @@ impl Subscriber {
     /// commands, pings when idle.
     async fn serve(&mut self, mut conn: Conn) -> Ended {
         self.subscribed.clear();
+        // Everything is reconciled below: an earlier overflow is covered.
+        self.shared
+            .overflow
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         // Everything activated now, whatever the pending set says.
         let wanted: HashSet<String> = self
             .shared
@@ -451,6 +483,7 @@ impl Subscriber {
             .filter(|(_, h)| h.is_activated())
             .map(|(c, _)| c)
             .chain(self.pending.drain())
+            .filter(|c| !c.is_empty())
             .collect();
         for channel in wanted {
             if let Err(e) = self.reconcile(&mut conn, &channel).await {
@@ -465,7 +498,12 @@ impl Subscriber {
                 incoming = next_incoming(&mut conn, &mut self.source) => incoming,
                 cmd = self.commands.recv() => match cmd {
                     Some(channel) => {
-                        if let Err(e) = self.reconcile(&mut conn, &channel).await {
+                        if !channel.is_empty()
+                            && let Err(e) = self.reconcile(&mut conn, &channel).await
+                        {
+                            return Ended::Lost(e);
+                        }
+                        if let Err(e) = self.resync_after_overflow(&mut conn).await {
                             return Ended::Lost(e);
                         }
                         continue;
@@ -532,7 +570,13 @@ impl Subscriber {
                             // retried; this channel's waiters poll.
                             tracing::warn!(channel, reason = %why, "release notices: the server refuses the subscription; waiters poll");
                             self.refused.insert(channel.to_owned());
-                            self.shared.stats().refused = self.refused.len();
+                            if self.refused.len() > MAX_TRACKED_CHANNELS {
+                                let shared = &self.shared;
+                                self.refused.retain(|c| shared.hub(c).is_some());
+                            }
+                            let mut stats = self.shared.stats();
+                            stats.refused = self.refused.len();
+                            stats.refusals += 1;
                             return Ok(());
                         }
                         Err(Failed::Lost(why)) => return Err(why),
@@ -544,6 +588,10 @@ impl Subscriber {
                 hub.set_live(true);
             }
             None => {
+                // Not wanted now: a later want asks the server again.
+                if self.refused.remove(channel) {
+                    self.shared.stats().refused = self.refused.len();
+                }
                 if self.subscribed.remove(channel) {
                     let done = match conn {
                         Conn::Standalone { sink, .. } => {
@@ -562,6 +610,43 @@ impl Subscriber {
                     hubs.remove(channel);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Remembers `channel` for the next connection (an empty command only wakes the task);
+    /// past [`MAX_TRACKED_CHANNELS`], drops those without a hub.
+    fn add_pending(&mut self, channel: String) {
+        if channel.is_empty() {
+            return;
+        }
+        self.pending.insert(channel);
+        if self.pending.len() > MAX_TRACKED_CHANNELS {
+            let shared = &self.shared;
+            self.pending.retain(|c| shared.hub(c).is_some());
+        }
+    }
+
+    /// After a command found the queue full: reconciles every channel with a hub and every
+    /// channel subscribed (commands were merged, so any of them may have changed).
+    async fn resync_after_overflow(&mut self, conn: &mut Conn) -> Result<(), String> {
+        if !self
+            .shared
+            .overflow
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Ok(());
+        }
+        tracing::debug!("release notices: command queue overflowed; resynchronising every channel");
+        let channels: HashSet<String> = self
+            .shared
+            .all_hubs()
+            .into_iter()
+            .map(|(c, _)| c)
+            .chain(self.subscribed.iter().cloned())
+            .collect();
+        for channel in channels {
+            self.reconcile(conn, &channel).await?;
         }
         Ok(())
     }
@@ -676,6 +761,26 @@ mod tests {
         assert_eq!(notices.shared.hubs().len(), 1);
         drop(kept);
         assert!(notices.shared.hubs().is_empty());
+    }
+
+    #[test]
+    fn a_full_command_queue_sets_the_overflow_flag() {
+        let shared = Shared::default();
+        let (tx, mut rx) = mpsc::channel(2);
+        command(&shared, &tx, "a");
+        command(&shared, &tx, "b");
+        assert!(!shared.overflow.load(std::sync::atomic::Ordering::SeqCst));
+        // Full: merged into a resynchronisation, the queue does not grow.
+        for _ in 0..100 {
+            command(&shared, &tx, "c");
+        }
+        assert!(shared.overflow.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(rx.try_recv().ok().as_deref(), Some("a"));
+        assert_eq!(rx.try_recv().ok().as_deref(), Some("b"));
+        assert!(rx.try_recv().is_err());
+        // With room again, a full queue's wake-up (an empty command) gets in.
+        command(&shared, &tx, "d");
+        assert_eq!(rx.try_recv().ok().as_deref(), Some("d"));
     }
 
     #[test]

@@ -22,6 +22,12 @@ use std::time::Duration;
 use lease_core::{BackendError, ConfigError};
 use redis::aio::ConnectionLike;
 
+/// The longest acknowledgement timeout [`ReplicaAck::new`] accepts: 1 hour. (`WAIT` blocks its
+/// connection for up to this long; a timeout beyond any lease's TTL makes no sense, and a
+/// value past `u64` milliseconds would have been cut to another value, possibly 0: block
+/// forever.)
+pub const MAX_ACK_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// How many replicas must acknowledge a write, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaAck {
@@ -31,7 +37,7 @@ pub struct ReplicaAck {
 
 impl ReplicaAck {
     /// At least `replicas` replicas (≥ 1) within `timeout` (a whole number of milliseconds,
-    /// ≥ 1 ms: `WAIT` with a timeout of 0 would block forever).
+    /// ≥ 1 ms: `WAIT` with a timeout of 0 would block forever; at most [`MAX_ACK_TIMEOUT`]).
     pub fn new(replicas: u32, timeout: Duration) -> Result<ReplicaAck, ConfigError> {
         if replicas == 0 {
             return Err(ConfigError::Invalid(
@@ -41,6 +47,11 @@ impl ReplicaAck {
         if timeout < Duration::from_millis(1) || !timeout.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(ConfigError::Invalid(format!(
                 "replica acknowledgement timeout {timeout:?} must be a positive whole number of milliseconds"
+            )));
+        }
+        if timeout > MAX_ACK_TIMEOUT {
+            return Err(ConfigError::Invalid(format!(
+                "replica acknowledgement timeout {timeout:?} is above {MAX_ACK_TIMEOUT:?}"
             )));
         }
         Ok(ReplicaAck { replicas, timeout })
@@ -63,7 +74,7 @@ impl ReplicaAck {
     pub async fn wait<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<(), BackendError> {
         let acked: Result<i64, redis::RedisError> = redis::cmd("WAIT")
             .arg(self.replicas)
-            .arg(self.timeout.as_millis() as u64)
+            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
             .query_async(conn)
             .await;
         match acked {
@@ -123,6 +134,9 @@ mod tests {
         assert!(ReplicaAck::new(0, Duration::from_secs(1)).is_err());
         assert!(ReplicaAck::new(1, Duration::ZERO).is_err());
         assert!(ReplicaAck::new(1, Duration::from_micros(1500)).is_err());
+        assert!(ReplicaAck::new(1, Duration::MAX).is_err());
+        assert!(ReplicaAck::new(1, MAX_ACK_TIMEOUT + Duration::from_millis(1)).is_err());
+        assert!(ReplicaAck::new(1, MAX_ACK_TIMEOUT).is_ok());
         let ack = ReplicaAck::new(2, Duration::from_millis(250)).unwrap();
         assert_eq!(
             (ack.replicas(), ack.timeout()),

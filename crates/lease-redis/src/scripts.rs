@@ -18,8 +18,10 @@
 //! `EVALSHA` again, two more round trips with a window in which the server can lose the script
 //! again. We use `redis::Script` for the SHA1 only.)
 //!
-//! Wrapped [`FencedWrite::Eval`](crate::FencedWrite::Eval) bodies are compiled once each and
-//! kept in a bounded least-recently-used cache ([`BODY_CACHE_CAPACITY`]).
+//! [`FencedWrite::Eval`](crate::FencedWrite::Eval) bodies run through one fixed script,
+//! [`FENCE_EVAL`], which takes the body as its last argument and compiles it on the server:
+//! neither the client nor the server keeps anything per body (the server's script cache holds
+//! the dozen scripts below and nothing else of ours).
 
 use std::sync::{Arc, LazyLock};
 
@@ -29,11 +31,6 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::backend_error;
 
-mod cache;
-
-pub use cache::BODY_CACHE_CAPACITY;
-pub(crate) use cache::BodyCache;
-
 /// The text of one file of `scripts/`, as a string literal.
 macro_rules! lua_file {
     ($file:literal) => {
@@ -41,8 +38,8 @@ macro_rules! lua_file {
     };
 }
 
-/// `prelude.lua`: the helpers (`owner_of`, `less`, `canon`, `read_int`, `NOT_AN_INTEGER`,
-/// `MAX_TOKEN`) every script starts with, exactly once.
+/// `prelude.lua`: the helpers (`owner_of`, `less`, `canon`, `read_token`, `key_name`,
+/// `corrupt`, and the constants) every script starts with, exactly once.
 pub const PRELUDE: &str = lua_file!("prelude.lua");
 /// `fence_guard.lua`: the fence check every fenced write runs after the prelude (refuse a
 /// token not in 1..2^53 or below the mark, returning `{0, mark}`).
@@ -91,14 +88,12 @@ pub const FENCE_HSET: &str = fence_script!("fence_hset.lua");
 pub const FENCE_DEL: &str = fence_script!("fence_del.lua");
 /// `fence_multi.lua`: several fenced writes under one check, all or nothing.
 pub const FENCE_MULTI: &str = fence_script!("fence_multi.lua");
-/// `fence_eval.lua`: the template wrapping a caller's body between guard and mark advance;
-/// the line equal to [`BODY_MARKER`] is replaced by the body.
-pub const FENCE_EVAL_TEMPLATE: &str = fence_script!("fence_eval.lua");
-/// The line of [`FENCE_EVAL_TEMPLATE`] replaced by a caller's body.
-pub const BODY_MARKER: &str = "--@@BODY@@";
+/// `fence_eval.lua`: a caller's Lua body (its last argument, compiled on the server as a chunk
+/// of its own) between guard and mark advance.
+pub const FENCE_EVAL: &str = fence_script!("fence_eval.lua");
 
-/// Every fixed script, by file name.
-pub const ALL: [(&str, &str); 11] = [
+/// Every script, by file name.
+pub const ALL: [(&str, &str); 12] = [
     ("acquire.lua", ACQUIRE),
     ("renew.lua", RENEW),
     ("renew_many.lua", RENEW_MANY),
@@ -110,31 +105,8 @@ pub const ALL: [(&str, &str); 11] = [
     ("fence_hset.lua", FENCE_HSET),
     ("fence_del.lua", FENCE_DEL),
     ("fence_multi.lua", FENCE_MULTI),
+    ("fence_eval.lua", FENCE_EVAL),
 ];
-
-/// Wraps a caller's Lua body between the fence guard and the mark advance.
-///
-/// ```
-/// let s = lease_redis::scripts::wrap_body("redis.call('SET', KEYS[2], ARGV[2])");
-/// assert!(s.contains("redis.call('SET', KEYS[2], ARGV[2])"));
-/// assert!(!s.contains(lease_redis::scripts::BODY_MARKER));
-/// ```
-pub fn wrap_body(body: &str) -> String {
-    match FENCE_EVAL_TEMPLATE.split_once(BODY_MARKER) {
-        Some((head, tail)) => {
-            let mut s = String::with_capacity(head.len() + body.len() + tail.len());
-            s.push_str(head);
-            s.push_str(body);
-            s.push_str(tail);
-            s
-        }
-        // The template is ours and holds the marker (checked by a unit test); refuse to run a
-        // body unguarded if it ever does not.
-        None => {
-            String::from("return redis.error_reply('ERR fence_eval template has no body marker')")
-        }
-    }
-}
 
 /// A script with its name (for traces) and SHA1.
 #[derive(Debug)]
@@ -170,6 +142,7 @@ script!(S_FENCE_SET, "fence_set", FENCE_SET);
 script!(S_FENCE_HSET, "fence_hset", FENCE_HSET);
 script!(S_FENCE_DEL, "fence_del", FENCE_DEL);
 script!(S_FENCE_MULTI, "fence_multi", FENCE_MULTI);
+script!(S_FENCE_EVAL, "fence_eval", FENCE_EVAL);
 
 /// One script call: keys and arguments, sent as `EVALSHA` (then `EVAL` on `NOSCRIPT`).
 #[derive(Default)]
@@ -354,27 +327,26 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 12] = [
-        ("acquire.lua", "18c4a170cbc152bee17e922273eced8e4299ccbc"),
-        ("renew.lua", "70477c1f9bf0031b7d412385ca82c711a83b65d2"),
-        ("renew_many.lua", "5d5c5deefd6d355e9f65e6dc2205116b1b196b76"),
-        ("release.lua", "c3602a7256bc73de68683bc3676b8821f03ad851"),
-        ("pttl.lua", "fcbf4458d4dc74652bbb377a63a893650aaad193"),
-        ("inspect.lua", "fe07020311c8b9037def2e02ba5958cc6eb73275"),
-        ("raise.lua", "00339a762e5382f97e4b16b42c157fa685607634"),
-        ("fence_set.lua", "a2b77f7974edea59ac90f2c8dc563efa25b77d47"),
-        ("fence_hset.lua", "eacaa07e7011cdd3ac2bf65fa09c5c8c854111af"),
-        ("fence_del.lua", "2c8d17e98e2ca1d7b090462cd21a3f6920bde81d"),
+        ("acquire.lua", "cd8855c3066caf5de36895847eec27cb48ffeb5a"),
+        ("renew.lua", "84e98b29f19a5b6414b1d5542350e58c7d0fdb2d"),
+        ("renew_many.lua", "0ffcddf98053d105969b9cfbf6cc9044e8beb92c"),
+        ("release.lua", "4e83bc59d23aa274c84b6319ac6e86a771cd5881"),
+        ("pttl.lua", "0e14cd3bef528d8f9b80d0e78775e5477c6eb974"),
+        ("inspect.lua", "8996c78be4836524b04469a4b094affaf8eb7ced"),
+        ("raise.lua", "915a5c087c6ac0dcd129a39a430166e00202a957"),
+        ("fence_set.lua", "adfe545754e84e44809b87b09d9edb462636fdd0"),
+        ("fence_hset.lua", "d1bad737b18732cd471a1ec13e81933aa50f5dd0"),
+        ("fence_del.lua", "a98e7c6552b98db4ba557bb0100acf41bb2515ab"),
         (
             "fence_multi.lua",
-            "382c18fd562b3cb5d0c142cc30b24fc55759d8c2",
+            "9f89420572fbc446bacecac304cce2e90e2d6361",
         ),
-        ("fence_eval.lua", "63fe0e7a11bc13e75fa46e0b93c675a02a056320"),
+        ("fence_eval.lua", "f670c4705215927aab83d5a56f3bef464ce608a1"),
     ];
 
-    /// Every composed script, the Eval template included, by file name.
+    /// Every composed script, by file name.
     fn composed<'a>() -> impl Iterator<Item = (&'a str, &'a str)> {
         ALL.into_iter()
-            .chain([("fence_eval.lua", FENCE_EVAL_TEMPLATE)])
     }
 
     fn is_fenced(file: &str) -> bool {
@@ -472,14 +444,21 @@ mod tests {
 
     #[test]
     fn no_script_defines_a_name_twice() {
-        let wrapped = wrap_body("redis.call('SET', KEYS[2], ARGV[2])");
-        for (file, code) in composed().chain([("wrapped body", wrapped.as_str())]) {
+        for (file, code) in composed() {
             let names = top_level_definitions(code);
             let mut seen = HashSet::new();
             for name in &names {
                 assert!(seen.insert(name), "{file} defines {name} twice");
             }
-            for helper in ["owner_of", "less", "canon", "read_int", "MAX_TOKEN"] {
+            for helper in [
+                "owner_of",
+                "less",
+                "canon",
+                "read_token",
+                "key_name",
+                "corrupt",
+                "MAX_TOKEN",
+            ] {
                 assert!(names.iter().any(|n| n == helper), "{file} defines {helper}");
             }
         }
@@ -505,18 +484,18 @@ mod tests {
     }
 
     #[test]
-    fn template_has_exactly_one_marker_line() {
-        assert_eq!(FENCE_EVAL_TEMPLATE.matches(BODY_MARKER).count(), 1);
-        assert!(FENCE_EVAL_TEMPLATE.lines().any(|l| l == BODY_MARKER));
-        let w = wrap_body("return 7");
-        assert!(w.contains("\nreturn 7\n"));
-        // The guard precedes the body, and the advance follows it.
-        let g = w.find("less(token, mark)").expect("guard");
-        let b = w.find("return 7").expect("body");
-        let a = w
-            .rfind("redis.call('SET', KEYS[1], token)")
+    fn the_eval_body_cannot_reach_the_fence_names() {
+        // The body is compiled by loadstring from an argument: no body text is spliced into
+        // a script, and the advance writes from the guard's locals, not KEYS/ARGV.
+        assert!(FENCE_EVAL.contains("loadstring(body_source, '=fenced_body')"));
+        assert!(FENCE_ADVANCE.contains("redis.call('SET', mark_key, token)"));
+        assert!(!FENCE_ADVANCE.contains("KEYS[1]"));
+        let guard = FENCE_EVAL.find("local mark_key = KEYS[1]").expect("guard");
+        let body = FENCE_EVAL.find("pcall(body)").expect("body");
+        let advance = FENCE_EVAL
+            .rfind("redis.call('SET', mark_key, token)")
             .expect("advance");
-        assert!(g < b && b < a);
+        assert!(guard < body && body < advance);
     }
 
     #[test]

@@ -98,17 +98,22 @@ impl SentinelConnection {
     /// connects to it, so a wrong name or no reachable sentinel is reported here, at once.
     /// The connection has no response timeout (the library bounds every call; see the crate
     /// documentation) and a connect timeout of 1 s.
+    ///
+    /// **Security as given, for both hops.** The sentinel URLs' TLS (`rediss://`, with
+    /// `#insecure` or not), user name, password and database are what the connection to the
+    /// *primary* uses too, and the user name and password are also sent to the sentinels: a
+    /// `rediss://` sentinel list never yields a plaintext data connection, and credentials are
+    /// never dropped. Every URL must agree on all four; sentinels that disagree are refused
+    /// here, before any round trip ([`ErrorKind::InvalidClientConfig`]). For sentinels and
+    /// data servers with different credentials, or a custom CA, build a `SentinelClient`
+    /// yourself (redis-rs's `SentinelClientBuilder`: `set_client_to_sentinel_*` and
+    /// `set_client_to_redis_*`) and use [`from_client`](Self::from_client).
     pub async fn connect<I, T>(sentinels: I, service: &str) -> RedisResult<SentinelConnection>
     where
         I: IntoIterator<Item = T>,
         T: IntoConnectionInfo,
     {
-        let mut addrs = Vec::new();
-        for s in sentinels {
-            addrs.push(s.into_connection_info()?.addr().clone());
-        }
-        let client =
-            SentinelClientBuilder::new(addrs, service, SentinelServerType::Master)?.build()?;
+        let client = sentinel_client(sentinels, service)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(None);
@@ -372,9 +377,118 @@ impl ConnectionLike for SentinelConnection {
     }
 }
 
+/// What a sentinel URL says about security: TLS (`Some(insecure)`), user name, password and
+/// database.
+#[derive(PartialEq, Eq)]
+struct Security {
+    tls: Option<bool>,
+    username: Option<String>,
+    password: Option<String>,
+    db: i64,
+}
+
+/// The sentinel client of [`SentinelConnection::connect`]: every URL's security must agree,
+/// and it is given to the sentinels and to the primary alike.
+fn sentinel_client<I, T>(sentinels: I, service: &str) -> RedisResult<SentinelClient>
+where
+    I: IntoIterator<Item = T>,
+    T: IntoConnectionInfo,
+{
+    let mut addrs = Vec::new();
+    let mut security: Option<Security> = None;
+    for s in sentinels {
+        let info = s.into_connection_info()?;
+        let tls = match info.addr() {
+            redis::ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+            _ => None,
+        };
+        let settings = info.redis_settings();
+        let this = Security {
+            tls,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+            db: settings.db(),
+        };
+        match &security {
+            None => security = Some(this),
+            Some(first) if *first == this => {}
+            Some(_) => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "sentinel URLs disagree on TLS, user name, password or database",
+                    "every sentinel URL must give the same (they are the primary's too); \
+                     build a SentinelClient for separate settings"
+                        .to_owned(),
+                )));
+            }
+        }
+        addrs.push(info.addr().clone());
+    }
+    let Some(security) = security else {
+        return Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "no sentinel given",
+        )));
+    };
+    let mut builder = SentinelClientBuilder::new(addrs, service, SentinelServerType::Master)?;
+    if let Some(insecure) = security.tls {
+        let mode = if insecure {
+            redis::TlsMode::Insecure
+        } else {
+            redis::TlsMode::Secure
+        };
+        builder = builder.set_client_to_redis_tls_mode(mode);
+    }
+    if let Some(user) = &security.username {
+        builder = builder
+            .set_client_to_sentinel_username(user)
+            .set_client_to_redis_username(user);
+    }
+    if let Some(password) = &security.password {
+        builder = builder
+            .set_client_to_sentinel_password(password)
+            .set_client_to_redis_password(password);
+    }
+    if security.db != 0 {
+        builder = builder.set_client_to_redis_db(security.db);
+    }
+    builder.build()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inconsistent_sentinel_urls_are_refused_before_any_round_trip() {
+        for urls in [
+            ["redis://127.0.0.1:1/", "redis://u:p@127.0.0.1:2/"],
+            ["redis://:a@127.0.0.1:1/", "redis://:b@127.0.0.1:2/"],
+            ["redis://127.0.0.1:1/", "redis://127.0.0.1:2/3"],
+        ] {
+            let Err(e) = sentinel_client(urls, "m") else {
+                panic!("{urls:?} accepted");
+            };
+            assert_eq!(e.kind(), ErrorKind::InvalidClientConfig, "{urls:?}: {e}");
+            assert!(!e.to_string().contains(":a@") && !e.to_string().contains("p@"));
+        }
+        assert!(sentinel_client(Vec::<String>::new(), "m").is_err());
+        assert!(
+            sentinel_client(
+                ["redis://u:p@127.0.0.1:1/", "redis://u:p@127.0.0.1:2/"],
+                "m"
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn tls_sentinels_are_refused_with_plain_ones() {
+        let Err(e) = sentinel_client(["rediss://127.0.0.1:1/", "redis://127.0.0.1:2/"], "m") else {
+            panic!("mixed TLS accepted");
+        };
+        assert_eq!(e.kind(), ErrorKind::InvalidClientConfig, "{e}");
+    }
 
     #[test]
     fn lost_primaries_are_recognised() {

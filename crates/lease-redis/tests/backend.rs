@@ -340,11 +340,14 @@ async fn garbage_in_counter_or_keys_is_a_server_error_and_changes_nothing() {
     let spec = election("{g}");
     set(&mut raw, "{g}:fence", "12abc").await;
     let err = b.acquire(&acq(&spec, "a")).await.unwrap_err();
-    assert!(matches!(err, BackendError::Refused(_)), "{err:?}");
+    assert!(
+        matches!(&err, BackendError::Corrupt { key, .. } if key == "{g}:fence"),
+        "{err:?}"
+    );
     assert!(!exists(&mut raw, "{g}:leader").await);
     assert!(matches!(
         b.inspect(&spec).await.unwrap_err(),
-        BackendError::Refused(_)
+        BackendError::Corrupt { .. }
     ));
     // A lock key of another type: WRONGTYPE from the script.
     let _: i64 = redis::cmd("HSET")

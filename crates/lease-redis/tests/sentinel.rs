@@ -281,3 +281,80 @@ async fn a_wrong_service_name_is_refused_at_connect() {
     assert!(started.elapsed() < CALL);
     assert!(e.to_string().contains("no-such-service"), "{e}");
 }
+
+/// Credentials given in the sentinel URLs reach the primary too (issue 27): the data servers'
+/// default user may not run scripts, an ACL user `app` may, on every server and sentinel. With
+/// `redis://app:pw@<sentinel>` URLs the grant works, as `app`; it used to be refused with
+/// NOPERM, because only the sentinels' addresses were kept and the primary saw the default
+/// user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_url_credentials_reach_the_primary() {
+    let group = SentinelGroup::start("creds")
+        .await
+        .expect("start the group");
+    let acl = |user: &str, rules: &[&str]| {
+        let mut c = redis::cmd("ACL");
+        c.arg("SETUSER").arg(user);
+        for r in rules {
+            c.arg(*r);
+        }
+        c
+    };
+    for server in group.servers() {
+        let mut conn = server.connection().await.expect("server connection");
+        let _: () = acl("app", &["on", ">pw", "~*", "&*", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER app");
+        let _: () = acl("default", &["-@scripting"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER default");
+    }
+    for addr in group.sentinel_addrs() {
+        let client = redis::Client::open(format!("redis://{addr}/")).expect("sentinel url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("sentinel connection");
+        let _: () = acl("app", &["on", ">pw", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER app on the sentinel");
+    }
+    let urls: Vec<String> = group
+        .sentinel_addrs()
+        .iter()
+        .map(|a| format!("redis://app:pw@{a}/"))
+        .collect();
+    let conn = bounded(
+        "connect through the sentinels",
+        SentinelConnection::connect(urls, group.name()),
+    )
+    .await
+    .expect("connect through the sentinels as app");
+    let b = RedisBackend::new(conn);
+    let spec = election("{cred}");
+    let granted = bounded("acquire", b.acquire(&acq(&spec, "a")))
+        .await
+        .expect("the primary accepts app's script");
+    assert!(
+        matches!(granted, AcquireOutcome::Acquired { .. }),
+        "{granted:?}"
+    );
+    let who: String = redis::cmd("ACL")
+        .arg("WHOAMI")
+        .query_async(&mut b.connection().clone())
+        .await
+        .expect("ACL WHOAMI");
+    assert_eq!(who, "app");
+
+    // Sentinel URLs that disagree on credentials are refused before any round trip.
+    let mut mixed = group.sentinel_urls();
+    mixed[0] = format!("redis://app:pw@{}/", group.sentinel_addrs()[0]);
+    let Err(err) = SentinelConnection::connect(mixed, group.name()).await else {
+        panic!("inconsistent sentinel URLs accepted");
+    };
+    assert_eq!(err.kind(), redis::ErrorKind::InvalidClientConfig, "{err}");
+    assert!(!err.to_string().contains("pw"), "{err}");
+}

@@ -1,14 +1,35 @@
-//! Instance ids and ownership tokens.
+//! Instance ids, ownership tokens and jitter seeds: drawn from the operating system's
+//! randomness (`getrandom`).
+//!
+//! Owners are the capability to renew and release a lease, so they must not be predictable
+//! from one another: each token is 128 bits read from the OS (one `getrandom` call), never a
+//! stream derived from an earlier value. The sans-IO machines of `lease-core` take their
+//! randomness as seeds from here (and tests pass their own seeds).
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
+static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// 64 bits that differ between calls and processes. `RandomState` is seeded from the operating
-/// system's randomness; mixing in a process-wide counter, the pid and the time keeps successive
-/// values distinct. Not for secrets: ids and tokens only need to be unique.
-pub(crate) fn random_u64() -> u64 {
+/// Fills `buf` from the operating system's randomness. Should the OS refuse (it does not on
+/// any supported platform once booted), each 8 bytes come from a `RandomState` hasher (keyed
+/// by the OS's randomness when the process started) over a process-wide counter, the pid and
+/// the time, so values stay distinct; a warning is traced once.
+fn fill(buf: &mut [u8]) {
+    if let Err(e) = getrandom::fill(buf) {
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "lease-tokio: the OS randomness failed; ids fall back to a keyed hash");
+        }
+        for chunk in buf.chunks_mut(8) {
+            let v = hashed_u64().to_le_bytes();
+            let n = chunk.len();
+            chunk.copy_from_slice(&v[..n]);
+        }
+    }
+}
+
+fn hashed_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u32(std::process::id());
@@ -18,7 +39,16 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
-/// A random 128-bit ownership token, as 32 lowercase hex digits.
+/// 64 bits from the operating system's randomness (an elector's default jitter seed).
+pub(crate) fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    fill(&mut b);
+    u64::from_le_bytes(b)
+}
+
+/// A random 128-bit ownership token, as 32 lowercase hex digits, read from the operating
+/// system's randomness (no two tokens share state: one observed token says nothing about any
+/// other).
 ///
 /// ```
 /// let a = lease_tokio::random_token();
@@ -27,48 +57,19 @@ pub(crate) fn random_u64() -> u64 {
 /// ```
 pub fn random_token() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let (a, b) = TOKEN_STREAM.with(|s| {
-        let mut state = s.get();
-        let a = splitmix64(&mut state);
-        let b = splitmix64(&mut state);
-        s.set(state);
-        (a, b)
-    });
+    let mut bytes = [0u8; 16];
+    fill(&mut bytes);
     let mut out = String::with_capacity(32);
-    for word in [a, b] {
-        for i in (0..16).rev() {
-            out.push(char::from(HEX[((word >> (i * 4)) & 0xf) as usize]));
-        }
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
     }
     out
 }
 
-/// A seed for one call's retry jitter, from this thread's token stream (cheap: no hasher, no
-/// clock read).
+/// A seed for one call's retry jitter, from the operating system's randomness.
 pub(crate) fn jitter_seed() -> u64 {
-    TOKEN_STREAM.with(|s| {
-        let mut state = s.get();
-        let v = splitmix64(&mut state);
-        s.set(state);
-        v
-    })
-}
-
-thread_local! {
-    /// Each thread's token stream, seeded once from [`random_u64`] (the OS-seeded hasher, a
-    /// process-wide counter, the pid and the time): a lock cycle makes one token, and seeding
-    /// a hasher and reading the clock for each was a measurable share of it.
-    static TOKEN_STREAM: std::cell::Cell<u64> = std::cell::Cell::new(random_u64());
-}
-
-/// SplitMix64: a bijection of its 64-bit state, so one thread's stream repeats no value
-/// within 2^64 draws; distinct seeds keep threads and processes apart.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    random_u64()
 }
 
 /// A default instance id, unique per process: `<hostname>-<pid>-<random>`.
@@ -108,10 +109,53 @@ mod tests {
                 && t.bytes()
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         }));
-        // Another thread draws from a stream of its own.
+        // Another thread draws too.
         let other = std::thread::spawn(super::random_token)
             .join()
             .expect("thread");
         assert!(!tokens.contains(&other));
+    }
+
+    /// The finding of issue 27: with a per-thread SplitMix64 stream, one token (the state's
+    /// two outputs) predicted every later token of the thread. Inverting SplitMix64's output
+    /// function on the first half of a token gives the state; stepping it must not give the
+    /// next token.
+    #[test]
+    fn a_token_does_not_predict_the_next() {
+        fn unmix(mut z: u64) -> u64 {
+            // Inverse of SplitMix64's output function.
+            z = (z ^ (z >> 31) ^ (z >> 62)).wrapping_mul(0x3196_42b2_d24d_8ec3);
+            z = (z ^ (z >> 27) ^ (z >> 54)).wrapping_mul(0x96de_1b17_3f11_9089);
+            z ^ (z >> 30) ^ (z >> 60)
+        }
+        fn mix(state: &mut u64) -> u64 {
+            *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = *state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        // The inverse is right (checked on a known state).
+        let mut s = 12345u64;
+        let out = mix(&mut s);
+        assert_eq!(unmix(out), s);
+
+        for _ in 0..100 {
+            let t = super::random_token();
+            let next = super::random_token();
+            let hi = u64::from_str_radix(&t[..16], 16).expect("hex");
+            let mut state = unmix(hi);
+            let a = mix(&mut state);
+            let b = mix(&mut state);
+            let c = mix(&mut state);
+            let predicted_b = format!("{a:016x}{b:016x}");
+            let predicted_next = format!("{b:016x}{c:016x}");
+            assert_ne!(
+                &t[16..],
+                &predicted_b[..16],
+                "second half predicted from the first"
+            );
+            assert_ne!(next, predicted_next, "next token predicted");
+        }
     }
 }

@@ -34,6 +34,7 @@ pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
+pub use telemetry::{LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER};
 pub use watch::LeaderWatch;
 
 pub use lease_core;

@@ -17,7 +17,11 @@
 //!
 //! Labels are names, never values: `election` is the election's name; `lock` is the first
 //! key's prefix — its hash tag (`{jobs}`) when it starts with one, else the text before its
-//! first `:` (`jobs:42` → `jobs`).
+//! first `:` (`jobs:42` → `jobs`), cut to [`LOCK_LABEL_MAX_LEN`] bytes. The cardinality of
+//! `lock` is bounded: a process labels at most [`LOCK_LABEL_LIMIT`] distinct prefixes, and
+//! every lock whose prefix comes after those is labelled `_other` (a key without `:` or hash
+//! tag is its own prefix, so per-item keys like `report-1234` would otherwise make one series
+//! each). Name keys `<kind>:<id>` to keep their metrics apart.
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
@@ -25,15 +29,45 @@ use std::time::Duration;
 
 use lease_core::{LossReason, StepDownReason, StoreLoss, Token};
 
-/// The `lock` label of a lock whose first key is `key`.
+/// At most this many distinct `lock` label values per process; later prefixes are `_other`.
+pub const LOCK_LABEL_LIMIT: usize = 256;
+/// A `lock` label is cut to at most this many bytes (at a character boundary).
+pub const LOCK_LABEL_MAX_LEN: usize = 64;
+/// The label of every lock whose prefix came after [`LOCK_LABEL_LIMIT`] others.
+pub const LOCK_LABEL_OTHER: &str = "_other";
+
+/// The prefixes labelled so far.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+static LOCK_LABELS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The `lock` label of a lock whose first key is `key` (see the module docs for the rule).
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) fn lock_label(key: &str) -> String {
-    if key.starts_with('{')
-        && let Some(end) = key.find('}')
-    {
-        return key[..=end].to_owned();
+    let prefix = lock_prefix(key);
+    let mut seen = LOCK_LABELS.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.contains(prefix) {
+        return prefix.to_owned();
     }
-    key.split(':').next().unwrap_or(key).to_owned()
+    if seen.len() < LOCK_LABEL_LIMIT {
+        seen.insert(prefix.to_owned());
+        return prefix.to_owned();
+    }
+    LOCK_LABEL_OTHER.to_owned()
+}
+
+/// The hash tag or the text before the first `:`, cut to [`LOCK_LABEL_MAX_LEN`] bytes.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn lock_prefix(key: &str) -> &str {
+    let prefix = match key.find('}') {
+        Some(end) if key.starts_with('{') => &key[..=end],
+        _ => key.split(':').next().unwrap_or(key),
+    };
+    let mut cut = prefix.len().min(LOCK_LABEL_MAX_LEN);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &prefix[..cut]
 }
 
 /// Describes the election and lock metrics (unit and help text) to the installed recorder;
@@ -175,9 +209,28 @@ pub(crate) fn lock_refresh_failed(lock: &str) {
 mod tests {
     #[test]
     fn lock_labels_are_prefixes() {
-        assert_eq!(super::lock_label("{jobs}:42"), "{jobs}");
-        assert_eq!(super::lock_label("jobs:42:x"), "jobs");
-        assert_eq!(super::lock_label("report"), "report");
-        assert_eq!(super::lock_label("{open"), "{open");
+        assert_eq!(super::lock_prefix("{jobs}:42"), "{jobs}");
+        assert_eq!(super::lock_prefix("jobs:42:x"), "jobs");
+        assert_eq!(super::lock_prefix("report"), "report");
+        assert_eq!(super::lock_prefix("{open"), "{open");
+        let long = "é".repeat(100);
+        let cut = super::lock_prefix(&long);
+        assert!(cut.len() <= super::LOCK_LABEL_MAX_LEN && long.starts_with(cut));
+    }
+
+    #[test]
+    fn lock_label_cardinality_is_bounded() {
+        let first = super::lock_label("{first}:7");
+        let labels: std::collections::HashSet<String> = (0..2 * super::LOCK_LABEL_LIMIT)
+            .map(|i| super::lock_label(&format!("item-{i}")))
+            .collect();
+        assert!(
+            labels.len() <= super::LOCK_LABEL_LIMIT + 1,
+            "{}",
+            labels.len()
+        );
+        assert!(labels.contains(super::LOCK_LABEL_OTHER));
+        // A prefix labelled before the limit keeps its label.
+        assert_eq!(super::lock_label("{first}:8"), first);
     }
 }

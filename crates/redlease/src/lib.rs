@@ -66,7 +66,8 @@ pub use lease_tokio::{
 // Locks.
 pub use lease_core::RetryStrategy;
 pub use lease_tokio::{
-    AutoRenew, Lock, LockError, LockObserver, LockOptions, Locker, random_token,
+    AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock, LockError,
+    LockObserver, LockOptions, Locker, random_token,
 };
 
 // Fencing tokens and fenced resources.
@@ -144,9 +145,10 @@ pub mod redis {
     pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
-        DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FencedWrite, HealingConnection, HealingStats,
-        NotAcknowledged, NoticeStats, RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices,
-        ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
+        CORRUPT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite,
+        HealingConnection, HealingStats, MAX_ACK_TIMEOUT, NotAcknowledged, NoticeStats,
+        RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES,
+        Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).

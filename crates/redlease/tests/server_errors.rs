@@ -158,6 +158,12 @@ async fn assert_refused_at_once(
             assert_eq!(e.effect(), Effect::NotApplied);
             assert!(!e.is_transient());
         }
+        // A corrupt fence key is refused by name (`code` is the key).
+        LockError::Refused(e @ BackendError::Corrupt { key, .. }) => {
+            assert_eq!(key, code);
+            assert_eq!(e.effect(), Effect::NotApplied);
+            assert!(!e.is_transient());
+        }
         other => panic!("{code}: expected Refused, got {other:?}"),
     }
     assert!(
@@ -177,7 +183,14 @@ async fn wrongtype_and_a_non_integer_counter_are_refused_at_once() {
     let _: () = cmd(&mut conn, &["HSET", "{p}:hash", "f", "v"]).await;
     assert_refused_at_once(&locker, &mut conn, "{p}:hash", "{p}:fence", "WRONGTYPE").await;
     let _: () = cmd(&mut conn, &["SET", "{p}:text-fence", "abc"]).await;
-    assert_refused_at_once(&locker, &mut conn, "{p}:lock", "{p}:text-fence", "ERR").await;
+    assert_refused_at_once(
+        &locker,
+        &mut conn,
+        "{p}:lock",
+        "{p}:text-fence",
+        "{p}:text-fence",
+    )
+    .await;
     // Nothing was written by either.
     let exists: i64 = cmd(&mut conn, &["EXISTS", "{p}:lock"]).await;
     assert_eq!(exists, 0);
@@ -582,4 +595,45 @@ async fn an_election_whose_renewal_is_refused_steps_down_at_once_and_stops() {
         recorder.events()
     );
     assert!(!elector.is_leader());
+}
+
+/// A corrupt fence epoch (issue 27): the election stops at once with
+/// `ElectorError::Refused` carrying `BackendError::Corrupt` that names the epoch key, after one
+/// attempt; nothing is minted and the leader key is never written. (It used to be granted, the
+/// reply then failed to parse as a transient error, and the elector retried forever, minting
+/// a token each time.)
+#[tokio::test]
+async fn a_corrupt_fence_epoch_stops_an_election_at_once() {
+    let server = common::redis().await;
+    let mut conn = raw(&server).await;
+    let _: () = cmd(&mut conn, &["SET", "{ce}:fence", "41"]).await;
+    let _: () = cmd(&mut conn, &["SET", "{ce}:fence:epoch", "not-microseconds"]).await;
+    let _: () = cmd(&mut conn, &["CONFIG", "RESETSTAT"]).await;
+    let config = redlease::ElectionConfig::builder("{ce}", "a")
+        .ttl(ms(2_000))
+        .build()
+        .unwrap();
+    let elector = redlease::Elector::new(backend_at(&server.url()).await, config);
+    let started = Instant::now();
+    let result = tokio::time::timeout(EVENTUALLY, elector.hold(CancellationToken::new()))
+        .await
+        .expect("the election stops by itself");
+    match result {
+        Err(ElectorError::Refused { error, .. }) => {
+            assert!(
+                matches!(&error, BackendError::Corrupt { key, .. } if key == "{ce}:fence:epoch"),
+                "{error:?}"
+            );
+            assert_eq!(error.effect(), Effect::NotApplied);
+        }
+        other => panic!("expected ElectorError::Refused, got {other:?}"),
+    }
+    assert!(started.elapsed() < ms(2_500), "{:?}", started.elapsed());
+    let counter: String = cmd(&mut conn, &["GET", "{ce}:fence"]).await;
+    assert_eq!(counter, "41", "nothing minted");
+    let exists: i64 = cmd(&mut conn, &["EXISTS", "{ce}:leader"]).await;
+    assert_eq!(exists, 0);
+    // One acquire attempt (and the release of whatever it may have taken).
+    let calls = script_calls(&mut conn).await;
+    assert!(calls <= 3, "{calls} script calls");
 }

@@ -59,6 +59,28 @@ impl Default for Scheme {
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
+/// [`BackendError::Corrupt`] for `key`, the name escaped as the Redis scripts escape it (the
+/// first 200 bytes; bytes outside printable ASCII, the space and the backslash as `\xNN`).
+fn corrupt(key: &str, detail: &str) -> BackendError {
+    use std::fmt::Write as _;
+    let bytes = key.as_bytes();
+    let mut name = String::with_capacity(bytes.len().min(200));
+    for &b in bytes.iter().take(200) {
+        if b.is_ascii_graphic() && b != b'\\' {
+            name.push(char::from(b));
+        } else {
+            let _ = write!(name, "\\x{b:02x}");
+        }
+    }
+    if bytes.len() > 200 {
+        name.push_str("...");
+    }
+    BackendError::Corrupt {
+        key: name,
+        detail: detail.to_owned(),
+    }
+}
+
 impl Store {
     pub(super) fn live(&mut self, key: &str, now: Instant) -> Option<&mut Entry> {
         let expired = self
@@ -86,12 +108,15 @@ impl Store {
         }
     }
 
+    /// A fence counter or mark: absent is 0; anything but a decimal integer in 0..2^53 (by
+    /// Rust's `u64` parser, the scripts' rule) is [`BackendError::Corrupt`] naming the key.
     fn get_int(&mut self, key: &str, now: Instant) -> Result<u64, BackendError> {
         match self.get_str(key, now)? {
             None => Ok(0),
-            Some(s) => s.parse::<u64>().map_err(|_| {
-                BackendError::Refused("ERR value is not an integer or out of range".into())
-            }),
+            Some(s) => match s.parse::<u64>() {
+                Ok(n) if n <= MAX_TOKEN => Ok(n),
+                _ => Err(corrupt(key, "is not a decimal integer in 0..2^53")),
+            },
         }
     }
 
@@ -131,7 +156,12 @@ impl Store {
         };
         let counter = self.get_int(fk, now)?.max(self.mark(spec, now)?);
         let epoch = match spec.epoch_key() {
-            Some(k) => self.get_str(&k, now)?.and_then(|v| v.parse::<u64>().ok()),
+            Some(k) => match self.get_str(&k, now)? {
+                None => None,
+                Some(v) => Some(v.parse::<u64>().map_err(|_| {
+                    corrupt(&k, "is not a decimal integer (the fence epoch, in us)")
+                })?),
+            },
             None => None,
         };
         Ok(FenceState::new(
@@ -396,17 +426,11 @@ impl Store {
         writes: &[MemoryWrite],
         now: Instant,
     ) -> Result<FenceOutcome, BackendError> {
+        // Garbage or a value above 2^53 (never written by us) is Corrupt, as in Redis.
         let raw = self.get_int(mark_key, now)?;
-        let mark = match raw {
-            0 => FenceMark::NONE,
-            // Above 2^53 (never written by us): every valid token is below it, as in Redis.
-            m if m > MAX_TOKEN => {
-                return Ok(FenceOutcome::Stale {
-                    mark: FenceMark::at(Token::MAX),
-                });
-            }
-            m => Token::new(m).map(FenceMark::at).unwrap_or(FenceMark::NONE),
-        };
+        let mark = Token::new(raw)
+            .map(FenceMark::at)
+            .unwrap_or(FenceMark::NONE);
         if !mark.accepts(token) {
             return Ok(FenceOutcome::Stale { mark });
         }

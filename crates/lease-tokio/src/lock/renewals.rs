@@ -8,7 +8,10 @@
 //!
 //! - a timer queue holds, per lock, the instant its machine next needs attention
 //!   ([`HeldLock::poll_timeout`](lease_core::lock::HeldLock::poll_timeout): its next renewal
-//!   or its deadline); stale entries are skipped by generation;
+//!   or its deadline); stale entries are skipped by generation, and dropped in one pass
+//!   whenever the queue holds more than twice its live entries plus [`COMPACT_SLACK`] (so the
+//!   queue is bounded by the live locks, not by how often they were woken, and a released or
+//!   dropped lock's entry does not linger until its due time);
 //! - when the earliest entry is due, every lock whose renewal is due within its
 //!   [coalesce window](lease_core::lock::HeldLock::coalesce_window) is asked for its renewal
 //!   ([`poll_renew_within`](lease_core::lock::HeldLock::poll_renew_within)), and those renewals
@@ -84,6 +87,10 @@ impl<B: LeaseBackend> Renewals<B> {
     }
 }
 
+/// The timer queue is compacted (stale and dead entries dropped) once it holds more than twice
+/// its live entries plus this many.
+pub(crate) const COMPACT_SLACK: usize = 64;
+
 /// A lock's place in the timer queue: valid while `generation` is the lock's current one.
 struct Entry<B> {
     at: Instant,
@@ -115,6 +122,9 @@ struct Queue<B> {
     seq: u64,
     /// The widest coalesce window of the locks seen: how far past `now` a due batch looks.
     horizon: Duration,
+    /// Compact when the heap grows past this (twice the live entries of the last compaction,
+    /// plus [`COMPACT_SLACK`]).
+    compact_at: usize,
 }
 
 /// A renewal to send, with its lock.
@@ -148,6 +158,24 @@ impl<B: LeaseBackend> Queue<B> {
         if let Some(order) = order {
             batch.push((lock, order));
         }
+        if self.heap.len() > self.compact_at {
+            self.compact();
+        }
+    }
+
+    /// Drops every entry that is stale (a later visit queued its lock again) or dead (its lock
+    /// is gone).
+    fn compact(&mut self) {
+        self.heap.retain(|Reverse(e)| {
+            e.lock
+                .upgrade()
+                .is_some_and(|l| l.schedule.load(Ordering::Acquire) == e.generation)
+        });
+        self.compact_at = self.heap.len() * 2 + COMPACT_SLACK;
+        tracing::trace!(
+            entries = self.heap.len(),
+            "lock renewals: timer queue compacted"
+        );
     }
 
     /// The earliest queued instant.
@@ -185,6 +213,7 @@ async fn run<B: LeaseBackend>(mut rx: mpsc::UnboundedReceiver<Weak<Shared<B>>>) 
         heap: BinaryHeap::new(),
         seq: 0,
         horizon: Duration::ZERO,
+        compact_at: COMPACT_SLACK,
     };
     loop {
         let batch = match queue.next_at() {
