@@ -51,6 +51,11 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "REDLEASE_TLS_KEY", value_name = "FILE")]
     pub(crate) tls_key: Option<PathBuf>,
 
+    /// Export the Redis URL to CMD with its password (REDLEASE_REDIS_URL); by default CMD
+    /// gets it without the password
+    #[arg(long, global = true, env = "REDLEASE_EXPORT_REDIS_PASSWORD")]
+    pub(crate) export_redis_password: bool,
+
     /// Machine-readable output: JSON objects on stdout, progress as JSON lines on stderr
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -138,23 +143,34 @@ Exits 0 when the story went as expected, 1 otherwise.";
 pub(crate) struct RunArgs {
     #[arg(
         long,
+        env = "REDLEASE_NAME",
         help = "Election name (keys <NAME>:leader, <NAME>:fence, <NAME>:fence:applied)"
     )]
     pub(crate) name: String,
-    /// Lease TTL (e.g. 5s, 1500ms; at least 100ms)
-    #[arg(long, default_value = "5s", value_parser = duration::parse)]
+    /// Lease TTL (e.g. 5s, 1500ms; at least 100ms); renewed every TTL/3
+    #[arg(long, env = "REDLEASE_TTL", default_value = "5s", value_parser = duration::parse)]
     pub(crate) ttl: Duration,
     #[arg(
         long,
+        env = "REDLEASE_INSTANCE_ID",
         help = "This instance's id, unique among live instances [default: <host>-<pid>-<random>]"
     )]
     pub(crate) instance_id: Option<String>,
-    /// Time between SIGTERM and SIGKILL when CMD must stop
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
-    pub(crate) grace: Duration,
+    /// Time between SIGTERM and SIGKILL when CMD must stop; when renewals fail, SIGTERM is sent
+    /// this long before the lease's deadline and SIGKILL at it. Must be shorter than TTL minus
+    /// the renew interval (2/3 of the TTL) [default: TTL/3]
+    #[arg(long, env = "REDLEASE_GRACE", value_parser = duration::parse)]
+    pub(crate) grace: Option<Duration>,
     /// Contend again after CMD exits or leadership is lost, instead of exiting
-    #[arg(long)]
+    #[arg(long, env = "REDLEASE_KEEP_RUNNING")]
     pub(crate) keep_running: bool,
+    /// Refuse to contend when the server's settings let the fence keys be evicted or lost
+    /// (no persistence, an allkeys eviction policy, a replica): exit 78
+    #[arg(long, env = "REDLEASE_REQUIRE_DURABLE_STORE")]
+    pub(crate) require_durable_store: bool,
+    /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
+    #[arg(long)]
+    pub(crate) stdin: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
@@ -169,19 +185,25 @@ pub(crate) struct LockArgs {
     /// The lock key
     pub(crate) key: String,
     /// Lock TTL (renewed every TTL/3 while CMD runs)
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, env = "REDLEASE_LOCK_TTL", default_value = "10s", value_parser = duration::parse)]
     pub(crate) ttl: Duration,
     /// How long to wait for the lock (0: one attempt)
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, env = "REDLEASE_LOCK_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub(crate) wait: Duration,
     #[arg(
         long,
+        env = "REDLEASE_LOCK_FENCE",
         help = "Mint a fencing token (counter <KEY>:fence) and pass it as REDLEASE_TOKEN"
     )]
     pub(crate) fence: bool,
-    /// Time between SIGTERM and SIGKILL when CMD must stop
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
-    pub(crate) grace: Duration,
+    /// Time between SIGTERM and SIGKILL when CMD must stop; when renewals fail, SIGTERM is sent
+    /// this long before the lock's deadline and SIGKILL at it. Must be shorter than 2/3 of the
+    /// TTL [default: TTL/3]
+    #[arg(long, env = "REDLEASE_GRACE", value_parser = duration::parse)]
+    pub(crate) grace: Option<Duration>,
+    /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
+    #[arg(long)]
+    pub(crate) stdin: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
@@ -194,7 +216,7 @@ pub(crate) struct LockArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Election name
-    #[arg(long, required_unless_present = "check")]
+    #[arg(long, env = "REDLEASE_NAME", required_unless_present = "check")]
     pub(crate) name: Option<String>,
     /// Also report what the server's settings guarantee for fencing tokens (persistence,
     /// eviction, replication); exit 78 when they let the fence keys be evicted or lost
@@ -211,10 +233,14 @@ pub(crate) struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct FenceTarget {
-    #[arg(long, help = "Election name (mark key <NAME>:fence:applied)")]
+    #[arg(
+        long,
+        env = "REDLEASE_NAME",
+        help = "Election name (mark key <NAME>:fence:applied)"
+    )]
     pub(crate) name: String,
-    /// The term's fencing token (REDLEASE_TOKEN)
-    #[arg(long)]
+    /// The term's fencing token [env: REDLEASE_TOKEN, as CMD gets it]
+    #[arg(long, env = "REDLEASE_TOKEN", hide_env = true)]
     pub(crate) token: String,
 }
 
@@ -283,6 +309,7 @@ mod tests {
             panic!("run")
         };
         assert_eq!(run.ttl, Duration::from_secs(2));
+        assert_eq!(run.grace, None);
         assert_eq!(run.cmd, ["sh", "-c", "echo --ttl"]);
         assert!(
             Cli::try_parse_from(["redlease", "run", "--name", "jobs", "sleep", "1"]).is_err(),

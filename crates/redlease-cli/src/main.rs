@@ -73,7 +73,9 @@ mod health;
 mod lock;
 mod output;
 mod run;
+mod secret;
 mod status;
+mod supervise;
 
 use std::process::ExitCode;
 
@@ -88,8 +90,13 @@ use redlease::redis::TlsConfig;
 /// What every command gets.
 #[derive(Debug)]
 pub(crate) struct Ctx {
-    /// The Redis URL in effect.
+    /// The Redis URL in effect (with its password: never print it, show [`Ctx::shown_url`]).
     pub(crate) redis_url: String,
+    /// The Redis URL as printed: its password redacted.
+    pub(crate) shown_url: String,
+    /// The Redis URL as exported to CMD (`REDLEASE_REDIS_URL`): without its password unless
+    /// `--export-redis-password`.
+    pub(crate) exported_url: String,
     /// Whether `--redis` was given on the command line (not from the environment).
     pub(crate) redis_explicit: bool,
     /// `--json`.
@@ -104,6 +111,17 @@ pub(crate) struct Ctx {
 }
 
 fn main() -> ExitCode {
+    let code = supervisor_main();
+    output::flush(output::FLUSH_TIMEOUT);
+    code
+}
+
+fn supervisor_main() -> ExitCode {
+    // CMD's trampoline (see `child.rs`): nothing else of the command runs in that process.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == child::EXEC_ARG) {
+        return child::exec_trampoline(&argv[2..]);
+    }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => return usage_error(&e),
@@ -123,11 +141,20 @@ fn main() -> ExitCode {
         Ok(t) => t,
         Err(f) => return fail(&f, cli.json),
     };
+    output::set_json(cli.json);
+    let redis_url = cli
+        .redis
+        .clone()
+        .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+    secret::register_url(&redis_url);
     let ctx = Ctx {
-        redis_url: cli
-            .redis
-            .clone()
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+        shown_url: secret::redact(&redis_url),
+        exported_url: if cli.export_redis_password {
+            redis_url.clone()
+        } else {
+            secret::without_password(&redis_url)
+        },
+        redis_url,
         redis_explicit,
         json: cli.json,
         poll_only: cli.poll_only,
@@ -197,7 +224,6 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
 /// Reports a failure as one line on stderr: `redlease: <message>`, or with `--json` an object
 /// `{"event":"error","code":N,"message":"..."}`.
 fn fail(f: &Failure, json: bool) -> ExitCode {
-    use std::io::Write as _;
     let line = if json {
         output::object(&[
             ("event", output::Json::from("error")),
@@ -207,7 +233,7 @@ fn fail(f: &Failure, json: bool) -> ExitCode {
     } else {
         format!("redlease: {}", f.message)
     };
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    output::stderr_line(&line);
     ExitCode::from(f.code)
 }
 

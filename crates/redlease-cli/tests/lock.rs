@@ -141,7 +141,7 @@ async fn lock_taken_over_stops_cmd() {
     let job = job_script(d);
     let mut p = Proc::spawn({
         let mut c = redlease(&url, d);
-        c.args(["lock", "taken", "--ttl", "1s", "--grace", "5s", "--"])
+        c.args(["lock", "taken", "--ttl", "1s", "--grace", "300ms", "--"])
             .arg(&job)
             .arg("t");
         c
@@ -184,7 +184,7 @@ async fn lock_lost_when_redis_stops_answering() {
     let job = job_script(d);
     let mut p = Proc::spawn({
         let mut c = redlease(&url, d);
-        c.args(["lock", "paused", "--ttl", "1s", "--grace", "5s", "--"])
+        c.args(["lock", "paused", "--ttl", "1s", "--grace", "300ms", "--"])
             .arg(&job)
             .arg("p");
         c

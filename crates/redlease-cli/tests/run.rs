@@ -28,7 +28,7 @@ async fn frozen_leader_is_replaced_and_stops_its_cmd_when_it_resumes() {
             "--instance-id",
             "a",
             "--grace",
-            "5s",
+            "300ms",
             "--",
         ])
         .arg(&job)
@@ -50,7 +50,7 @@ async fn frozen_leader_is_replaced_and_stops_its_cmd_when_it_resumes() {
             "--instance-id",
             "b",
             "--grace",
-            "5s",
+            "300ms",
             "--",
         ])
         .arg(&job)
