@@ -17,6 +17,9 @@
 //!   `Allow: GET, HEAD`). `HEAD` answers with the headers of `GET` and no body. A malformed
 //!   request: 400; a head over [`MAX_HEAD`]: 431; not HTTP/1.x: 505; no complete head within
 //!   [`READ_TIMEOUT`]: 408.
+//! - Every connection is accepted at once; over [`MAX_CONNECTIONS`] being answered, it gets a
+//!   503 (`too many connections`) written without waiting and is closed, so idle or slow
+//!   clients cannot starve a kubelet probe.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -34,11 +37,11 @@ use crate::output::{Json, Progress, object};
 
 /// The largest request head accepted (request line and headers).
 pub(crate) const MAX_HEAD: usize = 8 * 1024;
-/// How long a client may take to send its request head.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request head (a probe sends it at once).
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long writing a response may take.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once; further ones wait in the listen backlog.
+/// Connections answered at once; further ones get a 503 at once.
 pub(crate) const MAX_CONNECTIONS: usize = 32;
 /// How often the metrics recorder's histograms are drained when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -144,11 +147,19 @@ impl Pending {
 async fn accept_loop(listener: TcpListener, source: Arc<dyn Source>, metrics: PrometheusHandle) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
         match listener.accept().await {
             Ok((stream, _)) => {
+                let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                    // Over the limit: answer without waiting (the response fits in the
+                    // socket's send buffer of a new connection) and close.
+                    // What the client sent already is read first: closing a socket with unread
+                    // data resets it, and the client would lose the answer.
+                    let busy = Response::text(503, "too many connections\n").encode(false);
+                    let mut sink = [0u8; 1024];
+                    let _ = stream.try_read(&mut sink);
+                    let _ = stream.try_write(&busy);
+                    continue;
+                };
                 let source = Arc::clone(&source);
                 let metrics = metrics.clone();
                 tokio::spawn(async move {
@@ -461,10 +472,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `/leader`: `name`, `instance` (this instance's id), `role` (`leader` while this instance
 /// holds the lease before its local deadline, `follower` once it has seen another holder,
 /// `unknown` otherwise: starting, or the store not answering), `is_leader` (`role` is
-/// `leader`), and as stored in Redis now (one round trip, bounded by the acquire timeout):
-/// `holder`, `token` (the holder's term token), `remaining_ttl_ms`; `null` when nobody holds
-/// the lease. When the store does not answer, `error` says why and those three fields come
-/// from this instance's own view (its term when leading), else `null`.
+/// `leader`), and as stored in Redis at the last probe (every acquire interval; a request never
+/// costs a round trip): `holder`, `token` (the holder's term token), `remaining_ttl_ms` (the
+/// stored TTL minus the probe's age), `age_ms` (how old that answer is); `null` when nobody holds
+/// the lease. When the store did not answer the last probe, `error` says why and those fields
+/// come from this instance's own view (its term when leading), else `null`.
 pub(crate) struct ElectionSource<B> {
     elector: Elector<B>,
     ttl: Duration,
@@ -477,6 +489,8 @@ pub(crate) struct ElectionSource<B> {
 struct Reach {
     last_ok: Instant,
     last_error: Option<String>,
+    /// The last answer: who held the lease, and when it was asked.
+    last_info: Option<(Option<redlease::LeaderInfo>, Instant)>,
 }
 
 impl<B: LeaseBackend> ElectionSource<B> {
@@ -494,6 +508,7 @@ impl<B: LeaseBackend> ElectionSource<B> {
             reach: Mutex::new(Reach {
                 last_ok: Instant::now(),
                 last_error: None,
+                last_info: None,
             }),
         })
     }
@@ -505,23 +520,25 @@ impl<B: LeaseBackend> ElectionSource<B> {
         let every = self.elector.config().acquire_interval();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
                 if this.stopping.iter().any(CancellationToken::is_cancelled) {
                     return;
                 }
                 let _ = this.stored().await;
+                tokio::time::sleep(every).await;
             }
         });
     }
 
     /// Who holds the lease, as stored; records whether the store answered.
     async fn stored(&self) -> Result<Option<redlease::LeaderInfo>, String> {
+        let asked = Instant::now();
         let result = self.elector.leader().await;
         let mut reach = lock(&self.reach);
         match result {
             Ok(info) => {
                 reach.last_ok = Instant::now();
                 reach.last_error = None;
+                reach.last_info = Some((info.clone(), asked));
                 Ok(info)
             }
             Err(e) => {
@@ -570,11 +587,26 @@ impl<B: LeaseBackend> Source for ElectionSource<B> {
             _ => "unknown",
         };
         let mut error = None;
-        let (holder, held_token, remaining) = match self.stored().await {
+        let (cached, last_error) = {
+            let reach = lock(&self.reach);
+            (reach.last_info.clone(), reach.last_error.clone())
+        };
+        let age = cached.as_ref().map(|(_, at)| at.elapsed());
+        let answer = match (last_error, cached) {
+            (Some(e), _) => Err(e),
+            (None, Some((_, at))) if at.elapsed() > self.ttl => Err(format!(
+                "the store has not answered for {}",
+                crate::duration::show(at.elapsed())
+            )),
+            (None, Some((info, _))) => Ok(info),
+            (None, None) => Err("the store has not answered yet".to_owned()),
+        };
+        let (holder, held_token, remaining) = match answer {
             Ok(Some(info)) => (
                 Some(info.instance_id),
                 info.token.map(Token::get),
-                info.remaining.map(millis),
+                info.remaining
+                    .map(|r| millis(r.saturating_sub(age.unwrap_or_default()))),
             ),
             Ok(None) => (None, None, None),
             Err(e) => {
@@ -599,6 +631,7 @@ impl<B: LeaseBackend> Source for ElectionSource<B> {
             ("holder", Json::from(holder)),
             ("token", Json::from(held_token)),
             ("remaining_ttl_ms", Json::from(remaining)),
+            ("age_ms", Json::from(age.map(millis))),
             ("error", Json::from(error)),
         ])
     }
