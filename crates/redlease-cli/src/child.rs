@@ -110,10 +110,15 @@ impl Cmd {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        // Registered before the init duty (PID 1) can see it exit: the lock is held across
+        // the spawn.
+        let mut own = own();
         let mut child = cmd
             .spawn()
             .map_err(|e| Failure::new(CANNOT_EXECUTE, format!("cannot start CMD: {e}")))?;
         let pid = Pid::from_child(&child);
+        own.push(pid.as_raw_pid());
+        drop(own);
         let exited = CancellationToken::new();
         let seen = exited.clone();
         let watcher = std::thread::Builder::new()
@@ -237,6 +242,7 @@ impl Child {
         let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
         let status = self.inner.wait()?;
         self.status = Some(status);
+        own().retain(|p| *p != self.pid.as_raw_pid());
         Ok(status)
     }
 
@@ -298,6 +304,7 @@ impl Drop for Child {
         if self.status.is_none() {
             let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
             let _ = self.inner.wait();
+            own().retain(|p| *p != self.pid.as_raw_pid());
         }
     }
 }
@@ -332,4 +339,65 @@ fn group_members(pgid: i32) -> Vec<i32> {
         }
     }
     members
+}
+
+/// The pids of the CMDs this process runs (reaped by their [`Child`]; the init duty below
+/// leaves them alone).
+static OWN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn own() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    OWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// As PID 1 (a container's init), orphans are reparented to redlease: reaps every child that
+/// has exited and is not a CMD it runs, on each SIGCHLD (and every few seconds, in case
+/// signals merged). Does nothing when not PID 1.
+pub(crate) fn reap_orphans_as_init() {
+    if rustix::process::getpid().as_raw_pid() != 1 {
+        return;
+    }
+    let Ok(mut sigchld) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+    else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            reap_exited_orphans();
+            tokio::select! {
+                _ = sigchld.recv() => {}
+                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        }
+    });
+}
+
+/// Reaps our exited children that are not CMDs (zombies whose parent is this process).
+fn reap_exited_orphans() {
+    let me = rustix::process::getpid().as_raw_pid();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace())
+            .into_iter()
+            .flatten();
+        let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse().ok()));
+        if state == Some("Z") && ppid == Some(me) && !own().contains(&pid) {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+            }
+        }
+    }
 }

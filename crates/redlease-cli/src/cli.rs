@@ -56,6 +56,11 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "REDLEASE_EXPORT_REDIS_PASSWORD")]
     pub(crate) export_redis_password: bool,
 
+    /// Show the libraries' log events: -v info, -vv debug, -vvv trace (warnings are always
+    /// shown); RUST_LOG (e.g. `lease_redis=debug`) replaces this when set
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+
     /// Machine-readable output: JSON objects on stdout, progress as JSON lines on stderr
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -89,11 +94,16 @@ pub(crate) enum Command {
 
 const RUN_HELP: &str = "\
 CMD gets REDLEASE_TOKEN (the term's fencing token), REDLEASE_NAME, REDLEASE_INSTANCE_ID and
-REDLEASE_REDIS_URL in its environment, and runs in its own process group. When leadership is
-lost, the group gets SIGTERM, then SIGKILL after --grace, and redlease exits with 72 (or
-contends again with --keep-running). When CMD exits, the lease is released and redlease exits
-with CMD's status (or contends again with --keep-running). On SIGINT/SIGTERM, CMD is stopped
-the same way, the lease released, and redlease exits with 130/143.
+REDLEASE_REDIS_URL (without its password unless --export-redis-password) in its environment,
+stdin /dev/null (unless --stdin), and runs in its own process group; it is killed if redlease
+dies. CMD is stopped before the lease can pass to anyone else: when renewals fail and only
+--grace (default TTL/3) is left of the lease, the group gets SIGTERM; at the lease's deadline,
+or when the lease is found held by another, SIGKILL; redlease then exits with 72 (or contends
+again with --keep-running). When CMD exits, what it left in its group is stopped, the lease is
+released and redlease exits with CMD's status (or contends again with --keep-running). On
+SIGINT/SIGTERM/SIGHUP, CMD gets SIGTERM, then SIGKILL after --grace, the lease is released,
+and redlease exits with 130/143/129 (SIGQUIT: SIGKILL at once, 131; SIGTSTP is ignored).
+A paused supervisor cannot stop CMD: fence its writes with REDLEASE_TOKEN. See docs/cli.md.
 
 With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (an IP
 address and a port; port 0 picks a free one, and the address bound is printed on stderr):
@@ -116,9 +126,10 @@ Exit codes: see `redlease --help`.";
 const LOCK_HELP: &str = "\
 The lock is renewed every TTL/3 while CMD runs. With --fence, a fencing token is minted from
 the counter <KEY>:fence and passed as REDLEASE_TOKEN (fenced writes check the mark
-<KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL. If the lock is
-lost while CMD runs, CMD is stopped (SIGTERM, then SIGKILL after --grace) and redlease exits
-with 72; if the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
+<KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL (without its
+password). When renewals fail and only --grace (default TTL/3) is left, CMD's group gets
+SIGTERM; at the lock's deadline, or when it is found held by another, SIGKILL; redlease exits
+with 72. If the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
 
 With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (port 0
 picks a free port, printed on stderr): GET /healthz (200 while obtaining or holding the

@@ -24,6 +24,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     .check()?;
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
     let signals = Signals::watch(Arc::clone(&progress))?;
+    crate::child::reap_orphans_as_init();
 
     // Renew every TTL/3, in whole milliseconds (the library refuses zero and > TTL/2).
     let renew = Duration::from_millis(u64::try_from(args.ttl.as_millis() / 3).unwrap_or(u64::MAX));

@@ -26,10 +26,13 @@
 //!   results (`status`, `fence`) go to stdout, as one JSON object with `--json`.
 //! - `run`: while elected leader of NAME, CMD runs with `REDLEASE_TOKEN` (the term's fencing
 //!   token), `REDLEASE_NAME`, `REDLEASE_INSTANCE_ID` and `REDLEASE_REDIS_URL` in its
-//!   environment, in its own process group. Leadership lost: SIGTERM to the group, SIGKILL
-//!   after `--grace`, exit 72 (or contend again with `--keep-running`). CMD exited: release,
-//!   exit with its status (or contend again with `--keep-running`). SIGINT/SIGTERM: stop CMD,
-//!   release, exit 130/143.
+//!   environment (the URL without its password unless `--export-redis-password`), stdin
+//!   `/dev/null` unless `--stdin`, in its own process group, killed if redlease dies. Renewals
+//!   failing with only `--grace` (default TTL/3) left: SIGTERM to the group; at the lease's
+//!   deadline, or when it is found held by another: SIGKILL; exit 72 (or contend again with
+//!   `--keep-running`). CMD exited: its leftovers stopped, release, exit with its status (or
+//!   contend again with `--keep-running`). SIGINT/SIGTERM/SIGHUP: stop CMD, release, exit
+//!   130/143/129. Guarantees and limits: `docs/cli.md`.
 //! - `lock`: CMD runs under the lock KEY, renewed every TTL/3; with `--fence` a token is minted
 //!   from `<KEY>:fence` and passed as `REDLEASE_TOKEN`. Lost while CMD runs: CMD is stopped,
 //!   exit 72. Not obtained within `--wait`: exit 71.
@@ -55,10 +58,10 @@
 //! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
 //! | 74 | `run`/`lock`: `--health-addr` cannot be bound (in use, not local, privileged port) |
 //! | 75 | outcome unknown: the request may have reached Redis and no reply was seen (`fence`: the write may have been applied; `lock`: it may be held until its TTL) |
-//! | 78 | `status --check`: the server's settings let the fence keys be evicted or lost |
+//! | 78 | `status --check`, `run --require-durable-store`: the server's settings let the fence keys be evicted or lost |
 //! | 126 | CMD could not be executed |
 //! | 127 | CMD not found |
-//! | 130, 143 | redlease got SIGINT / SIGTERM: CMD was stopped and the lease released |
+//! | 129, 130, 131, 143 | redlease got SIGHUP / SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once on SIGQUIT) and the lease released |
 //!
 //! Every failure is reported as exactly one line on stderr (`redlease: ...`).
 
@@ -71,6 +74,7 @@ mod exit;
 mod fence;
 mod health;
 mod lock;
+mod log;
 mod output;
 mod run;
 mod secret;
@@ -142,6 +146,7 @@ fn supervisor_main() -> ExitCode {
         Err(f) => return fail(&f, cli.json),
     };
     output::set_json(cli.json);
+    log::install(cli.verbose, cli.json);
     let redis_url = cli
         .redis
         .clone()

@@ -220,3 +220,67 @@ async fn a_blocked_stderr_does_not_stop_renewals() {
     assert!(!alive(pid));
     drop(reader);
 }
+
+/// As PID 1 (a new PID namespace, as in a container without an init), redlease reaps the
+/// orphans reparented to it: CMD leaves a short-lived background child behind its own exited
+/// parent, and no zombie stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_pid_1_orphans_are_reaped() {
+    let server = redis().await;
+    let dir = workdir("cli-sup-pid1");
+    let d = dir.path();
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--pid", "--fork", "--kill-child", "--mount-proc", bin()])
+        .env("REDLEASE_REDIS_URL", server.url())
+        .current_dir(d)
+        .stdin(Stdio::null())
+        .args(["run", "--name", "sup-pid1", "--", "sh", "-c"])
+        .arg("sh -c 'sleep 1 & exit 0'; echo started > started; sleep 600");
+    let mut p = Proc::spawn(c);
+    wait_file(&d.join("started")).await;
+    // redlease's pid on the host: the child of `unshare`.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", p.pid()))
+        .expect("unshare's children");
+    let init: u32 = children
+        .split_whitespace()
+        .next()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("redlease under unshare: {:#?}", p.lines()));
+    let children_of_init = || -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .collect()
+    };
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    // The orphan (`sleep 1`, whose parent exited) is reparented to redlease...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let orphan = loop {
+        if let Some(o) = children_of_init()
+            .into_iter()
+            .find(|c| comm(*c).trim() == "sleep")
+        {
+            break o;
+        }
+        assert!(Instant::now() < deadline, "no orphan reparented to redlease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // ...and once it exits, reaped: it does not stay a zombie.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{orphan}")).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the orphan {orphan} stays a zombie under redlease as PID 1: {:#?}",
+            p.lines()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal(init, "TERM");
+    let status = p.wait_exit().await;
+    assert!(
+        p.lines().iter().any(|l| l.contains("SIGTERM: stopping CMD")),
+        "{status:?} {:#?}",
+        p.lines()
+    );
+}

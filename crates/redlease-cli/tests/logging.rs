@@ -1,0 +1,55 @@
+//! `-v` / `RUST_LOG`: the libraries' warnings reach stderr (the preflight's store risks on a
+//! server without persistence), as human lines or JSON lines, and more with `-v`.
+
+mod common;
+
+use common::*;
+
+fn one_shot(url: &str, dir: &std::path::Path, extra: &[&str]) -> std::process::Command {
+    let mut c = redlease(url, dir);
+    c.args(extra)
+        .args(["run", "--name", "logging", "--", "true"]);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn library_warnings_are_shown() {
+    // The kit's default server has no persistence: the preflight warns the tokens may regress.
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-logging");
+    let d = dir.path();
+
+    let out = output(one_shot(&url, d, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("WARN") && l.contains("store risk")),
+        "the preflight's warning is shown by default: {err}"
+    );
+
+    let out = output(one_shot(&url, d, &["--json"])).await;
+    let err = stderr(&out);
+    let warn = err
+        .lines()
+        .find(|l| l.contains("\"event\":\"log\"") && l.contains("store risk"))
+        .unwrap_or_else(|| panic!("a JSON log line: {err}"));
+    assert_eq!(json_field(warn, "level").as_deref(), Some("WARN"), "{warn}");
+    for line in err.lines() {
+        assert!(line.starts_with('{') && line.ends_with('}'), "every line is JSON: {line}");
+    }
+
+    // -v adds the libraries' info events ("elected leader"); RUST_LOG replaces the level.
+    let out = output(one_shot(&url, d, &["-v"])).await;
+    let err = stderr(&out);
+    assert!(
+        err.lines().any(|l| l.contains("INFO") && l.contains("elected leader")),
+        "{err}"
+    );
+    let mut quiet = one_shot(&url, d, &[]);
+    quiet.env("RUST_LOG", "error");
+    let out = output(quiet).await;
+    let err = stderr(&out);
+    assert!(!err.contains("store risk"), "RUST_LOG=error hides warnings: {err}");
+}
