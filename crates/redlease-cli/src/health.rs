@@ -43,6 +43,10 @@ pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections answered at once; further ones get a 503 at once.
 pub(crate) const MAX_CONNECTIONS: usize = 32;
+/// Connections over the limit being told 503 at once; beyond these, closed unanswered.
+pub(crate) const MAX_BUSY_ANSWERS: usize = 256;
+/// How long a 503 over the limit may take (written, then the client's request drained).
+pub(crate) const BUSY_LINGER: Duration = Duration::from_millis(250);
 /// How often the metrics recorder's histograms are drained when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Bucket bounds (seconds) of the `*_seconds` histograms: aggregatable across instances.
@@ -146,18 +150,19 @@ impl Pending {
 
 async fn accept_loop(listener: TcpListener, source: Arc<dyn Source>, metrics: PrometheusHandle) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let busy_slots = Arc::new(Semaphore::new(MAX_BUSY_ANSWERS));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-                    // Over the limit: answer without waiting (the response fits in the
-                    // socket's send buffer of a new connection) and close.
-                    // What the client sent already is read first: closing a socket with unread
-                    // data resets it, and the client would lose the answer.
-                    let busy = Response::text(503, "too many connections\n").encode(false);
-                    let mut sink = [0u8; 1024];
-                    let _ = stream.try_read(&mut sink);
-                    let _ = stream.try_write(&busy);
+                    // Over the limit: 503 at once, by a short-lived task (at most
+                    // MAX_BUSY_ANSWERS at a time; beyond that the connection is just closed).
+                    if let Ok(busy) = Arc::clone(&busy_slots).try_acquire_owned() {
+                        tokio::spawn(async move {
+                            answer_busy(stream).await;
+                            drop(busy);
+                        });
+                    }
                     continue;
                 };
                 let source = Arc::clone(&source);
@@ -172,6 +177,21 @@ async fn accept_loop(listener: TcpListener, source: Arc<dyn Source>, metrics: Pr
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// Over the limit: writes a 503, then reads (and discards) what the client sends for at most
+/// [`BUSY_LINGER`] before closing, so that closing does not reset the connection before the
+/// client has read the answer.
+async fn answer_busy(mut stream: TcpStream) {
+    let busy = Response::text(503, "too many connections\n").encode(false);
+    let _ = tokio::time::timeout(BUSY_LINGER, async {
+        stream.write_all(&busy).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
 }
 
 /// One connection: read the head, answer, close.
@@ -472,10 +492,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `/leader`: `name`, `instance` (this instance's id), `role` (`leader` while this instance
 /// holds the lease before its local deadline, `follower` once it has seen another holder,
 /// `unknown` otherwise: starting, or the store not answering), `is_leader` (`role` is
-/// `leader`), and as stored in Redis at the last probe (every acquire interval; a request never
-/// costs a round trip): `holder`, `token` (the holder's term token), `remaining_ttl_ms` (the
-/// stored TTL minus the probe's age), `age_ms` (how old that answer is); `null` when nobody holds
-/// the lease. When the store did not answer the last probe, `error` says why and those fields
+/// `leader`), and who holds the lease: this instance's own term while it leads (`age_ms` 0),
+/// else as stored in Redis at the last probe (every acquire interval and at each role change;
+/// a request never costs a round trip): `holder`, `token` (the holder's term token),
+/// `remaining_ttl_ms` (the stored TTL minus the probe's age), `age_ms` (how old that answer
+/// is); `null` when nobody holds the lease. When the store did not answer the last probe, `error` says why and those fields
 /// come from this instance's own view (its term when leading), else `null`.
 pub(crate) struct ElectionSource<B> {
     elector: Elector<B>,
@@ -518,13 +539,22 @@ impl<B: LeaseBackend> ElectionSource<B> {
     pub(crate) fn spawn_probe(self: &Arc<Self>) {
         let this = Arc::clone(self);
         let every = self.elector.config().acquire_interval();
+        let mut roles = self.elector.subscribe();
         tokio::spawn(async move {
             loop {
                 if this.stopping.iter().any(CancellationToken::is_cancelled) {
                     return;
                 }
                 let _ = this.stored().await;
-                tokio::time::sleep(every).await;
+                // Asked again at once when the role changes (a new holder is likely).
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    changed = roles.changed() => {
+                        if changed.is_err() {
+                            tokio::time::sleep(every).await;
+                        }
+                    }
+                }
             }
         });
     }
@@ -601,6 +631,16 @@ impl<B: LeaseBackend> Source for ElectionSource<B> {
             (None, Some((info, _))) => Ok(info),
             (None, None) => Err("the store has not answered yet".to_owned()),
         };
+        // Leading: this instance's own view is the freshest there is.
+        let answer = match (token, self.elector.valid_until()) {
+            (Some(t), Some(until)) => Ok(Some(redlease::LeaderInfo {
+                instance_id: self.elector.instance_id().to_owned(),
+                token: Some(t),
+                remaining: Some(until.saturating_duration_since(tokio::time::Instant::now())),
+            })),
+            _ => answer,
+        };
+        let age = if token.is_some() { Some(Duration::ZERO) } else { age };
         let (holder, held_token, remaining) = match answer {
             Ok(Some(info)) => (
                 Some(info.instance_id),

@@ -23,7 +23,8 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     }
     .check()?;
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
-    let signals = Signals::watch(Arc::clone(&progress))?;
+    let view = health::LockSource::new(args.key.clone());
+    let signals = Signals::watch(Arc::clone(&progress), Arc::clone(&view))?;
     crate::child::reap_orphans_as_init();
 
     // Renew every TTL/3, in whole milliseconds (the library refuses zero and > TTL/2).
@@ -58,7 +59,6 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
 
     // The health address is checked and bound before connecting: a bad one fails fast.
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
-    let view = health::LockSource::new(args.key.clone());
 
     let connection = conn::connect_managed(ctx).await?;
     let locker = Locker::new(conn::with_notices(ctx, RedisBackend::new(connection))?);
@@ -137,9 +137,6 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         &progress,
     )
     .await;
-    if let Ended::Stopped(_) = ended {
-        view.stopping();
-    }
     let (code, cause) = match ended {
         Ended::Exited(status) => {
             let status =
@@ -209,7 +206,7 @@ struct Signals {
 }
 
 impl Signals {
-    fn watch(progress: Arc<Progress>) -> Result<Signals, Failure> {
+    fn watch(progress: Arc<Progress>, view: Arc<health::LockSource>) -> Result<Signals, Failure> {
         let mut sigint = signal(SignalKind::interrupt())
             .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
         let mut sigterm = signal(SignalKind::terminate())
@@ -244,6 +241,8 @@ impl Signals {
                     continue;
                 }
                 signo.store(n, Ordering::SeqCst);
+                // The sidecar says "shutting down" from the first signal on.
+                view.stopping();
                 progress.event(
                     "signal",
                     &format!("{name}: stopping CMD, then releasing the lock"),

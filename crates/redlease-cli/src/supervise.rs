@@ -96,8 +96,10 @@ pub(crate) async fn supervise<F: Fn() -> Option<Instant>>(
                 match (lease.valid_until)() {
                     // Renewed meanwhile: the deadline moved.
                     Some(until) if until.saturating_duration_since(now) > grace => continue,
-                    left => {
-                        let left = left.map_or(Duration::ZERO, |u| u.saturating_duration_since(now));
+                    // Already past (this process was paused): no grace left.
+                    None => return lost(child, progress, "the lease's deadline passed").await,
+                    Some(until) => {
+                        let left = until.saturating_duration_since(now);
                         progress.event(
                             "expiring",
                             &format!(
