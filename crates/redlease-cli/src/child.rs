@@ -103,7 +103,11 @@ impl Cmd {
             .arg(supervisor.as_raw_pid().to_string())
             .arg("--")
             .args(&self.argv)
-            .stdin(if stdin { Stdio::inherit() } else { Stdio::null() })
+            .stdin(if stdin {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -346,7 +350,8 @@ fn group_members(pgid: i32) -> Vec<i32> {
 static OWN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 fn own() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    OWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    OWN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// As PID 1 (a container's init), orphans are reparented to redlease: reaps every child that
@@ -394,10 +399,12 @@ fn reap_exited_orphans() {
             .into_iter()
             .flatten();
         let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse().ok()));
-        if state == Some("Z") && ppid == Some(me) && !own().contains(&pid) {
-            if let Some(p) = Pid::from_raw(pid) {
-                let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
-            }
+        if state == Some("Z")
+            && ppid == Some(me)
+            && !own().contains(&pid)
+            && let Some(p) = Pid::from_raw(pid)
+        {
+            let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
         }
     }
 }

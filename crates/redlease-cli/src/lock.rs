@@ -10,11 +10,11 @@ use redlease::{CancellationToken, LockError, LockOptions, Locker, RetryStrategy}
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::child::Cmd;
-use crate::run::OtherSignals;
-use crate::supervise::{Ended, Lease, supervise};
 use crate::cli::LockArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
+use crate::run::OtherSignals;
+use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, conn, duration, health};
 
 pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
@@ -139,8 +139,8 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     .await;
     let (code, cause) = match ended {
         Ended::Exited(status) => {
-            let status =
-                status.map_err(|e| Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}")))?;
+            let status = status
+                .map_err(|e| Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}")))?;
             let code = exit::status_code(status);
             progress.event(
                 "cmd_exited",
@@ -286,4 +286,3 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
         ),
     ))
 }
-

@@ -78,6 +78,7 @@ mod log;
 mod output;
 mod run;
 mod secret;
+mod sources;
 mod status;
 mod supervise;
 

@@ -14,10 +14,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
 use crate::child::Cmd;
-use crate::supervise::{Ended, Lease, supervise};
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
+use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, conn, duration, health};
 
 type Backend = RedisBackend<ConnectionManager>;
@@ -256,7 +256,10 @@ impl OtherSignals {
         Ok(OtherSignals {
             hup: watch(SignalKind::hangup(), "SIGHUP")?,
             quit: watch(SignalKind::quit(), "SIGQUIT")?,
-            tstp: watch(SignalKind::from_raw(rustix::process::Signal::TSTP.as_raw()), "SIGTSTP")?,
+            tstp: watch(
+                SignalKind::from_raw(rustix::process::Signal::TSTP.as_raw()),
+                "SIGTSTP",
+            )?,
         })
     }
 

@@ -183,7 +183,10 @@ mod tests {
 
     #[test]
     fn the_exported_url_has_no_password() {
-        assert_eq!(without_password("redis://:s3cret@host:1/0"), "redis://host:1/0");
+        assert_eq!(
+            without_password("redis://:s3cret@host:1/0"),
+            "redis://host:1/0"
+        );
         assert_eq!(
             without_password("rediss://app:s3cret@host:1"),
             "rediss://app@host:1"
@@ -197,7 +200,10 @@ mod tests {
             without_password("unix:///r.sock?db=2&pass=secret"),
             "unix:///r.sock?db=2"
         );
-        assert_eq!(without_password("unix:///r.sock?pass=secret"), "unix:///r.sock");
+        assert_eq!(
+            without_password("unix:///r.sock?pass=secret"),
+            "unix:///r.sock"
+        );
     }
 
     #[test]

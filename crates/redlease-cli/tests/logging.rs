@@ -37,19 +37,26 @@ async fn library_warnings_are_shown() {
         .unwrap_or_else(|| panic!("a JSON log line: {err}"));
     assert_eq!(json_field(warn, "level").as_deref(), Some("WARN"), "{warn}");
     for line in err.lines() {
-        assert!(line.starts_with('{') && line.ends_with('}'), "every line is JSON: {line}");
+        assert!(
+            line.starts_with('{') && line.ends_with('}'),
+            "every line is JSON: {line}"
+        );
     }
 
     // -v adds the libraries' info events ("elected leader"); RUST_LOG replaces the level.
     let out = output(one_shot(&url, d, &["-v"])).await;
     let err = stderr(&out);
     assert!(
-        err.lines().any(|l| l.contains("INFO") && l.contains("elected leader")),
+        err.lines()
+            .any(|l| l.contains("INFO") && l.contains("elected leader")),
         "{err}"
     );
     let mut quiet = one_shot(&url, d, &[]);
     quiet.env("RUST_LOG", "error");
     let out = output(quiet).await;
     let err = stderr(&out);
-    assert!(!err.contains("store risk"), "RUST_LOG=error hides warnings: {err}");
+    assert!(
+        !err.contains("store risk"),
+        "RUST_LOG=error hides warnings: {err}"
+    );
 }

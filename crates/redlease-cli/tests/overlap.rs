@@ -115,9 +115,15 @@ async fn the_follower_starts_only_after_the_cut_off_leader_stopped() {
             follower.lines()
         );
         if stubborn {
-            assert_eq!(ended, None, "the stubborn CMD was killed, not allowed to finish");
+            assert_eq!(
+                ended, None,
+                "the stubborn CMD was killed, not allowed to finish"
+            );
             assert!(
-                leader.lines().iter().any(|l| l.contains("killed by signal 9")),
+                leader
+                    .lines()
+                    .iter()
+                    .any(|l| l.contains("killed by signal 9")),
                 "{:#?}",
                 leader.lines()
             );
@@ -140,11 +146,7 @@ async fn the_follower_starts_only_after_the_cut_off_leader_stopped() {
             "round {round}: the leader's CMD ended {gap_ms:.0} ms before the follower's CMD \
              started"
         );
-        assert!(
-            gap_ms > 0.0,
-            "round {round}: overlap of {:.0} ms",
-            -gap_ms
-        );
+        assert!(gap_ms > 0.0, "round {round}: overlap of {:.0} ms", -gap_ms);
         assert_eq!(
             leader_status.code(),
             Some(72),
@@ -152,7 +154,10 @@ async fn the_follower_starts_only_after_the_cut_off_leader_stopped() {
             leader.lines()
         );
         assert!(
-            leader.lines().iter().any(|l| l.contains("renewals are failing")),
+            leader
+                .lines()
+                .iter()
+                .any(|l| l.contains("renewals are failing")),
             "the leader says why it stopped CMD: {:#?}",
             leader.lines()
         );

@@ -144,7 +144,10 @@ async fn frozen_leader_is_replaced_and_stops_its_cmd_when_it_resumes() {
     a.wait_line("SIGKILL to CMD's process group").await;
     a.wait_line("CMD stopped after leadership was lost: killed by signal 9")
         .await;
-    assert!(!d.join("a.term").exists(), "no SIGTERM grace past the deadline");
+    assert!(
+        !d.join("a.term").exists(),
+        "no SIGTERM grace past the deadline"
+    );
     let pid_a: u32 = wait_file(&d.join("a.pid")).await.parse().unwrap();
     assert!(!job_alive(pid_a), "a's CMD is gone");
 

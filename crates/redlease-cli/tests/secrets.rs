@@ -38,7 +38,10 @@ fn env_script(dir: &std::path::Path) -> std::path::PathBuf {
 async fn the_password_is_never_printed_nor_exported_by_default() {
     let server = server_with_password().await;
     let url = server.url();
-    assert!(url.contains(PASSWORD), "the kit's URL carries the password: {url}");
+    assert!(
+        url.contains(PASSWORD),
+        "the kit's URL carries the password: {url}"
+    );
     let dir = workdir("cli-secrets");
     let d = dir.path();
     let job = env_script(d);
@@ -48,7 +51,9 @@ async fn the_password_is_never_printed_nor_exported_by_default() {
         if json {
             c.arg("--json");
         }
-        c.args(["run", "--name", "secret-run", "--"]).arg(&job).arg(tag);
+        c.args(["run", "--name", "secret-run", "--"])
+            .arg(&job)
+            .arg(tag);
         let out = output(c).await;
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let err = stderr(&out);
@@ -64,9 +69,15 @@ async fn the_password_is_never_printed_nor_exported_by_default() {
     }
     // On request, CMD gets it.
     let mut c = redlease(&url, d);
-    c.args(["--export-redis-password", "run", "--name", "secret-run", "--"])
-        .arg(&job)
-        .arg("x");
+    c.args([
+        "--export-redis-password",
+        "run",
+        "--name",
+        "secret-run",
+        "--",
+    ])
+    .arg(&job)
+    .arg("x");
     let out = output(c).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(wait_file(&d.join("x.url")).await, url.trim_end());

@@ -681,7 +681,10 @@ async fn idle_connections_cannot_starve_probes() {
     let took = asked.elapsed();
     assert_eq!(busy.status, 503, "over the limit: {busy:?}");
     assert_eq!(busy.body, "too many connections\n");
-    assert!(took < Duration::from_secs(1), "answered at once, not after {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "answered at once, not after {took:?}"
+    );
     // The idle ones time out (408) and free their slots.
     assert_eq!(healthz_until(&addr, 200).await, "ok\n");
     drop(idle);

@@ -81,7 +81,9 @@ async fn cmd_dies_with_a_sigkilled_supervisor() {
     let _cleanup = KillOnDrop(vec![d.join("k.child"), d.join("k.pid")]);
     let mut p = Proc::spawn({
         let mut c = redlease(&server.url(), d);
-        c.args(["run", "--name", "sup-kill", "--"]).arg(&job).arg("k");
+        c.args(["run", "--name", "sup-kill", "--"])
+            .arg(&job)
+            .arg("k");
         c
     });
     let pid: u32 = wait_file(&d.join("k.pid")).await.parse().unwrap();
@@ -202,7 +204,10 @@ async fn a_blocked_stderr_does_not_stop_renewals() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(ttl > 0, "the lease lapsed while stderr was blocked (PTTL {ttl})");
+        assert!(
+            ttl > 0,
+            "the lease lapsed while stderr was blocked (PTTL {ttl})"
+        );
         assert!(alive(pid), "CMD was stopped while stderr was blocked");
         checks += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -263,7 +268,10 @@ async fn as_pid_1_orphans_are_reaped() {
         {
             break o;
         }
-        assert!(Instant::now() < deadline, "no orphan reparented to redlease");
+        assert!(
+            Instant::now() < deadline,
+            "no orphan reparented to redlease"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     // ...and once it exits, reaped: it does not stay a zombie.
@@ -279,7 +287,9 @@ async fn as_pid_1_orphans_are_reaped() {
     signal(init, "TERM");
     let status = p.wait_exit().await;
     assert!(
-        p.lines().iter().any(|l| l.contains("SIGTERM: stopping CMD")),
+        p.lines()
+            .iter()
+            .any(|l| l.contains("SIGTERM: stopping CMD")),
         "{status:?} {:#?}",
         p.lines()
     );
