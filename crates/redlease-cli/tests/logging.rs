@@ -60,3 +60,36 @@ async fn library_warnings_are_shown() {
         "RUST_LOG=error hides warnings: {err}"
     );
 }
+
+/// `run --require-durable-store` on a server without persistence: refuses to contend, exit
+/// 78, CMD never started; the same server is accepted without the flag (above).
+#[tokio::test(flavor = "multi_thread")]
+async fn require_durable_store_refuses_a_volatile_server() {
+    let server = redis().await;
+    let dir = workdir("cli-durable");
+    let d = dir.path();
+    let mut c = redlease(&server.url(), d);
+    c.args([
+        "run",
+        "--name",
+        "durable",
+        "--require-durable-store",
+        "--",
+        "touch",
+        "ran",
+    ]);
+    let out = output(c).await;
+    assert_eq!(code(&out), 78, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--require-durable-store"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!d.join("ran").exists(), "CMD never started");
+    // From the environment too.
+    let mut c = redlease(&server.url(), d);
+    c.env("REDLEASE_REQUIRE_DURABLE_STORE", "true")
+        .args(["run", "--name", "durable", "--", "touch", "ran"]);
+    assert_eq!(code(&output(c).await), 78);
+    assert!(!d.join("ran").exists());
+}
