@@ -51,6 +51,25 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "REDLEASE_TLS_KEY", value_name = "FILE")]
     pub(crate) tls_key: Option<PathBuf>,
 
+    /// `run`: --redis lists the seed URLs (comma-separated) of a Redis Cluster; the election's
+    /// keys must share a slot: give a hash-tagged --name such as '{jobs}'
+    #[arg(long, global = true, env = "REDLEASE_CLUSTER", conflicts_with_all = ["sentinel", "redlock"])]
+    pub(crate) cluster: bool,
+
+    /// `run`: find the primary through these sentinels (HOST:PORT or redis:// URLs,
+    /// comma-separated); needs --service
+    #[arg(long, global = true, env = "REDLEASE_SENTINEL", value_name = "ADDRS", conflicts_with = "redlock", requires = "service")]
+    pub(crate) sentinel: Option<String>,
+
+    /// The primary's name the sentinels watch (with --sentinel)
+    #[arg(long, global = true, env = "REDLEASE_SERVICE", value_name = "NAME")]
+    pub(crate) service: Option<String>,
+
+    /// `run`: a Redlock quorum over these independent primaries (comma-separated URLs, an
+    /// odd number, at least 3; rediss:// URLs use the --tls-* options)
+    #[arg(long, global = true, env = "REDLEASE_REDLOCK", value_name = "URLS")]
+    pub(crate) redlock: Option<String>,
+
     /// Export the Redis URL to CMD with its password (REDLEASE_REDIS_URL); by default CMD
     /// gets it without the password
     #[arg(long, global = true, env = "REDLEASE_EXPORT_REDIS_PASSWORD")]

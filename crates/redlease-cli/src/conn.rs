@@ -27,8 +27,15 @@ pub(crate) fn is_tls(url: &str) -> bool {
 /// Parses the URL (exit 64 when malformed) and, for `rediss://`, reads and checks the TLS
 /// files (exit 64 when one is unusable).
 pub(crate) fn client(ctx: &Ctx) -> Result<redlease::redis::client::Client, Failure> {
-    let url = ctx.redis_url.as_str();
-    let shown = ctx.shown_url.as_str();
+    client_for(ctx, &ctx.redis_url)
+}
+
+/// [`client`] for another URL (a Redlock node), with the same TLS options.
+pub(crate) fn client_for(
+    ctx: &Ctx,
+    url: &str,
+) -> Result<redlease::redis::client::Client, Failure> {
+    let shown = crate::secret::redact(url);
     if !is_tls(url) {
         if ctx.tls_given {
             return Err(Failure::new(

@@ -81,6 +81,7 @@ mod secret;
 mod sources;
 mod status;
 mod supervise;
+mod topology;
 
 use std::process::ExitCode;
 
@@ -113,6 +114,14 @@ pub(crate) struct Ctx {
     pub(crate) tls: TlsConfig,
     /// Whether any `--tls-*` option (or its variable) was given: refused with a plain URL.
     pub(crate) tls_given: bool,
+    /// `--cluster`: `redis_url` lists the seeds of a Redis Cluster.
+    pub(crate) cluster: bool,
+    /// `--sentinel`: the sentinels' addresses.
+    pub(crate) sentinel: Option<String>,
+    /// `--service`: the primary the sentinels watch.
+    pub(crate) service: Option<String>,
+    /// `--redlock`: the quorum's primaries.
+    pub(crate) redlock: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -152,9 +161,23 @@ fn supervisor_main() -> ExitCode {
         .redis
         .clone()
         .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
-    secret::register_url(&redis_url);
+    for url in redis_url
+        .split(',')
+        .chain(cli.redlock.as_deref().unwrap_or_default().split(','))
+        .chain(cli.sentinel.as_deref().unwrap_or_default().split(','))
+    {
+        secret::register_url(url.trim());
+    }
     let ctx = Ctx {
-        shown_url: secret::redact(&redis_url),
+        shown_url: redis_url
+            .split(',')
+            .map(secret::redact)
+            .collect::<Vec<_>>()
+            .join(","),
+        cluster: cli.cluster,
+        sentinel: cli.sentinel.clone(),
+        service: cli.service.clone(),
+        redlock: cli.redlock.clone(),
         exported_url: if cli.export_redis_password {
             redis_url.clone()
         } else {
@@ -218,6 +241,13 @@ fn tls_config(cli: &Cli) -> Result<(TlsConfig, bool), Failure> {
 }
 
 async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
+    let topology = ctx.cluster || ctx.sentinel.is_some() || ctx.redlock.is_some();
+    if topology && !matches!(command, Command::Run(_)) {
+        return Err(Failure::new(
+            exit::INVALID,
+            "--cluster, --sentinel and --redlock are supported by `run` only (for now)",
+        ));
+    }
     match command {
         Command::Run(args) => run::run(ctx, args).await,
         Command::Lock(args) => lock::lock(ctx, args).await,

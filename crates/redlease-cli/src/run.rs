@@ -5,9 +5,8 @@ use std::time::{Duration, Instant};
 
 use redlease::Op;
 use redlease::redis::RedisBackend;
-use redlease::redis::client::aio::ConnectionManager;
 use redlease::{
-    BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, Observer,
+    BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, LeaseBackend, Observer,
     StepDownReason, Term, Token,
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -20,7 +19,6 @@ use crate::output::{Json, Progress, Sink};
 use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, conn, duration, health};
 
-type Backend = RedisBackend<ConnectionManager>;
 
 /// How a term's work ended.
 #[derive(Debug)]
@@ -52,18 +50,76 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
     // Signals are watched from the start: a Ctrl-C while connecting or contending still
     // releases what was taken.
-    let mut sigint = signal(SignalKind::interrupt())
+    let sigint = signal(SignalKind::interrupt())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
-    let mut sigterm = signal(SignalKind::terminate())
+    let sigterm = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
-    let mut other = OtherSignals::new()?;
+    let other = OtherSignals::new()?;
     crate::child::reap_orphans_as_init();
 
     // The health address is checked and bound before connecting: a bad one fails fast.
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
 
-    let connection = conn::connect_managed(ctx).await?;
-    let backend = conn::with_notices(ctx, RedisBackend::new(connection))?;
+    let env = Prelude {
+        instance_id,
+        config,
+        grace,
+        progress,
+        sigint,
+        sigterm,
+        other,
+        sidecar,
+    };
+    match crate::topology::Topology::of(ctx)? {
+        crate::topology::Topology::Standalone => {
+            let connection = conn::connect_managed(ctx).await?;
+            let backend = conn::with_notices(ctx, RedisBackend::new(connection))?;
+            run_on(ctx, args, backend, env).await
+        }
+        crate::topology::Topology::Cluster(urls) => {
+            let backend = crate::topology::cluster(ctx, &urls).await?;
+            run_on(ctx, args, backend, env).await
+        }
+        crate::topology::Topology::Sentinel { sentinels, service } => {
+            let backend = crate::topology::sentinel(ctx, &sentinels, &service).await?;
+            run_on(ctx, args, backend, env).await
+        }
+        crate::topology::Topology::Redlock(urls) => {
+            let backend = crate::topology::redlock(ctx, &urls).await?;
+            run_on(ctx, args, backend, env).await
+        }
+    }
+}
+
+/// What `run` prepared before connecting.
+struct Prelude {
+    instance_id: String,
+    config: ElectionConfig,
+    grace: Duration,
+    progress: Arc<Progress>,
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+    other: OtherSignals,
+    sidecar: Option<health::Pending>,
+}
+
+/// `run` on any backend (standalone, Cluster, Sentinel, Redlock).
+async fn run_on<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: RunArgs,
+    backend: B,
+    env: Prelude,
+) -> Result<u8, Failure> {
+    let Prelude {
+        instance_id,
+        config,
+        grace,
+        progress,
+        mut sigint,
+        mut sigterm,
+        mut other,
+        sidecar,
+    } = env;
     let elector = Elector::builder(backend, config)
         .observer(ProgressObserver::new(Arc::clone(&progress)))
         .require_durable_store(args.require_durable_store)
@@ -118,7 +174,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
         progress: Arc::clone(&progress),
     };
     let work = Arc::new(work);
-    let leader_fn = move |term: Term<Backend>| {
+    let leader_fn = move |term: Term<B>| {
         let work = Arc::clone(&work);
         async move { work.lead(term).await }
     };
@@ -274,14 +330,14 @@ impl OtherSignals {
 }
 
 /// What the leader callback needs.
-struct Work {
+struct Work<B: LeaseBackend> {
     cmd: Cmd,
     name: String,
     instance_id: String,
     redis_url: String,
     grace: Duration,
     stdin: bool,
-    elector: Elector<Backend>,
+    elector: Elector<B>,
     stop_child: CancellationToken,
     hurry: CancellationToken,
     running: Arc<watch::Sender<bool>>,
@@ -289,9 +345,9 @@ struct Work {
     progress: Arc<Progress>,
 }
 
-impl Work {
+impl<B: LeaseBackend> Work<B> {
     /// One term: start CMD with the token; end it with the term (or end the term with it).
-    async fn lead(&self, term: Term<Backend>) {
+    async fn lead(&self, term: Term<B>) {
         // Set before checking `stop_child`: the main loop releases only once this is false.
         self.running.send_replace(true);
         let end = self.lead_inner(&term).await;
@@ -301,7 +357,7 @@ impl Work {
         }
     }
 
-    async fn lead_inner(&self, term: &Term<Backend>) -> Option<TermEnd> {
+    async fn lead_inner(&self, term: &Term<B>) -> Option<TermEnd> {
         if self.stop_child.is_cancelled() {
             return None;
         }
