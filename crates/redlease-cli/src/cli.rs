@@ -58,7 +58,14 @@ pub(crate) struct Cli {
 
     /// `run`: find the primary through these sentinels (HOST:PORT or redis:// URLs,
     /// comma-separated); needs --service
-    #[arg(long, global = true, env = "REDLEASE_SENTINEL", value_name = "ADDRS", conflicts_with = "redlock", requires = "service")]
+    #[arg(
+        long,
+        global = true,
+        env = "REDLEASE_SENTINEL",
+        value_name = "ADDRS",
+        conflicts_with = "redlock",
+        requires = "service"
+    )]
     pub(crate) sentinel: Option<String>,
 
     /// The primary's name the sentinels watch (with --sentinel)

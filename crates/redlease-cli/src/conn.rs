@@ -31,10 +31,7 @@ pub(crate) fn client(ctx: &Ctx) -> Result<redlease::redis::client::Client, Failu
 }
 
 /// [`client`] for another URL (a Redlock node), with the same TLS options.
-pub(crate) fn client_for(
-    ctx: &Ctx,
-    url: &str,
-) -> Result<redlease::redis::client::Client, Failure> {
+pub(crate) fn client_for(ctx: &Ctx, url: &str) -> Result<redlease::redis::client::Client, Failure> {
     let shown = crate::secret::redact(url);
     if !is_tls(url) {
         if ctx.tls_given {

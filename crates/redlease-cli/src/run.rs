@@ -19,7 +19,6 @@ use crate::output::{Json, Progress, Sink};
 use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, conn, duration, health};
 
-
 /// How a term's work ended.
 #[derive(Debug)]
 enum TermEnd {

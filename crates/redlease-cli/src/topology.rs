@@ -163,8 +163,7 @@ pub(crate) async fn sentinel(
 pub(crate) async fn redlock(
     ctx: &Ctx,
     urls: &[String],
-) -> Result<RedlockBackend<RedisNode<redlease::redis::client::aio::ConnectionManager>>, Failure>
-{
+) -> Result<RedlockBackend<RedisNode<redlease::redis::client::aio::ConnectionManager>>, Failure> {
     let mut nodes = Vec::with_capacity(urls.len());
     for url in urls {
         let client = conn::client_for(ctx, url)?;
