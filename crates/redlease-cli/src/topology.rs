@@ -54,7 +54,7 @@ impl Topology {
     pub(crate) fn of(ctx: &Ctx) -> Result<Topology, Failure> {
         if let Some(nodes) = &ctx.redlock {
             let urls = list(nodes);
-            if urls.len() < 3 || urls.len() % 2 == 0 {
+            if urls.len() < 3 || urls.len().is_multiple_of(2) {
                 return Err(Failure::new(
                     INVALID,
                     format!(
