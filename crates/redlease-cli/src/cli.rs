@@ -116,6 +116,15 @@ pub(crate) enum Command {
     /// A self-contained failover story: election, stall, successor, stale write refused
     #[command(after_long_help = DEMO_HELP)]
     Demo(DemoArgs),
+    /// Print a shell completion script on stdout (e.g. `redlease completions bash >
+    /// /etc/bash_completion.d/redlease`)
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout (e.g. `redlease man > redlease.1`)
+    Man,
 }
 
 const RUN_HELP: &str = "\

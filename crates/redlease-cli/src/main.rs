@@ -254,7 +254,31 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
         Command::Status(args) => status::status(ctx, args).await,
         Command::Fence(args) => fence::fence(ctx, args).await,
         Command::Demo(_) => demo::demo(ctx).await,
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "redlease", &mut script);
+            write_stdout(&script)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut page)
+                .map_err(|e| {
+                    Failure::new(exit::SOFTWARE, format!("cannot render the man page: {e}"))
+                })?;
+            write_stdout(&page)
+        }
     }
+}
+
+/// Writes generated text (a script, a man page) on stdout as is.
+fn write_stdout(bytes: &[u8]) -> Result<u8, Failure> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot write to stdout: {e}")))?;
+    Ok(exit::OK)
 }
 
 /// Reports a failure as one line on stderr: `redlease: <message>`, or with `--json` an object

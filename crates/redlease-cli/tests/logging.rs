@@ -93,3 +93,39 @@ async fn require_durable_store_refuses_a_volatile_server() {
     assert_eq!(code(&output(c).await), 78);
     assert!(!d.join("ran").exists());
 }
+
+/// Completion scripts and the man page come from the clap definitions: they know every
+/// subcommand and option (`run --grace`, `--redlock`), and need no Redis.
+#[tokio::test(flavor = "multi_thread")]
+async fn completions_and_man_page_are_generated() {
+    let dir = workdir("cli-generated");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = output({
+            let mut c = redlease("redis://127.0.0.1:1/", dir.path());
+            c.args(["completions", shell]);
+            c
+        })
+        .await;
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        for word in ["run", "lock", "grace", "redlock", "require-durable-store"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let out = output({
+        let mut c = redlease("redis://127.0.0.1:1/", dir.path());
+        c.arg("man");
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let page = stdout(&out);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH redlease"),
+        "{page}"
+    );
+    assert!(
+        page.contains("redlock") && page.contains("export\\-redis\\-password"),
+        "{page}"
+    );
+}

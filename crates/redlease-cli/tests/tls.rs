@@ -222,8 +222,15 @@ async fn run_on_a_redlock_quorum_over_tls() {
     let out = output({
         let mut c = cli("redis://127.0.0.1:1/", d);
         c.arg("--tls-ca").arg(pki.ca_file());
-        c.args(["--redlock", &urls.join(","), "run", "--name", "tls-quorum", "--"])
-            .args(["sh", "-c", "echo \"$REDLEASE_TOKEN\" > token"]);
+        c.args([
+            "--redlock",
+            &urls.join(","),
+            "run",
+            "--name",
+            "tls-quorum",
+            "--",
+        ])
+        .args(["sh", "-c", "echo \"$REDLEASE_TOKEN\" > token"]);
         c
     })
     .await;
@@ -232,7 +239,15 @@ async fn run_on_a_redlock_quorum_over_tls() {
     assert!(token > 0);
     let out = output({
         let mut c = cli("redis://127.0.0.1:1/", d);
-        c.args(["--redlock", &urls.join(","), "run", "--name", "tls-quorum", "--", "true"]);
+        c.args([
+            "--redlock",
+            &urls.join(","),
+            "run",
+            "--name",
+            "tls-quorum",
+            "--",
+            "true",
+        ]);
         c
     })
     .await;
