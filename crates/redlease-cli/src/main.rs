@@ -2,15 +2,20 @@
 //! shell. Built on the public API of the [`redlease`] facade.
 //!
 //! ```text
-//! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] <command>
+//! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] [-v]
+//!          [--export-redis-password] <command>
 //!
-//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace 10s] [--keep-running]
-//!          [--health-addr ADDR] -- CMD [ARGS...]
-//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace 10s] [--health-addr ADDR]
+//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace TTL/3] [--keep-running]
+//!          [--require-durable-store] [--stdin] [--health-addr ADDR]
+//!          [--cluster | --sentinel ADDRS --service NAME | --redlock URL,URL,URL]
 //!          -- CMD [ARGS...]
+//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace TTL/3] [--stdin]
+//!          [--health-addr ADDR] -- CMD [ARGS...]
 //!   status --name NAME
 //!   fence  set|hset|del --name NAME --token T ARGS...
 //!   demo   [--redis URL]
+//!   completions bash|zsh|fish|elvish|powershell
+//!   man
 //! ```
 //!
 //! - `--redis` defaults to `redis://127.0.0.1:6379`, or `REDLEASE_REDIS_URL`. A connection
