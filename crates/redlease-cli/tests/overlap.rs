@@ -3,7 +3,8 @@
 //! leader's CMD has exited, every time. Defaults (TTL 5 s, grace TTL/3) and a CMD that takes
 //! 1.5 s to shut down after SIGTERM, as in the issue that measured a 1.5 s overlap.
 //!
-//! Needs root, `ip` and `iptables` (the fault harness's [`Network`]); everything it makes
+//! Needs root, `ip` and `iptables` (the fault harness's [`Network`]; without them a SKIP line,
+//! or a failure with `REDLEASE_JEPSEN_REQUIRED=1`, as the harness's own tests); everything it makes
 //! (namespace, veth link, rules, processes in the namespace) is removed on drop, also when an
 //! assertion fails.
 
@@ -54,8 +55,16 @@ fn nanos(s: &str) -> i128 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_follower_starts_only_after_the_cut_off_leader_stopped() {
+    // As the fault harness's own CI tests: without root and namespaces, a SKIP line (this
+    // checked nothing), or a failure when REDLEASE_JEPSEN_REQUIRED=1 (`cargo xtask test` as
+    // root sets it).
     if let Some(why) = unsupported() {
-        panic!("this test needs network namespaces and iptables: {why}");
+        assert!(
+            std::env::var("REDLEASE_JEPSEN_REQUIRED").as_deref() != Ok("1"),
+            "this test needs network namespaces and iptables: {why}"
+        );
+        eprintln!("SKIP: nothing checked: this test needs network namespaces and iptables: {why}");
+        return;
     }
     let net = Network::create(1).expect("network namespace");
     let node = net.nodes()[0].clone();
