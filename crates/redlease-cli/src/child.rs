@@ -1,19 +1,32 @@
-//! CMD as a child process: started in its own process group, stopped with SIGTERM, then
-//! SIGKILL after a grace period.
+//! CMD as a child process: started in its own process group through a trampoline that sets
+//! its parent-death signal, watched by a thread (`waitid` without reaping), signalled as a group through `kill(2)`
+//! (rustix's safe wrappers: the workspace forbids `unsafe`, and no external `kill` program is
+//! needed, so the supervisor works in distroless and scratch images).
 //!
-//! Signals are sent with the `kill` program (`kill -s TERM -- -<pgid>`): the workspace forbids
-//! `unsafe`, so `libc::kill` is not an option, and no safe signal crate is a workspace
-//! dependency. The whole process group is signalled, so a shell script's own children are
-//! stopped too.
+//! - **The trampoline**: CMD is started as `/proc/self/exe __redlease-exec <supervisor pid> --
+//!   CMD...`: that process (already leading its own process group) sets
+//!   `PR_SET_PDEATHSIG = SIGKILL`, checks that its parent is still the supervisor (else exits:
+//!   nobody would stop it), and `exec`s CMD. The parent-death signal survives `exec` (except for
+//!   set-user-ID programs), so CMD is killed when the supervisor dies, even by SIGKILL or the
+//!   OOM killer. It reaches CMD itself, not CMD's own children: a shell CMD should `exec` its
+//!   program, or stop its children when it is killed (documented in `docs/cli.md`).
+//! - **Exit is seen before the reap**: a thread per CMD waits for its exit with
+//!   `waitid(WEXITED | WNOWAIT)`, which does not reap it; CMD stays a zombie until
+//!   [`Child::reap`], so its pid, which is its group id, cannot be reused while the group is
+//!   signalled. Every path that ends CMD signals the whole group (SIGKILL to what
+//!   is left) before reaping it: a background child CMD left behind does not outlive it.
 
-use std::ffi::OsString;
-use std::process::{ExitStatus, Stdio};
+use std::ffi::{OsStr, OsString};
+use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
 
 use redlease::CancellationToken;
-use tokio::process::{Child, Command};
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
-use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND};
+use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, SOFTWARE};
+
+/// The hidden first argument that turns `redlease` into CMD's trampoline.
+pub(crate) const EXEC_ARG: &str = "__redlease-exec";
 
 /// The program to run and its arguments.
 #[derive(Clone, Debug)]
@@ -78,84 +91,320 @@ impl Cmd {
         }
     }
 
-    /// Starts CMD with `env` added to the environment, stdio inherited, in a new process
-    /// group (so it can be signalled as a whole).
-    pub(crate) fn spawn(&self, env: &[(&str, String)]) -> Result<Child, Failure> {
-        let Some((program, args)) = self.argv.split_first() else {
+    /// Starts CMD (through the trampoline) with `env` added to the environment, stdout and
+    /// stderr inherited, stdin `/dev/null` unless `stdin`, in a new process group.
+    pub(crate) fn spawn(&self, env: &[(&str, String)], stdin: bool) -> Result<Child, Failure> {
+        if self.argv.is_empty() {
             return Err(Failure::new(NOT_FOUND, "no command given"));
-        };
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::inherit())
+        }
+        let supervisor = rustix::process::getpid();
+        let mut cmd = std::process::Command::new("/proc/self/exe");
+        cmd.arg(EXEC_ARG)
+            .arg(supervisor.as_raw_pid().to_string())
+            .arg("--")
+            .args(&self.argv)
+            .stdin(if stdin {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            // If redlease itself dies abruptly the child is not killed by this; but an
-            // error path that drops the handle must not leave it running.
-            .kill_on_drop(true);
+            .stderr(Stdio::inherit());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.spawn().map_err(|e| {
-            let name = program.to_string_lossy();
-            match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    Failure::new(NOT_FOUND, format!("command not found: {name}"))
+        // Registered before the init duty (PID 1) can see it exit: the lock is held across
+        // the spawn.
+        let mut own = own();
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Failure::new(CANNOT_EXECUTE, format!("cannot start CMD: {e}")))?;
+        let pid = Pid::from_child(&child);
+        own.push(pid.as_raw_pid());
+        drop(own);
+        let exited = CancellationToken::new();
+        let seen = exited.clone();
+        let watcher = std::thread::Builder::new()
+            .name("redlease-cmd-exit".to_owned())
+            .spawn(move || {
+                // Blocks until CMD exits; WNOWAIT leaves it a zombie for `reap`.
+                loop {
+                    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+                    match rustix::process::waitid(WaitId::Pid(pid), options) {
+                        Err(rustix::io::Errno::INTR) => {}
+                        _ => break,
+                    }
                 }
-                _ => Failure::new(CANNOT_EXECUTE, format!("cannot execute {name}: {e}")),
+                seen.cancel();
+            });
+        match watcher {
+            Ok(_) => Ok(Child {
+                inner: child,
+                pid,
+                exited,
+                status: None,
+            }),
+            Err(e) => {
+                let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                let _ = child.wait();
+                Err(Failure::new(SOFTWARE, format!("cannot watch CMD: {e}")))
             }
-        })
+        }
     }
 }
 
-/// Sends `signal` (`TERM`, `KILL`) to the process group `pgid`.
-async fn signal_group(pgid: Option<u32>, signal: &str) -> bool {
-    let Some(pgid) = pgid else {
-        return false;
+/// The trampoline (`redlease __redlease-exec <supervisor pid> -- CMD...`): sets the
+/// parent-death signal and `exec`s CMD. Returns only when that fails (126/127, one line on
+/// stderr, as a shell would).
+pub(crate) fn exec_trampoline(args: &[OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
+    let supervisor = args
+        .first()
+        .and_then(|a| a.to_str())
+        .and_then(|a| a.parse::<i32>().ok());
+    let cmd = match args.get(1) {
+        Some(sep) if sep == OsStr::new("--") => &args[2..],
+        _ => &[],
     };
-    let status = Command::new("kill")
-        .args(["-s", signal, "--", &format!("-{pgid}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    matches!(status, Ok(s) if s.success())
+    let (Some(supervisor), Some((program, rest))) = (supervisor, cmd.split_first()) else {
+        eprintln!("redlease: {EXEC_ARG} is internal to redlease");
+        return ExitCode::from(crate::exit::USAGE);
+    };
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
+        eprintln!("redlease: cannot set CMD's parent-death signal: {e}");
+        return ExitCode::from(SOFTWARE);
+    }
+    // The supervisor may have died before the signal was set: nobody would stop CMD then.
+    if rustix::process::getppid().map(Pid::as_raw_pid) != Some(supervisor) {
+        return ExitCode::from(SOFTWARE);
+    }
+    let e = std::process::Command::new(program).args(rest).exec();
+    let name = crate::output::escape(&program.to_string_lossy());
+    if e.kind() == std::io::ErrorKind::NotFound {
+        eprintln!("redlease: command not found: {name}");
+        ExitCode::from(NOT_FOUND)
+    } else {
+        eprintln!("redlease: cannot execute {name}: {e}");
+        ExitCode::from(CANNOT_EXECUTE)
+    }
 }
 
-/// Stops the child: SIGTERM to its process group, then SIGKILL after `grace` (or at once
-/// when `hurry` is cancelled, e.g. by a second Ctrl-C). Returns its exit status.
-pub(crate) async fn terminate(
-    child: &mut Child,
-    grace: Duration,
-    hurry: &CancellationToken,
-) -> std::io::Result<ExitStatus> {
-    // The child leads its own group: its pid is the group id. Read it before the child is
-    // reaped (then `id()` is `None`).
-    let pgid = child.id();
-    if let Some(status) = child.try_wait()? {
-        // Already exited: stop whatever it left in its group.
-        let _ = signal_group(pgid, "KILL").await;
-        return Ok(status);
+/// A running CMD. Dropping it kills its group (SIGKILL) and reaps it.
+#[derive(Debug)]
+pub(crate) struct Child {
+    inner: std::process::Child,
+    /// CMD's pid, which is its process group's id.
+    pid: Pid,
+    /// Cancelled once CMD has exited (by its watcher thread).
+    exited: CancellationToken,
+    /// Set once reaped (then the group id is no longer ours to signal).
+    status: Option<ExitStatus>,
+}
+
+impl Child {
+    /// CMD's pid (= its process group id).
+    pub(crate) fn id(&self) -> u32 {
+        self.inner.id()
     }
-    if !signal_group(pgid, "TERM").await {
-        // No `kill` program: kill the child itself.
-        let _ = child.start_kill();
+
+    /// Whether CMD has exited (it may still be a zombie; not reaped by this).
+    pub(crate) fn has_exited(&self) -> bool {
+        if self.status.is_some() || self.exited.is_cancelled() {
+            return true;
+        }
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        matches!(
+            rustix::process::waitid(WaitId::Pid(self.pid), options),
+            Ok(Some(_))
+        )
     }
-    let status = tokio::select! {
-        status = child.wait() => status?,
-        _ = tokio::time::sleep(grace) => {
-            let _ = signal_group(pgid, "KILL").await;
-            let _ = child.start_kill();
-            child.wait().await?
+
+    /// Completes once CMD has exited (without reaping it).
+    pub(crate) async fn exited(&self) {
+        self.exited.cancelled().await;
+    }
+
+    /// Sends `signal` to CMD's whole process group. Never after the reap (the group id could
+    /// then belong to someone else). Returns whether it was sent.
+    pub(crate) fn signal_group(&self, signal: Signal) -> bool {
+        self.status.is_none() && rustix::process::kill_process_group(self.pid, signal).is_ok()
+    }
+
+    /// Whether any process other than CMD (a zombie once exited) is left in its group.
+    pub(crate) fn group_has_others(&self) -> bool {
+        group_members(self.pid.as_raw_pid())
+            .into_iter()
+            .any(|p| p != self.pid.as_raw_pid())
+    }
+
+    /// Once CMD has exited: SIGKILL to what is left of its group, then reaps CMD.
+    pub(crate) fn reap(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(s) = self.status {
+            return Ok(s);
         }
-        _ = hurry.cancelled() => {
-            let _ = signal_group(pgid, "KILL").await;
-            let _ = child.start_kill();
-            child.wait().await?
+        let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
+        let status = self.inner.wait()?;
+        self.status = Some(status);
+        own().retain(|p| *p != self.pid.as_raw_pid());
+        Ok(status)
+    }
+
+    /// CMD has exited by itself: its leftovers (background children in its group) get
+    /// SIGTERM, then SIGKILL once `grace` has passed or `kill_now` completes; then CMD is
+    /// reaped.
+    pub(crate) async fn finish(
+        &mut self,
+        grace: Duration,
+        kill_now: impl Future<Output = ()>,
+    ) -> std::io::Result<ExitStatus> {
+        if self.status.is_none() && self.group_has_others() {
+            self.signal_group(Signal::TERM);
+            let gone = async {
+                while self.group_has_others() {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            };
+            tokio::select! {
+                () = gone => {}
+                () = tokio::time::sleep(grace) => {}
+                () = kill_now => {}
+            }
         }
+        self.reap()
+    }
+
+    /// Stops CMD: SIGTERM to its group, SIGKILL once `grace` has passed, `hurry` is cancelled
+    /// or `kill_now` completes (the lease's deadline); the group is SIGKILLed before the reap.
+    pub(crate) async fn stop(
+        &mut self,
+        grace: Duration,
+        hurry: &CancellationToken,
+        kill_now: impl Future<Output = ()>,
+    ) -> std::io::Result<ExitStatus> {
+        if !self.has_exited() {
+            self.signal_group(Signal::TERM);
+            tokio::select! {
+                biased;
+                () = self.exited() => {}
+                () = hurry.cancelled() => {}
+                () = kill_now => {}
+                () = tokio::time::sleep(grace) => {}
+            }
+        }
+        self.kill().await
+    }
+
+    /// SIGKILL to the group now; waits for CMD to exit and reaps it.
+    pub(crate) async fn kill(&mut self) -> std::io::Result<ExitStatus> {
+        self.signal_group(Signal::KILL);
+        self.exited().await;
+        self.reap()
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
+            let _ = self.inner.wait();
+            own().retain(|p| *p != self.pid.as_raw_pid());
+        }
+    }
+}
+
+/// The live (not zombie) members of process group `pgid`, from `/proc`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
     };
-    // Members of the group that ignored SIGTERM must not outlive the leader.
-    let _ = signal_group(pgid, "KILL").await;
-    Ok(status)
+    let mut members = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name: state, ppid, pgrp.
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace())
+            .into_iter()
+            .flatten();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        if pgrp == Some(pgid) && state != Some("Z") {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The pids of the CMDs this process runs (reaped by their [`Child`]; the init duty below
+/// leaves them alone).
+static OWN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn own() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    OWN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// As PID 1 (a container's init), orphans are reparented to redlease: reaps every child that
+/// has exited and is not a CMD it runs, on each SIGCHLD (and every few seconds, in case
+/// signals merged). Does nothing when not PID 1.
+pub(crate) fn reap_orphans_as_init() {
+    if rustix::process::getpid().as_raw_pid() != 1 {
+        return;
+    }
+    let Ok(mut sigchld) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+    else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            reap_exited_orphans();
+            tokio::select! {
+                _ = sigchld.recv() => {}
+                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        }
+    });
+}
+
+/// Reaps our exited children that are not CMDs (zombies whose parent is this process).
+fn reap_exited_orphans() {
+    let me = rustix::process::getpid().as_raw_pid();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace())
+            .into_iter()
+            .flatten();
+        let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse().ok()));
+        if state == Some("Z")
+            && ppid == Some(me)
+            && !own().contains(&pid)
+            && let Some(p) = Pid::from_raw(pid)
+        {
+            let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+        }
+    }
 }

@@ -51,6 +51,42 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "REDLEASE_TLS_KEY", value_name = "FILE")]
     pub(crate) tls_key: Option<PathBuf>,
 
+    /// `run`: --redis lists the seed URLs (comma-separated) of a Redis Cluster; the election's
+    /// keys must share a slot: give a hash-tagged --name such as '{jobs}'
+    #[arg(long, global = true, env = "REDLEASE_CLUSTER", conflicts_with_all = ["sentinel", "redlock"])]
+    pub(crate) cluster: bool,
+
+    /// `run`: find the primary through these sentinels (HOST:PORT or redis:// URLs,
+    /// comma-separated); needs --service
+    #[arg(
+        long,
+        global = true,
+        env = "REDLEASE_SENTINEL",
+        value_name = "ADDRS",
+        conflicts_with = "redlock",
+        requires = "service"
+    )]
+    pub(crate) sentinel: Option<String>,
+
+    /// The primary's name the sentinels watch (with --sentinel)
+    #[arg(long, global = true, env = "REDLEASE_SERVICE", value_name = "NAME")]
+    pub(crate) service: Option<String>,
+
+    /// `run`: a Redlock quorum over these independent primaries (comma-separated URLs, an
+    /// odd number, at least 3; rediss:// URLs use the --tls-* options)
+    #[arg(long, global = true, env = "REDLEASE_REDLOCK", value_name = "URLS")]
+    pub(crate) redlock: Option<String>,
+
+    /// Export the Redis URL to CMD with its password (REDLEASE_REDIS_URL); by default CMD
+    /// gets it without the password
+    #[arg(long, global = true, env = "REDLEASE_EXPORT_REDIS_PASSWORD")]
+    pub(crate) export_redis_password: bool,
+
+    /// Show the libraries' log events: -v info, -vv debug, -vvv trace (warnings are always
+    /// shown); RUST_LOG (e.g. `lease_redis=debug`) replaces this when set
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+
     /// Machine-readable output: JSON objects on stdout, progress as JSON lines on stderr
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -80,15 +116,29 @@ pub(crate) enum Command {
     /// A self-contained failover story: election, stall, successor, stale write refused
     #[command(after_long_help = DEMO_HELP)]
     Demo(DemoArgs),
+    /// Print a shell completion script on stdout (e.g. `redlease completions bash >
+    /// /etc/bash_completion.d/redlease`)
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout (e.g. `redlease man > redlease.1`)
+    Man,
 }
 
 const RUN_HELP: &str = "\
 CMD gets REDLEASE_TOKEN (the term's fencing token), REDLEASE_NAME, REDLEASE_INSTANCE_ID and
-REDLEASE_REDIS_URL in its environment, and runs in its own process group. When leadership is
-lost, the group gets SIGTERM, then SIGKILL after --grace, and redlease exits with 72 (or
-contends again with --keep-running). When CMD exits, the lease is released and redlease exits
-with CMD's status (or contends again with --keep-running). On SIGINT/SIGTERM, CMD is stopped
-the same way, the lease released, and redlease exits with 130/143.
+REDLEASE_REDIS_URL (without its password unless --export-redis-password) in its environment,
+stdin /dev/null (unless --stdin), and runs in its own process group; it is killed if redlease
+dies. CMD is stopped before the lease can pass to anyone else: when renewals fail and only
+--grace (default TTL/3) is left of the lease, the group gets SIGTERM; at the lease's deadline,
+or when the lease is found held by another, SIGKILL; redlease then exits with 72 (or contends
+again with --keep-running). When CMD exits, what it left in its group is stopped, the lease is
+released and redlease exits with CMD's status (or contends again with --keep-running). On
+SIGINT/SIGTERM/SIGHUP, CMD gets SIGTERM, then SIGKILL after --grace, the lease is released,
+and redlease exits with 130/143/129 (SIGQUIT: SIGKILL at once, 131; SIGTSTP is ignored).
+A paused supervisor cannot stop CMD: fence its writes with REDLEASE_TOKEN. See docs/cli.md.
 
 With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (an IP
 address and a port; port 0 picks a free one, and the address bound is printed on stderr):
@@ -111,9 +161,10 @@ Exit codes: see `redlease --help`.";
 const LOCK_HELP: &str = "\
 The lock is renewed every TTL/3 while CMD runs. With --fence, a fencing token is minted from
 the counter <KEY>:fence and passed as REDLEASE_TOKEN (fenced writes check the mark
-<KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL. If the lock is
-lost while CMD runs, CMD is stopped (SIGTERM, then SIGKILL after --grace) and redlease exits
-with 72; if the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
+<KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL (without its
+password). When renewals fail and only --grace (default TTL/3) is left, CMD's group gets
+SIGTERM; at the lock's deadline, or when it is found held by another, SIGKILL; redlease exits
+with 72. If the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
 
 With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (port 0
 picks a free port, printed on stderr): GET /healthz (200 while obtaining or holding the
@@ -138,23 +189,34 @@ Exits 0 when the story went as expected, 1 otherwise.";
 pub(crate) struct RunArgs {
     #[arg(
         long,
+        env = "REDLEASE_NAME",
         help = "Election name (keys <NAME>:leader, <NAME>:fence, <NAME>:fence:applied)"
     )]
     pub(crate) name: String,
-    /// Lease TTL (e.g. 5s, 1500ms; at least 100ms)
-    #[arg(long, default_value = "5s", value_parser = duration::parse)]
+    /// Lease TTL (e.g. 5s, 1500ms; at least 100ms); renewed every TTL/3
+    #[arg(long, env = "REDLEASE_TTL", default_value = "5s", value_parser = duration::parse)]
     pub(crate) ttl: Duration,
     #[arg(
         long,
+        env = "REDLEASE_INSTANCE_ID",
         help = "This instance's id, unique among live instances [default: <host>-<pid>-<random>]"
     )]
     pub(crate) instance_id: Option<String>,
-    /// Time between SIGTERM and SIGKILL when CMD must stop
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
-    pub(crate) grace: Duration,
+    /// Time between SIGTERM and SIGKILL when CMD must stop; when renewals fail, SIGTERM is sent
+    /// this long before the lease's deadline and SIGKILL at it. Must be shorter than TTL minus
+    /// the renew interval (2/3 of the TTL) [default: TTL/3]
+    #[arg(long, env = "REDLEASE_GRACE", value_parser = duration::parse)]
+    pub(crate) grace: Option<Duration>,
     /// Contend again after CMD exits or leadership is lost, instead of exiting
-    #[arg(long)]
+    #[arg(long, env = "REDLEASE_KEEP_RUNNING")]
     pub(crate) keep_running: bool,
+    /// Refuse to contend when the server's settings let the fence keys be evicted or lost
+    /// (no persistence, an allkeys eviction policy, a replica): exit 78
+    #[arg(long, env = "REDLEASE_REQUIRE_DURABLE_STORE")]
+    pub(crate) require_durable_store: bool,
+    /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
+    #[arg(long)]
+    pub(crate) stdin: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
@@ -169,19 +231,25 @@ pub(crate) struct LockArgs {
     /// The lock key
     pub(crate) key: String,
     /// Lock TTL (renewed every TTL/3 while CMD runs)
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, env = "REDLEASE_LOCK_TTL", default_value = "10s", value_parser = duration::parse)]
     pub(crate) ttl: Duration,
     /// How long to wait for the lock (0: one attempt)
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, env = "REDLEASE_LOCK_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub(crate) wait: Duration,
     #[arg(
         long,
+        env = "REDLEASE_LOCK_FENCE",
         help = "Mint a fencing token (counter <KEY>:fence) and pass it as REDLEASE_TOKEN"
     )]
     pub(crate) fence: bool,
-    /// Time between SIGTERM and SIGKILL when CMD must stop
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
-    pub(crate) grace: Duration,
+    /// Time between SIGTERM and SIGKILL when CMD must stop; when renewals fail, SIGTERM is sent
+    /// this long before the lock's deadline and SIGKILL at it. Must be shorter than 2/3 of the
+    /// TTL [default: TTL/3]
+    #[arg(long, env = "REDLEASE_GRACE", value_parser = duration::parse)]
+    pub(crate) grace: Option<Duration>,
+    /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
+    #[arg(long)]
+    pub(crate) stdin: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
@@ -194,7 +262,7 @@ pub(crate) struct LockArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Election name
-    #[arg(long, required_unless_present = "check")]
+    #[arg(long, env = "REDLEASE_NAME", required_unless_present = "check")]
     pub(crate) name: Option<String>,
     /// Also report what the server's settings guarantee for fencing tokens (persistence,
     /// eviction, replication); exit 78 when they let the fence keys be evicted or lost
@@ -211,10 +279,14 @@ pub(crate) struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct FenceTarget {
-    #[arg(long, help = "Election name (mark key <NAME>:fence:applied)")]
+    #[arg(
+        long,
+        env = "REDLEASE_NAME",
+        help = "Election name (mark key <NAME>:fence:applied)"
+    )]
     pub(crate) name: String,
-    /// The term's fencing token (REDLEASE_TOKEN)
-    #[arg(long)]
+    /// The term's fencing token [env: REDLEASE_TOKEN, as CMD gets it]
+    #[arg(long, env = "REDLEASE_TOKEN", hide_env = true)]
     pub(crate) token: String,
 }
 
@@ -283,6 +355,7 @@ mod tests {
             panic!("run")
         };
         assert_eq!(run.ttl, Duration::from_secs(2));
+        assert_eq!(run.grace, None);
         assert_eq!(run.cmd, ["sh", "-c", "echo --ttl"]);
         assert!(
             Cli::try_parse_from(["redlease", "run", "--name", "jobs", "sleep", "1"]).is_err(),

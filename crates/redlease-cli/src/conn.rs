@@ -27,7 +27,12 @@ pub(crate) fn is_tls(url: &str) -> bool {
 /// Parses the URL (exit 64 when malformed) and, for `rediss://`, reads and checks the TLS
 /// files (exit 64 when one is unusable).
 pub(crate) fn client(ctx: &Ctx) -> Result<redlease::redis::client::Client, Failure> {
-    let url = ctx.redis_url.as_str();
+    client_for(ctx, &ctx.redis_url)
+}
+
+/// [`client`] for another URL (a Redlock node), with the same TLS options.
+pub(crate) fn client_for(ctx: &Ctx, url: &str) -> Result<redlease::redis::client::Client, Failure> {
+    let shown = crate::secret::redact(url);
     if !is_tls(url) {
         if ctx.tls_given {
             return Err(Failure::new(
@@ -49,7 +54,7 @@ pub(crate) fn client(ctx: &Ctx) -> Result<redlease::redis::client::Client, Failu
             ),
         ) => Err(Failure::new(
             UNAVAILABLE,
-            format!("cannot connect to {url}: {e} (give --tls-ca)"),
+            format!("cannot connect to {shown}: {e} (give --tls-ca)"),
         )),
         Err(e) => Err(Failure::new(INVALID, e.to_string())),
     }
@@ -71,6 +76,7 @@ fn connect_error(url: &str, context: &str, e: RedisError) -> Failure {
 /// For one-shot commands.
 pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure> {
     let url = ctx.redis_url.as_str();
+    let shown = ctx.shown_url.as_str();
     let client = client(ctx)?;
     let config = redlease::redis::client::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -88,16 +94,16 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure>
     if timed_out && is_tls(url) && is_plain_redis(client.get_connection_info().addr()).await {
         return Err(Failure::new(
             UNAVAILABLE,
-            format!("cannot connect to {url}: TLS: {}", TlsFailure::NotTls),
+            format!("cannot connect to {shown}: TLS: {}", TlsFailure::NotTls),
         ));
     }
     let mut conn = match outcome {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Err(connect_error(url, &format!("cannot connect to {url}"), e)),
+        Ok(Err(e)) => return Err(connect_error(url, &format!("cannot connect to {shown}"), e)),
         Err(_) => {
             return Err(Failure::new(
                 UNAVAILABLE,
-                format!("cannot connect to {url}: timed out after {CONNECT_TIMEOUT:?}"),
+                format!("cannot connect to {shown}: timed out after {CONNECT_TIMEOUT:?}"),
             ));
         }
     };
@@ -105,10 +111,10 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure>
     let ping = ping_cmd.query_async::<String>(&mut conn);
     match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(conn),
-        Ok(Err(e)) => Err(connect_error(url, &format!("Redis at {url}"), e)),
+        Ok(Err(e)) => Err(connect_error(url, &format!("Redis at {shown}"), e)),
         Err(_) => Err(Failure::new(
             UNAVAILABLE,
-            format!("Redis at {url} did not answer PING within {CONNECT_TIMEOUT:?}"),
+            format!("Redis at {shown} did not answer PING within {CONNECT_TIMEOUT:?}"),
         )),
     }
 }
@@ -118,6 +124,7 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure>
 /// its real cause.
 pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<ConnectionManager, Failure> {
     let url = ctx.redis_url.as_str();
+    let shown = ctx.shown_url.as_str();
     drop(connect(ctx).await?);
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -128,10 +135,10 @@ pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<ConnectionManager, Fail
     let attempt = client.get_connection_manager_with_config(config);
     match tokio::time::timeout(OP_TIMEOUT, attempt).await {
         Ok(Ok(m)) => Ok(m),
-        Ok(Err(e)) => Err(connect_error(url, &format!("cannot connect to {url}"), e)),
+        Ok(Err(e)) => Err(connect_error(url, &format!("cannot connect to {shown}"), e)),
         Err(_) => Err(Failure::new(
             UNAVAILABLE,
-            format!("cannot connect to {url}: timed out"),
+            format!("cannot connect to {shown}: timed out"),
         )),
     }
 }

@@ -64,10 +64,13 @@ Exit codes:
   74       run/lock: --health-addr cannot be bound (in use, not local, privileged port)
   75       outcome unknown: the request may have reached Redis but no reply was seen (fence:
            the write may have been applied; lock: it may be held until its TTL)
-  78       status --check: the server's settings let fence keys be evicted or lost
+  78       status --check / run --require-durable-store: the server's settings let fence
+           keys be evicted or lost
   126      CMD could not be executed (permission denied)
   127      CMD not found
-  130, 143 redlease itself got SIGINT / SIGTERM: CMD was stopped and the lease released
+  129, 130, 131, 143
+           redlease itself got SIGHUP / SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once
+           on SIGQUIT) and the lease released
 
 The CLI's own codes (2, 3, 64-72, 74, 75, 78, 126, 127) overlap with statuses CMD may return; with --json
 the final `exit` event on stderr says which it was (`\"cause\"`).";

@@ -17,29 +17,36 @@
 //!   `Allow: GET, HEAD`). `HEAD` answers with the headers of `GET` and no body. A malformed
 //!   request: 400; a head over [`MAX_HEAD`]: 431; not HTTP/1.x: 505; no complete head within
 //!   [`READ_TIMEOUT`]: 408.
+//! - Every connection is accepted at once; over [`MAX_CONNECTIONS`] being answered, it gets a
+//!   503 (`too many connections`) written without waiting and is closed, so idle or slow
+//!   clients cannot starve a kubelet probe.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redlease::{CancellationToken, Elector, LeaseBackend, Role, Token};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::exit::{self, Failure};
-use crate::output::{Json, Progress, object};
+use crate::output::{Json, Progress};
+pub(crate) use crate::sources::{ElectionSource, LockPhase, LockSource};
 
 /// The largest request head accepted (request line and headers).
 pub(crate) const MAX_HEAD: usize = 8 * 1024;
-/// How long a client may take to send its request head.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request head (a probe sends it at once).
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long writing a response may take.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once; further ones wait in the listen backlog.
+/// Connections answered at once; further ones get a 503 at once.
 pub(crate) const MAX_CONNECTIONS: usize = 32;
+/// Connections over the limit being told 503 at once; beyond these, closed unanswered.
+pub(crate) const MAX_BUSY_ANSWERS: usize = 256;
+/// How long a 503 over the limit may take (written, then the client's request drained).
+pub(crate) const BUSY_LINGER: Duration = Duration::from_millis(250);
 /// How often the metrics recorder's histograms are drained when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Bucket bounds (seconds) of the `*_seconds` histograms: aggregatable across instances.
@@ -143,12 +150,21 @@ impl Pending {
 
 async fn accept_loop(listener: TcpListener, source: Arc<dyn Source>, metrics: PrometheusHandle) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let busy_slots = Arc::new(Semaphore::new(MAX_BUSY_ANSWERS));
     loop {
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
         match listener.accept().await {
             Ok((stream, _)) => {
+                let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                    // Over the limit: 503 at once, by a short-lived task (at most
+                    // MAX_BUSY_ANSWERS at a time; beyond that the connection is just closed).
+                    if let Ok(busy) = Arc::clone(&busy_slots).try_acquire_owned() {
+                        tokio::spawn(async move {
+                            answer_busy(stream).await;
+                            drop(busy);
+                        });
+                    }
+                    continue;
+                };
                 let source = Arc::clone(&source);
                 let metrics = metrics.clone();
                 tokio::spawn(async move {
@@ -161,6 +177,21 @@ async fn accept_loop(listener: TcpListener, source: Arc<dyn Source>, metrics: Pr
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// Over the limit: writes a 503, then reads (and discards) what the client sends for at most
+/// [`BUSY_LINGER`] before closing, so that closing does not reset the connection before the
+/// client has read the answer.
+async fn answer_busy(mut stream: TcpStream) {
+    let busy = Response::text(503, "too many connections\n").encode(false);
+    let _ = tokio::time::timeout(BUSY_LINGER, async {
+        stream.write_all(&busy).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
 }
 
 /// One connection: read the head, answer, close.
@@ -439,250 +470,12 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `redlease run`'s view: the elector's own role, and the holder as stored.
-///
-/// **Healthy** (`/healthz` 200) unless, in this order:
-/// 1. the supervisor is shutting down (a signal, CMD exited, leadership lost without
-///    `--keep-running`): `shutting down`;
-/// 2. the election loop has stopped (a permanent refusal: the process is about to exit);
-/// 3. this instance does not lead, and the store has not answered for longer than the TTL
-///    (a probe asks it who leads every acquire interval, on the election's connection). A
-///    leader is healthy by construction: it leads only until its local deadline, the last
-///    renewal the store answered plus the TTL.
-///
-/// `/leader`: `name`, `instance` (this instance's id), `role` (`leader` while this instance
-/// holds the lease before its local deadline, `follower` once it has seen another holder,
-/// `unknown` otherwise: starting, or the store not answering), `is_leader` (`role` is
-/// `leader`), and as stored in Redis now (one round trip, bounded by the acquire timeout):
-/// `holder`, `token` (the holder's term token), `remaining_ttl_ms`; `null` when nobody holds
-/// the lease. When the store does not answer, `error` says why and those three fields come
-/// from this instance's own view (its term when leading), else `null`.
-pub(crate) struct ElectionSource<B> {
-    elector: Elector<B>,
-    ttl: Duration,
-    /// Any of these cancelled: shutting down.
-    stopping: Vec<CancellationToken>,
-    reach: Mutex<Reach>,
-}
-
-/// When the store last answered, and the last error since.
-struct Reach {
-    last_ok: Instant,
-    last_error: Option<String>,
-}
-
-impl<B: LeaseBackend> ElectionSource<B> {
-    /// A view of `elector`, whose store was just reached (the connection is checked with a
-    /// PING before an elector is built).
-    pub(crate) fn new(
-        elector: Elector<B>,
-        ttl: Duration,
-        stopping: Vec<CancellationToken>,
-    ) -> Arc<Self> {
-        Arc::new(ElectionSource {
-            elector,
-            ttl,
-            stopping,
-            reach: Mutex::new(Reach {
-                last_ok: Instant::now(),
-                last_error: None,
-            }),
-        })
-    }
-
-    /// Asks the store who leads every acquire interval, until shutdown, to know whether it
-    /// answers.
-    pub(crate) fn spawn_probe(self: &Arc<Self>) {
-        let this = Arc::clone(self);
-        let every = self.elector.config().acquire_interval();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                if this.stopping.iter().any(CancellationToken::is_cancelled) {
-                    return;
-                }
-                let _ = this.stored().await;
-            }
-        });
-    }
-
-    /// Who holds the lease, as stored; records whether the store answered.
-    async fn stored(&self) -> Result<Option<redlease::LeaderInfo>, String> {
-        let result = self.elector.leader().await;
-        let mut reach = lock(&self.reach);
-        match result {
-            Ok(info) => {
-                reach.last_ok = Instant::now();
-                reach.last_error = None;
-                Ok(info)
-            }
-            Err(e) => {
-                let e = crate::exit::one_line(&e.to_string());
-                reach.last_error = Some(e.clone());
-                Err(e)
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl<B: LeaseBackend> Source for ElectionSource<B> {
-    fn health(&self) -> Result<(), String> {
-        if self.stopping.iter().any(CancellationToken::is_cancelled) {
-            return Err("shutting down".to_owned());
-        }
-        if self.elector.state().role == Role::Stopped {
-            return Err("the election has stopped".to_owned());
-        }
-        if self.elector.is_leader() {
-            return Ok(());
-        }
-        let reach = lock(&self.reach);
-        let silent = reach.last_ok.elapsed();
-        if silent > self.ttl {
-            return Err(format!(
-                "the store has not answered for {} (longer than the TTL, {}){}",
-                crate::duration::show(silent),
-                crate::duration::show(self.ttl),
-                reach
-                    .last_error
-                    .as_ref()
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
-            ));
-        }
-        Ok(())
-    }
-
-    async fn leader(&self) -> String {
-        let token = self.elector.token();
-        let role = match (token, self.elector.state().role) {
-            (Some(_), _) => "leader",
-            (None, Role::Follower) => "follower",
-            _ => "unknown",
-        };
-        let mut error = None;
-        let (holder, held_token, remaining) = match self.stored().await {
-            Ok(Some(info)) => (
-                Some(info.instance_id),
-                info.token.map(Token::get),
-                info.remaining.map(millis),
-            ),
-            Ok(None) => (None, None, None),
-            Err(e) => {
-                error = Some(e);
-                match (token, self.elector.valid_until()) {
-                    (Some(t), Some(until)) => (
-                        Some(self.elector.instance_id().to_owned()),
-                        Some(t.get()),
-                        Some(millis(
-                            until.saturating_duration_since(tokio::time::Instant::now()),
-                        )),
-                    ),
-                    _ => (None, None, None),
-                }
-            }
-        };
-        object(&[
-            ("name", Json::from(self.elector.config().name())),
-            ("instance", Json::from(self.elector.instance_id())),
-            ("role", Json::from(role)),
-            ("is_leader", Json::from(token.is_some())),
-            ("holder", Json::from(holder)),
-            ("token", Json::from(held_token)),
-            ("remaining_ttl_ms", Json::from(remaining)),
-            ("error", Json::from(error)),
-        ])
-    }
-}
-
-/// Where `redlease lock` is.
-#[derive(Debug)]
-pub(crate) enum LockPhase {
-    /// Waiting for the lock (within `--wait`).
-    Obtaining,
-    /// Obtained; held until `lost` fires.
-    Held {
-        token: Option<Token>,
-        lost: CancellationToken,
-    },
-    /// Released after CMD exited.
-    Released,
-}
-
-/// `redlease lock`'s view.
-///
-/// **Healthy** while obtaining or holding the lock; 503 once it is lost (`the lock was
-/// lost`: renewal failed for good or its local deadline passed), released, or the supervisor
-/// is shutting down (a signal). A store that does not answer shows as a loss once the lock's
-/// deadline passes.
-///
-/// `/leader`: `key`, `state` (`obtaining`, `held`, `lost`, `released`), `held` (`state` is
-/// `held`), `token` (the fencing token with `--fence`, else `null`).
-pub(crate) struct LockSource {
-    key: String,
-    phase: Mutex<LockPhase>,
-    stopping: CancellationToken,
-}
-
-impl LockSource {
-    pub(crate) fn new(key: String) -> Arc<Self> {
-        Arc::new(LockSource {
-            key,
-            phase: Mutex::new(LockPhase::Obtaining),
-            stopping: CancellationToken::new(),
-        })
-    }
-
-    pub(crate) fn set(&self, phase: LockPhase) {
-        *lock(&self.phase) = phase;
-    }
-
-    /// The supervisor is stopping (a signal).
-    pub(crate) fn stopping(&self) {
-        self.stopping.cancel();
-    }
-
-    fn state(&self) -> (&'static str, Option<Token>) {
-        match &*lock(&self.phase) {
-            LockPhase::Obtaining => ("obtaining", None),
-            LockPhase::Held { token, lost } if lost.is_cancelled() => ("lost", *token),
-            LockPhase::Held { token, .. } => ("held", *token),
-            LockPhase::Released => ("released", None),
-        }
-    }
-}
-
-#[async_trait]
-impl Source for LockSource {
-    fn health(&self) -> Result<(), String> {
-        if self.stopping.is_cancelled() {
-            return Err("shutting down".to_owned());
-        }
-        match self.state().0 {
-            "lost" => Err("the lock was lost".to_owned()),
-            "released" => Err("the lock was released".to_owned()),
-            _ => Ok(()),
-        }
-    }
-
-    async fn leader(&self) -> String {
-        let (state, token) = self.state();
-        object(&[
-            ("key", Json::from(self.key.as_str())),
-            ("state", Json::from(state)),
-            ("held", Json::from(state == "held")),
-            ("token", Json::from(token.map(Token::get))),
-        ])
-    }
 }
 
 #[cfg(test)]

@@ -1,16 +1,20 @@
 //! `redlease lock`: run CMD under a lock, renewed automatically (like `flock`, across
 //! machines).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use redlease::redis::RedisBackend;
 use redlease::{CancellationToken, LockError, LockOptions, Locker, RetryStrategy};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::child::{Cmd, terminate};
+use crate::child::Cmd;
 use crate::cli::LockArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
+use crate::run::OtherSignals;
+use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, conn, duration, health};
 
 pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
@@ -18,14 +22,14 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         argv: args.cmd.clone(),
     }
     .check()?;
-    let progress = Progress::new(ctx.json, Sink::Stderr);
-    let mut sigint = signal(SignalKind::interrupt())
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
-    let mut sigterm = signal(SignalKind::terminate())
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
+    let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
+    let view = health::LockSource::new(args.key.clone());
+    let signals = Signals::watch(Arc::clone(&progress), Arc::clone(&view))?;
+    crate::child::reap_orphans_as_init();
 
     // Renew every TTL/3, in whole milliseconds (the library refuses zero and > TTL/2).
     let renew = Duration::from_millis(u64::try_from(args.ttl.as_millis() / 3).unwrap_or(u64::MAX));
+    let grace = crate::supervise::grace(args.grace, args.ttl, renew)?;
     // The ownership token names this process (host-pid-random), so a waiting `lock` can say
     // who holds it.
     let mut options = LockOptions::new()
@@ -55,7 +59,6 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
 
     // The health address is checked and bound before connecting: a bad one fails fast.
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
-    let view = health::LockSource::new(args.key.clone());
 
     let connection = conn::connect_managed(ctx).await?;
     let locker = Locker::new(conn::with_notices(ctx, RedisBackend::new(connection))?);
@@ -74,8 +77,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     );
     let obtained = tokio::select! {
         r = locker.obtain(args.key.clone(), args.ttl, options) => r,
-        _ = sigint.recv() => return Ok(128 + 2),
-        _ = sigterm.recv() => return Ok(128 + 15),
+        () = signals.stop.cancelled() => return Ok(128 + signals.signo()),
     };
     let lock = obtained
         .map_err(|e| not_obtained(&args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e)))?;
@@ -98,7 +100,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
 
     let mut env = vec![
         ("REDLEASE_LOCK_KEY", args.key.clone()),
-        ("REDLEASE_REDIS_URL", ctx.redis_url.clone()),
+        ("REDLEASE_REDIS_URL", ctx.exported_url.clone()),
     ];
     if let Some(t) = token {
         env.push(("REDLEASE_TOKEN", t.to_string()));
@@ -106,7 +108,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let cmd = Cmd {
         argv: args.cmd.clone(),
     };
-    let mut child = match cmd.spawn(&env) {
+    let mut child = match cmd.spawn(&env, args.stdin) {
         Ok(c) => c,
         Err(f) => {
             let _ = lock.release().await;
@@ -115,36 +117,30 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     };
     progress.event(
         "cmd_started",
-        &format!(
-            "started CMD (pid {}): {}",
-            child.id().unwrap_or(0),
-            cmd.display()
-        ),
-        &[("pid", Json::from(u64::from(child.id().unwrap_or(0))))],
+        &format!("started CMD (pid {}): {}", child.id(), cmd.display()),
+        &[("pid", Json::from(u64::from(child.id())))],
     );
 
-    let lost = lock.lost();
-    let hurry = CancellationToken::new();
-    enum End {
-        Exited(std::process::ExitStatus),
-        Lost,
-        Signal(u8),
-    }
-    let end = tokio::select! {
-        biased;
-        _ = sigint.recv() => End::Signal(2),
-        _ = sigterm.recv() => End::Signal(15),
-        _ = lost.cancelled() => End::Lost,
-        status = child.wait() => match status {
-            Ok(s) => End::Exited(s),
-            Err(e) => return Err(Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}"))),
+    let lease = Lease {
+        valid_until: || {
+            let until = lock.valid_until();
+            (until > tokio::time::Instant::now()).then_some(until)
         },
+        ended: lock.lost(),
     };
-    if let End::Signal(_) = end {
-        view.stopping();
-    }
-    let (code, cause) = match end {
-        End::Exited(status) => {
+    let ended = supervise(
+        &mut child,
+        &lease,
+        grace,
+        &signals.stop,
+        &signals.hurry,
+        &progress,
+    )
+    .await;
+    let (code, cause) = match ended {
+        Ended::Exited(status) => {
+            let status = status
+                .map_err(|e| Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}")))?;
             let code = exit::status_code(status);
             progress.event(
                 "cmd_exited",
@@ -162,46 +158,21 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
             }
             (code, "cmd_exited")
         }
-        End::Lost => {
+        Ended::Expiring(status) | Ended::Lost(status) => {
             progress.event(
                 "lost",
-                &format!(
-                    "lock {:?} lost while CMD ran: stopping CMD (SIGTERM, SIGKILL after {})",
-                    args.key,
-                    duration::show(args.grace)
-                ),
+                &format!("lock {:?} lost while CMD ran: CMD stopped", args.key),
                 &[("key", Json::from(args.key.as_str()))],
             );
-            stop(
-                &mut child,
-                args.grace,
-                &hurry,
-                &mut sigint,
-                &mut sigterm,
-                &progress,
-            )
-            .await;
-            drop(lock);
+            report_stopped(&progress, status);
+            // Released if still ours (renewals were failing: it may come back).
+            let _ = lock.release().await;
             (exit::LOST, "lost")
         }
-        End::Signal(signo) => {
-            let name = exit::signal_name(i32::from(signo));
-            progress.event(
-                "signal",
-                &format!("{name}: stopping CMD, then releasing the lock"),
-                &[("signal", Json::from(name))],
-            );
-            stop(
-                &mut child,
-                args.grace,
-                &hurry,
-                &mut sigint,
-                &mut sigterm,
-                &progress,
-            )
-            .await;
+        Ended::Stopped(status) => {
+            report_stopped(&progress, status);
             let _ = lock.release().await;
-            (128 + signo, "signal")
+            (128 + signals.signo(), "signal")
         }
     };
     progress.event(
@@ -213,6 +184,82 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         ],
     );
     Ok(code)
+}
+
+fn report_stopped(progress: &Progress, status: std::io::Result<std::process::ExitStatus>) {
+    if let Ok(s) = status {
+        progress.event(
+            "cmd_stopped",
+            &format!("CMD {}", exit::describe_status(s)),
+            &[],
+        );
+    }
+}
+
+/// redlease's own signals while `lock` runs: the first SIGINT/SIGTERM/SIGHUP stops CMD
+/// (SIGTERM, SIGKILL after the grace), SIGQUIT or a second signal kills it at once; SIGTSTP
+/// is ignored.
+struct Signals {
+    stop: CancellationToken,
+    hurry: CancellationToken,
+    signo: Arc<AtomicU8>,
+}
+
+impl Signals {
+    fn watch(progress: Arc<Progress>, view: Arc<health::LockSource>) -> Result<Signals, Failure> {
+        let mut sigint = signal(SignalKind::interrupt())
+            .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
+        let mut sigterm = signal(SignalKind::terminate())
+            .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
+        let mut other = OtherSignals::new()?;
+        let signals = Signals {
+            stop: CancellationToken::new(),
+            hurry: CancellationToken::new(),
+            signo: Arc::new(AtomicU8::new(0)),
+        };
+        let (stop, hurry, signo) = (
+            signals.stop.clone(),
+            signals.hurry.clone(),
+            Arc::clone(&signals.signo),
+        );
+        tokio::spawn(async move {
+            loop {
+                let n: u8 = tokio::select! {
+                    _ = sigint.recv() => 2,
+                    _ = sigterm.recv() => 15,
+                    _ = other.hup.recv() => 1,
+                    _ = other.quit.recv() => 3,
+                    _ = other.tstp.recv() => {
+                        other.tstp_ignored(&progress);
+                        continue;
+                    }
+                };
+                let name = exit::signal_name(i32::from(n));
+                if stop.is_cancelled() {
+                    progress.event("signal", &format!("{name} again: killing CMD now"), &[]);
+                    hurry.cancel();
+                    continue;
+                }
+                signo.store(n, Ordering::SeqCst);
+                // The sidecar says "shutting down" from the first signal on.
+                view.stopping();
+                progress.event(
+                    "signal",
+                    &format!("{name}: stopping CMD, then releasing the lock"),
+                    &[("signal", Json::from(name))],
+                );
+                if n == 3 {
+                    hurry.cancel();
+                }
+                stop.cancel();
+            }
+        });
+        Ok(signals)
+    }
+
+    fn signo(&self) -> u8 {
+        self.signo.load(Ordering::SeqCst)
+    }
 }
 
 /// The failure of a lock held by someone else, naming the holder.
@@ -238,29 +285,4 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
             holder.as_deref().unwrap_or("another owner")
         ),
     ))
-}
-
-/// Stops CMD; a further signal meanwhile kills it at once.
-async fn stop(
-    child: &mut tokio::process::Child,
-    grace: Duration,
-    hurry: &CancellationToken,
-    sigint: &mut tokio::signal::unix::Signal,
-    sigterm: &mut tokio::signal::unix::Signal,
-    progress: &Progress,
-) {
-    let stopping = terminate(child, grace, hurry);
-    tokio::pin!(stopping);
-    loop {
-        tokio::select! {
-            status = &mut stopping => {
-                if let Ok(s) = status {
-                    progress.event("cmd_stopped", &format!("CMD {}", exit::describe_status(s)), &[]);
-                }
-                return;
-            }
-            _ = sigint.recv() => hurry.cancel(),
-            _ = sigterm.recv() => hurry.cancel(),
-        }
-    }
 }

@@ -2,15 +2,20 @@
 //! shell. Built on the public API of the [`redlease`] facade.
 //!
 //! ```text
-//! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] <command>
+//! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] [-v]
+//!          [--export-redis-password] <command>
 //!
-//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace 10s] [--keep-running]
-//!          [--health-addr ADDR] -- CMD [ARGS...]
-//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace 10s] [--health-addr ADDR]
+//!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace TTL/3] [--keep-running]
+//!          [--require-durable-store] [--stdin] [--health-addr ADDR]
+//!          [--cluster | --sentinel ADDRS --service NAME | --redlock URL,URL,URL]
 //!          -- CMD [ARGS...]
+//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace TTL/3] [--stdin]
+//!          [--health-addr ADDR] -- CMD [ARGS...]
 //!   status --name NAME
 //!   fence  set|hset|del --name NAME --token T ARGS...
 //!   demo   [--redis URL]
+//!   completions bash|zsh|fish|elvish|powershell
+//!   man
 //! ```
 //!
 //! - `--redis` defaults to `redis://127.0.0.1:6379`, or `REDLEASE_REDIS_URL`. A connection
@@ -26,10 +31,13 @@
 //!   results (`status`, `fence`) go to stdout, as one JSON object with `--json`.
 //! - `run`: while elected leader of NAME, CMD runs with `REDLEASE_TOKEN` (the term's fencing
 //!   token), `REDLEASE_NAME`, `REDLEASE_INSTANCE_ID` and `REDLEASE_REDIS_URL` in its
-//!   environment, in its own process group. Leadership lost: SIGTERM to the group, SIGKILL
-//!   after `--grace`, exit 72 (or contend again with `--keep-running`). CMD exited: release,
-//!   exit with its status (or contend again with `--keep-running`). SIGINT/SIGTERM: stop CMD,
-//!   release, exit 130/143.
+//!   environment (the URL without its password unless `--export-redis-password`), stdin
+//!   `/dev/null` unless `--stdin`, in its own process group, killed if redlease dies. Renewals
+//!   failing with only `--grace` (default TTL/3) left: SIGTERM to the group; at the lease's
+//!   deadline, or when it is found held by another: SIGKILL; exit 72 (or contend again with
+//!   `--keep-running`). CMD exited: its leftovers stopped, release, exit with its status (or
+//!   contend again with `--keep-running`). SIGINT/SIGTERM/SIGHUP: stop CMD, release, exit
+//!   130/143/129. Guarantees and limits: `docs/cli.md`.
 //! - `lock`: CMD runs under the lock KEY, renewed every TTL/3; with `--fence` a token is minted
 //!   from `<KEY>:fence` and passed as `REDLEASE_TOKEN`. Lost while CMD runs: CMD is stopped,
 //!   exit 72. Not obtained within `--wait`: exit 71.
@@ -55,10 +63,10 @@
 //! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
 //! | 74 | `run`/`lock`: `--health-addr` cannot be bound (in use, not local, privileged port) |
 //! | 75 | outcome unknown: the request may have reached Redis and no reply was seen (`fence`: the write may have been applied; `lock`: it may be held until its TTL) |
-//! | 78 | `status --check`: the server's settings let the fence keys be evicted or lost |
+//! | 78 | `status --check`, `run --require-durable-store`: the server's settings let the fence keys be evicted or lost |
 //! | 126 | CMD could not be executed |
 //! | 127 | CMD not found |
-//! | 130, 143 | redlease got SIGINT / SIGTERM: CMD was stopped and the lease released |
+//! | 129, 130, 131, 143 | redlease got SIGHUP / SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once on SIGQUIT) and the lease released |
 //!
 //! Every failure is reported as exactly one line on stderr (`redlease: ...`).
 
@@ -71,9 +79,14 @@ mod exit;
 mod fence;
 mod health;
 mod lock;
+mod log;
 mod output;
 mod run;
+mod secret;
+mod sources;
 mod status;
+mod supervise;
+mod topology;
 
 use std::process::ExitCode;
 
@@ -88,8 +101,13 @@ use redlease::redis::TlsConfig;
 /// What every command gets.
 #[derive(Debug)]
 pub(crate) struct Ctx {
-    /// The Redis URL in effect.
+    /// The Redis URL in effect (with its password: never print it, show [`Ctx::shown_url`]).
     pub(crate) redis_url: String,
+    /// The Redis URL as printed: its password redacted.
+    pub(crate) shown_url: String,
+    /// The Redis URL as exported to CMD (`REDLEASE_REDIS_URL`): without its password unless
+    /// `--export-redis-password`.
+    pub(crate) exported_url: String,
     /// Whether `--redis` was given on the command line (not from the environment).
     pub(crate) redis_explicit: bool,
     /// `--json`.
@@ -101,9 +119,28 @@ pub(crate) struct Ctx {
     pub(crate) tls: TlsConfig,
     /// Whether any `--tls-*` option (or its variable) was given: refused with a plain URL.
     pub(crate) tls_given: bool,
+    /// `--cluster`: `redis_url` lists the seeds of a Redis Cluster.
+    pub(crate) cluster: bool,
+    /// `--sentinel`: the sentinels' addresses.
+    pub(crate) sentinel: Option<String>,
+    /// `--service`: the primary the sentinels watch.
+    pub(crate) service: Option<String>,
+    /// `--redlock`: the quorum's primaries.
+    pub(crate) redlock: Option<String>,
 }
 
 fn main() -> ExitCode {
+    let code = supervisor_main();
+    output::flush(output::FLUSH_TIMEOUT);
+    code
+}
+
+fn supervisor_main() -> ExitCode {
+    // CMD's trampoline (see `child.rs`): nothing else of the command runs in that process.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == child::EXEC_ARG) {
+        return child::exec_trampoline(&argv[2..]);
+    }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => return usage_error(&e),
@@ -123,11 +160,35 @@ fn main() -> ExitCode {
         Ok(t) => t,
         Err(f) => return fail(&f, cli.json),
     };
+    output::set_json(cli.json);
+    log::install(cli.verbose, cli.json);
+    let redis_url = cli
+        .redis
+        .clone()
+        .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+    for url in redis_url
+        .split(',')
+        .chain(cli.redlock.as_deref().unwrap_or_default().split(','))
+        .chain(cli.sentinel.as_deref().unwrap_or_default().split(','))
+    {
+        secret::register_url(url.trim());
+    }
     let ctx = Ctx {
-        redis_url: cli
-            .redis
-            .clone()
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+        shown_url: redis_url
+            .split(',')
+            .map(secret::redact)
+            .collect::<Vec<_>>()
+            .join(","),
+        cluster: cli.cluster,
+        sentinel: cli.sentinel.clone(),
+        service: cli.service.clone(),
+        redlock: cli.redlock.clone(),
+        exported_url: if cli.export_redis_password {
+            redis_url.clone()
+        } else {
+            secret::without_password(&redis_url)
+        },
+        redis_url,
         redis_explicit,
         json: cli.json,
         poll_only: cli.poll_only,
@@ -185,19 +246,49 @@ fn tls_config(cli: &Cli) -> Result<(TlsConfig, bool), Failure> {
 }
 
 async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
+    let topology = ctx.cluster || ctx.sentinel.is_some() || ctx.redlock.is_some();
+    if topology && !matches!(command, Command::Run(_)) {
+        return Err(Failure::new(
+            exit::INVALID,
+            "--cluster, --sentinel and --redlock are supported by `run` only (for now)",
+        ));
+    }
     match command {
         Command::Run(args) => run::run(ctx, args).await,
         Command::Lock(args) => lock::lock(ctx, args).await,
         Command::Status(args) => status::status(ctx, args).await,
         Command::Fence(args) => fence::fence(ctx, args).await,
         Command::Demo(_) => demo::demo(ctx).await,
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "redlease", &mut script);
+            write_stdout(&script)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut page)
+                .map_err(|e| {
+                    Failure::new(exit::SOFTWARE, format!("cannot render the man page: {e}"))
+                })?;
+            write_stdout(&page)
+        }
     }
+}
+
+/// Writes generated text (a script, a man page) on stdout as is.
+fn write_stdout(bytes: &[u8]) -> Result<u8, Failure> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot write to stdout: {e}")))?;
+    Ok(exit::OK)
 }
 
 /// Reports a failure as one line on stderr: `redlease: <message>`, or with `--json` an object
 /// `{"event":"error","code":N,"message":"..."}`.
 fn fail(f: &Failure, json: bool) -> ExitCode {
-    use std::io::Write as _;
     let line = if json {
         output::object(&[
             ("event", output::Json::from("error")),
@@ -207,7 +298,7 @@ fn fail(f: &Failure, json: bool) -> ExitCode {
     } else {
         format!("redlease: {}", f.message)
     };
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    output::stderr_line(&line);
     ExitCode::from(f.code)
 }
 

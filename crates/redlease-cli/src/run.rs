@@ -5,21 +5,19 @@ use std::time::{Duration, Instant};
 
 use redlease::Op;
 use redlease::redis::RedisBackend;
-use redlease::redis::client::aio::ConnectionManager;
 use redlease::{
-    BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, Observer,
+    BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, LeaseBackend, Observer,
     StepDownReason, Term, Token,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
-use crate::child::{Cmd, terminate};
+use crate::child::Cmd;
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
+use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, conn, duration, health};
-
-type Backend = RedisBackend<ConnectionManager>;
 
 /// How a term's work ended.
 #[derive(Debug)]
@@ -43,6 +41,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
         .ttl(args.ttl)
         .build()
         .map_err(|e| Failure::config(&e))?;
+    let grace = crate::supervise::grace(args.grace, args.ttl, config.renew_interval())?;
     Cmd {
         argv: args.cmd.clone(),
     }
@@ -50,26 +49,88 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
     // Signals are watched from the start: a Ctrl-C while connecting or contending still
     // releases what was taken.
-    let mut sigint = signal(SignalKind::interrupt())
+    let sigint = signal(SignalKind::interrupt())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
-    let mut sigterm = signal(SignalKind::terminate())
+    let sigterm = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
+    let other = OtherSignals::new()?;
+    crate::child::reap_orphans_as_init();
 
     // The health address is checked and bound before connecting: a bad one fails fast.
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
 
-    let connection = conn::connect_managed(ctx).await?;
-    let backend = conn::with_notices(ctx, RedisBackend::new(connection))?;
+    let env = Prelude {
+        instance_id,
+        config,
+        grace,
+        progress,
+        sigint,
+        sigterm,
+        other,
+        sidecar,
+    };
+    match crate::topology::Topology::of(ctx)? {
+        crate::topology::Topology::Standalone => {
+            let connection = conn::connect_managed(ctx).await?;
+            let backend = conn::with_notices(ctx, RedisBackend::new(connection))?;
+            run_on(ctx, args, backend, env).await
+        }
+        crate::topology::Topology::Cluster(urls) => {
+            let backend = crate::topology::cluster(ctx, &urls).await?;
+            run_on(ctx, args, backend, env).await
+        }
+        crate::topology::Topology::Sentinel { sentinels, service } => {
+            let backend = crate::topology::sentinel(ctx, &sentinels, &service).await?;
+            run_on(ctx, args, backend, env).await
+        }
+        crate::topology::Topology::Redlock(urls) => {
+            let backend = crate::topology::redlock(ctx, &urls).await?;
+            run_on(ctx, args, backend, env).await
+        }
+    }
+}
+
+/// What `run` prepared before connecting.
+struct Prelude {
+    instance_id: String,
+    config: ElectionConfig,
+    grace: Duration,
+    progress: Arc<Progress>,
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+    other: OtherSignals,
+    sidecar: Option<health::Pending>,
+}
+
+/// `run` on any backend (standalone, Cluster, Sentinel, Redlock).
+async fn run_on<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: RunArgs,
+    backend: B,
+    env: Prelude,
+) -> Result<u8, Failure> {
+    let Prelude {
+        instance_id,
+        config,
+        grace,
+        progress,
+        mut sigint,
+        mut sigterm,
+        mut other,
+        sidecar,
+    } = env;
     let elector = Elector::builder(backend, config)
         .observer(ProgressObserver::new(Arc::clone(&progress)))
+        .require_durable_store(args.require_durable_store)
         .build();
     progress.event(
         "contending",
         &format!(
-            "contending for {:?} as {instance_id} (ttl {}) on {}",
+            "contending for {:?} as {instance_id} (ttl {}, grace {}) on {}",
             args.name,
             duration::show(args.ttl),
-            ctx.redis_url
+            duration::show(grace),
+            ctx.shown_url
         ),
         &[
             ("name", Json::from(args.name.as_str())),
@@ -101,8 +162,10 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
         },
         name: args.name.clone(),
         instance_id: instance_id.clone(),
-        redis_url: ctx.redis_url.clone(),
-        grace: args.grace,
+        redis_url: ctx.exported_url.clone(),
+        grace,
+        stdin: args.stdin,
+        elector: elector.clone(),
         stop_child: stop_child.clone(),
         hurry: hurry.clone(),
         running: Arc::clone(&child_running_tx),
@@ -110,7 +173,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
         progress: Arc::clone(&progress),
     };
     let work = Arc::new(work);
-    let leader_fn = move |term: Term<Backend>| {
+    let leader_fn = move |term: Term<B>| {
         let work = Arc::clone(&work);
         async move { work.lead(term).await }
     };
@@ -126,6 +189,9 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
                 match result {
                     Ok(()) => {}
                     Err(ElectorError::Backend(e)) => return Err(Failure::backend("election", &e)),
+                    Err(e @ ElectorError::UnsafeStore { .. }) => {
+                        return Err(Failure::new(exit::UNSAFE_STORE, format!("--require-durable-store: {e}")));
+                    }
                     Err(e) => return Err(Failure::new(exit::SOFTWARE, format!("election: {e}"))),
                 }
                 break;
@@ -169,6 +235,12 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
             },
             _ = sigint.recv() => on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
             _ = sigterm.recv() => on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
+            _ = other.hup.recv() => on_signal(1, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
+            _ = other.quit.recv() => {
+                on_signal(3, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
+                hurry.cancel();
+            }
+            _ = other.tstp.recv() => other.tstp_ignored(&progress),
             // After a signal: release once CMD has stopped (not before: the lease keeps
             // others from starting their CMD while ours is still shutting down).
             Ok(_) = child_running.wait_for(|running| !running), if signalled && !shutdown.is_cancelled() => {
@@ -208,23 +280,63 @@ fn on_signal(
     let name = exit::signal_name(i32::from(signo));
     progress.event(
         "signal",
-        &format!("{name}: stopping CMD, then releasing the lease"),
+        &format!(
+            "{name}: stopping CMD{}, then releasing the lease",
+            if signo == 3 { " at once (SIGKILL)" } else { "" }
+        ),
         &[("signal", Json::from(name))],
     );
     stop_child.cancel();
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+use crate::supervise::millis;
+
+/// The signals besides SIGINT/SIGTERM with a policy (see `docs/cli.md`): SIGHUP stops CMD
+/// like SIGTERM (exit 129: the session that started redlease is gone), SIGQUIT kills CMD at
+/// once (exit 131), SIGTSTP is ignored (a stopped supervisor cannot renew while CMD runs on).
+/// SIGCONT needs nothing: CMD runs in its own process group and never gets the terminal's
+/// SIGTSTP.
+pub(crate) struct OtherSignals {
+    pub(crate) hup: tokio::signal::unix::Signal,
+    pub(crate) quit: tokio::signal::unix::Signal,
+    pub(crate) tstp: tokio::signal::unix::Signal,
+}
+
+impl OtherSignals {
+    pub(crate) fn new() -> Result<Self, Failure> {
+        let watch = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch {name}: {e}")))
+        };
+        Ok(OtherSignals {
+            hup: watch(SignalKind::hangup(), "SIGHUP")?,
+            quit: watch(SignalKind::quit(), "SIGQUIT")?,
+            tstp: watch(
+                SignalKind::from_raw(rustix::process::Signal::TSTP.as_raw()),
+                "SIGTSTP",
+            )?,
+        })
+    }
+
+    pub(crate) fn tstp_ignored(&self, progress: &Progress) {
+        progress.event(
+            "signal",
+            "SIGTSTP ignored: a stopped supervisor could not renew the lease while CMD runs \
+             (stop CMD with SIGINT/SIGTERM instead)",
+            &[("signal", Json::from("SIGTSTP"))],
+        );
+    }
 }
 
 /// What the leader callback needs.
-struct Work {
+struct Work<B: LeaseBackend> {
     cmd: Cmd,
     name: String,
     instance_id: String,
     redis_url: String,
     grace: Duration,
+    stdin: bool,
+    elector: Elector<B>,
     stop_child: CancellationToken,
     hurry: CancellationToken,
     running: Arc<watch::Sender<bool>>,
@@ -232,9 +344,9 @@ struct Work {
     progress: Arc<Progress>,
 }
 
-impl Work {
+impl<B: LeaseBackend> Work<B> {
     /// One term: start CMD with the token; end it with the term (or end the term with it).
-    async fn lead(&self, term: Term<Backend>) {
+    async fn lead(&self, term: Term<B>) {
         // Set before checking `stop_child`: the main loop releases only once this is false.
         self.running.send_replace(true);
         let end = self.lead_inner(&term).await;
@@ -244,7 +356,7 @@ impl Work {
         }
     }
 
-    async fn lead_inner(&self, term: &Term<Backend>) -> Option<TermEnd> {
+    async fn lead_inner(&self, term: &Term<B>) -> Option<TermEnd> {
         if self.stop_child.is_cancelled() {
             return None;
         }
@@ -255,7 +367,7 @@ impl Work {
             ("REDLEASE_INSTANCE_ID", self.instance_id.clone()),
             ("REDLEASE_REDIS_URL", self.redis_url.clone()),
         ];
-        let mut child = match self.cmd.spawn(&env) {
+        let mut child = match self.cmd.spawn(&env, self.stdin) {
             Ok(c) => c,
             Err(f) => return Some(TermEnd::SpawnFailed(f)),
         };
@@ -263,36 +375,45 @@ impl Work {
             "cmd_started",
             &format!(
                 "started CMD (pid {}) with REDLEASE_TOKEN={token}: {}",
-                child.id().unwrap_or(0),
+                child.id(),
                 self.cmd.display()
             ),
             &[
-                ("pid", Json::from(u64::from(child.id().unwrap_or(0)))),
+                ("pid", Json::from(u64::from(child.id()))),
                 ("token", Json::from(token.get())),
             ],
         );
-        tokio::select! {
-            biased;
-            _ = self.stop_child.cancelled() => {
-                let status = terminate(&mut child, self.grace, &self.hurry).await;
+        let lease = Lease {
+            valid_until: || self.elector.valid_until(),
+            ended: term.cancellation_token(),
+        };
+        let ended = supervise(
+            &mut child,
+            &lease,
+            self.grace,
+            &self.stop_child,
+            &self.hurry,
+            &self.progress,
+        )
+        .await;
+        Some(match ended {
+            Ended::Exited(Ok(s)) => TermEnd::Exited(s),
+            Ended::Exited(Err(e)) => TermEnd::SpawnFailed(Failure::new(
+                exit::SOFTWARE,
+                format!("waiting for CMD: {e}"),
+            )),
+            Ended::Stopped(status) => {
                 if let Ok(s) = status {
-                    self.progress.event("cmd_stopped", &format!("CMD {}", exit::describe_status(s)), &[]);
+                    self.progress.event(
+                        "cmd_stopped",
+                        &format!("CMD {}", exit::describe_status(s)),
+                        &[],
+                    );
                 }
-                Some(TermEnd::Interrupted)
+                TermEnd::Interrupted
             }
-            _ = term.cancelled() => {
-                self.progress.event(
-                    "stopping",
-                    &format!("leadership lost: stopping CMD (SIGTERM, SIGKILL after {})", duration::show(self.grace)),
-                    &[("token", Json::from(token.get()))],
-                );
-                Some(TermEnd::Lost(terminate(&mut child, self.grace, &self.hurry).await))
-            }
-            status = child.wait() => match status {
-                Ok(s) => Some(TermEnd::Exited(s)),
-                Err(e) => Some(TermEnd::SpawnFailed(Failure::new(exit::SOFTWARE, format!("waiting for CMD: {e}")))),
-            },
-        }
+            Ended::Expiring(status) | Ended::Lost(status) => TermEnd::Lost(status),
+        })
     }
 }
 

@@ -86,6 +86,24 @@ async fn bad_input_gives_one_line_and_its_exit_code() {
     )
     .await;
     check(&url, &["lock", "k", "--ttl", "0s", "--", "true"], 64, "ttl").await;
+    // A grace at least the renew slack (TTL minus TTL/3) would stop CMD while renewals are
+    // healthy: refused, for run and lock alike.
+    check(
+        &url,
+        &[
+            "run", "--name", "x", "--ttl", "3s", "--grace", "2s", "--", "true",
+        ],
+        64,
+        "--grace 2s must be shorter",
+    )
+    .await;
+    check(
+        &url,
+        &["lock", "k", "--ttl", "3s", "--grace", "10s", "--", "true"],
+        64,
+        "--grace 10s must be shorter",
+    )
+    .await;
     check(
         &url,
         &["fence", "set", "--name", "x", "--token", "0", "k", "v"],

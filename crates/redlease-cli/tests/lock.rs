@@ -131,7 +131,7 @@ async fn second_lock_is_not_obtained_within_its_wait() {
 }
 
 /// Someone else takes the key while CMD runs (the lock expired and was taken): the renewal
-/// finds it is not ours, CMD is stopped, and `lock` exits with the lost code.
+/// finds it is not ours, CMD is killed at once, and `lock` exits with the lost code.
 #[tokio::test(flavor = "multi_thread")]
 async fn lock_taken_over_stops_cmd() {
     let server = redis().await;
@@ -141,7 +141,7 @@ async fn lock_taken_over_stops_cmd() {
     let job = job_script(d);
     let mut p = Proc::spawn({
         let mut c = redlease(&url, d);
-        c.args(["lock", "taken", "--ttl", "1s", "--grace", "5s", "--"])
+        c.args(["lock", "taken", "--ttl", "1s", "--grace", "300ms", "--"])
             .arg(&job)
             .arg("t");
         c
@@ -156,10 +156,16 @@ async fn lock_taken_over_stops_cmd() {
         .await
         .unwrap();
     assert_eq!(p.wait_exit().await.code(), Some(72), "{:#?}", p.lines());
-    assert_eq!(
-        wait_file(&d.join("t.term")).await,
-        "term",
-        "CMD got SIGTERM"
+    // Someone else holds it: CMD is killed at once (fail closed), not given a grace period.
+    let pid: u32 = wait_file(&d.join("t.pid")).await.parse().unwrap();
+    assert!(!job_alive(pid), "CMD is gone");
+    assert!(!d.join("t.term").exists(), "no SIGTERM and grace: SIGKILL");
+    assert!(
+        p.lines()
+            .iter()
+            .any(|l| l.contains("SIGKILL to CMD's process group")),
+        "{:#?}",
+        p.lines()
     );
     let value: Option<String> = redlease::redis::client::cmd("GET")
         .arg("taken")
@@ -184,7 +190,7 @@ async fn lock_lost_when_redis_stops_answering() {
     let job = job_script(d);
     let mut p = Proc::spawn({
         let mut c = redlease(&url, d);
-        c.args(["lock", "paused", "--ttl", "1s", "--grace", "5s", "--"])
+        c.args(["lock", "paused", "--ttl", "1s", "--grace", "300ms", "--"])
             .arg(&job)
             .arg("p");
         c

@@ -99,7 +99,7 @@ fn run_cmd(url: &str, dir: &std::path::Path, name: &str, id: &str, extra: &[&str
         "--instance-id",
         id,
         "--grace",
-        "5s",
+        "300ms",
         "--health-addr",
         "127.0.0.1:0",
     ])
@@ -490,7 +490,7 @@ async fn lock_sidecar_shows_the_held_lock_and_its_token() {
         "side-lock",
         "--fence",
         "--ttl",
-        "2s",
+        "100s",
         "--grace",
         "30s",
         "--health-addr",
@@ -581,6 +581,8 @@ async fn healthz_is_unavailable_while_shutting_down() {
         "run",
         "--name",
         "sidecar-s",
+        "--ttl",
+        "100s",
         "--grace",
         "30s",
         "--health-addr",
@@ -649,4 +651,42 @@ async fn bad_or_busy_addresses_are_refused() {
         let line = assert_one_line(&out);
         assert!(line.contains(&taken), "{line}");
     }
+}
+
+/// Idle connections cannot starve a probe: over the connection limit (32 being answered) a
+/// connection is accepted and gets a 503 at once; idle ones are dropped after the short head
+/// timeout (1 s: 408), after which probes are answered normally again.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_cannot_starve_probes() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-sidecar-idle");
+    let d = dir.path();
+    let a = run_cmd(&url, d, "sidecar-idle", "a", &[]);
+    let addr = health_addr(&a).await;
+    wait_file(&d.join("a.token")).await;
+    // /leader is answered from the last probe: no round trip per request.
+    let before = Instant::now();
+    for _ in 0..50 {
+        assert_eq!(get(&addr, "/leader").await.status, 200);
+    }
+    eprintln!("50 /leader requests took {:?}", before.elapsed());
+
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(TcpStream::connect(&addr).await.expect("connect"));
+    }
+    let asked = Instant::now();
+    let busy = get(&addr, "/healthz").await;
+    let took = asked.elapsed();
+    assert_eq!(busy.status, 503, "over the limit: {busy:?}");
+    assert_eq!(busy.body, "too many connections\n");
+    assert!(
+        took < Duration::from_secs(1),
+        "answered at once, not after {took:?}"
+    );
+    // The idle ones time out (408) and free their slots.
+    assert_eq!(healthz_until(&addr, 200).await, "ok\n");
+    drop(idle);
+    drop(a);
 }

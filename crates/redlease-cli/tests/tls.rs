@@ -206,3 +206,50 @@ async fn tls_failures_exit_with_a_clear_line() {
     let line = assert_one_line(&out);
     assert_eq!(code(&out), 64, "{line}");
 }
+
+/// `run --redlock` over three TLS primaries: each node connects with the `--tls-*` options;
+/// an untrusted chain (no `--tls-ca`) is refused with exit 69.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_on_a_redlock_quorum_over_tls() {
+    let pki = TestPki::new().unwrap();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(tls_server(&pki, ClientAuth::None).await);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.tls_url().unwrap()).collect();
+    let dir = workdir("cli-tls-redlock");
+    let d = dir.path();
+    let out = output({
+        let mut c = cli("redis://127.0.0.1:1/", d);
+        c.arg("--tls-ca").arg(pki.ca_file());
+        c.args([
+            "--redlock",
+            &urls.join(","),
+            "run",
+            "--name",
+            "tls-quorum",
+            "--",
+        ])
+        .args(["sh", "-c", "echo \"$REDLEASE_TOKEN\" > token"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token: u64 = wait_file(&d.join("token")).await.parse().unwrap();
+    assert!(token > 0);
+    let out = output({
+        let mut c = cli("redis://127.0.0.1:1/", d);
+        c.args([
+            "--redlock",
+            &urls.join(","),
+            "run",
+            "--name",
+            "tls-quorum",
+            "--",
+            "true",
+        ]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 69, "untrusted: {}", stderr(&out));
+}

@@ -53,7 +53,7 @@ pub(crate) async fn demo(ctx: &Ctx) -> Result<u8, Failure> {
             backend: RedisBackend::new(connection),
         };
         let name = format!("redlease-demo-{suffix}");
-        let label = format!("on Redis at {}", ctx.redis_url);
+        let label = format!("on Redis at {}", ctx.shown_url);
         let store = Arc::new(store);
         let result = story(Arc::clone(&store), &name, &label, &progress).await;
         store.cleanup(&name).await;
