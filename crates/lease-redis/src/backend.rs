@@ -477,9 +477,11 @@ where
         Some(notices.watch(&notify::notice_channel(key, self.topology), role))
     }
 
-    /// `CONFIG GET` of the persistence and eviction settings and `INFO replication`, on the
-    /// server this connection reaches (on Cluster: the node the client routes to; see the
-    /// notes). A refused command leaves its part unknown.
+    /// `CONFIG GET` of the persistence and eviction settings (one parameter per call on
+    /// Redis 6.2), `INFO server` (product and version), `INFO replication` and `TIME` (clock
+    /// skew), on the server this connection reaches (on Cluster: the node the client routes
+    /// to; see the notes). A refused command leaves its part unknown, which the report
+    /// lists as a risk ("cannot confirm ...").
     async fn preflight(&self) -> Result<StoreReport, BackendError> {
         let mut conn = self.conn.clone();
         let mut report = crate::preflight::read(&mut conn).await?;

@@ -93,6 +93,7 @@ pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
 pub use notify::{NoticeStats, ReleaseNotices};
+pub use preflight::{MIN_REDIS, MIN_VALKEY};
 pub use replica::{NotAcknowledged, ReplicaAck};
 pub use scripts::BODY_CACHE_CAPACITY;
 #[cfg(feature = "sentinel")]

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU8;
 use super::config::{RedisOptions, redis_args};
 use super::{Backend, PORT_ATTEMPTS, RedisServer, START_DEADLINE, ServerState, is_port_conflict};
 use crate::mode::ServerMode;
-use crate::process::{ServerProcess, free_port, log_stdio, require_program};
+use crate::process::{ServerProcess, free_port, log_stdio};
 use crate::tempdir::TempDir;
 use crate::{Error, Result};
 
@@ -40,11 +40,7 @@ impl ProcessBackend {
 
 impl RedisServer {
     pub(super) async fn start_process(opts: RedisOptions) -> Result<Self> {
-        let program = require_program(
-            "redis-server",
-            &[],
-            "install Redis (Debian/Ubuntu: `apt-get install redis-server`, or run scripts/install-deps.sh)",
-        )?;
+        let program = crate::server::program()?;
         let dir = TempDir::new(if opts.cluster {
             "cluster-node"
         } else {
