@@ -173,6 +173,22 @@ fn decide() -> Result<Choice> {
                 ),
             })?,
     };
+    if let Some((product, version)) = kind.expected() {
+        // The binary must be the server named: `<Product> server v=<version> ...`.
+        let out = std::process::Command::new(&program)
+            .arg("--version")
+            .output()
+            .map_err(|e| Error::io(format!("running {} --version", program.display()), e))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+        if !text.starts_with(product) || !text.contains(&format!(" v={version}")) {
+            return Err(Error::Config(format!(
+                "{ENV_SERVER}={}: {} is not {product} {version}x: {}",
+                kind.name(),
+                program.display(),
+                text.trim()
+            )));
+        }
+    }
     Ok(Choice {
         kind: Some(kind),
         program,
