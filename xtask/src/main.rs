@@ -17,6 +17,8 @@
 //!   `RUSTDOCFLAGS=-Dwarnings`; prints a timing table.
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
+//! * `package` — `cargo package --no-verify` of every published crate ([`publish`]).
+//! * `features` — `cargo check` of each published crate with no features, then each alone.
 //! * `jepsen` — build the `lease-jepsen` package and run its harness (`jepsen`) with the
 //!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`, `--workload`);
 //!   needs root.
@@ -25,6 +27,7 @@ mod leaks;
 mod matrix;
 mod plan;
 mod proof;
+mod publish;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -60,6 +63,10 @@ commands:
                            build lease-jepsen and run its fault harness (root: network
                            namespaces, iptables); histories, summary.md and timeline.svg
                            go under target/jepsen/; exit 77 when it cannot run (skipped)
+  package                  cargo package --no-verify of every published crate (a dry run),
+                           and a check that each package holds its README and licences
+  features                 cargo check of each published crate with no features and with
+                           each feature alone
   help                     this text
 
 environment:
@@ -83,6 +90,8 @@ fn main() -> ExitCode {
         Some("ci") => ctx.ci(),
         Some("bench") => ctx.bench(&rest),
         Some("jepsen") => ctx.jepsen(&rest),
+        Some("package") => ctx.package(),
+        Some("features") => ctx.features(),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
             return if command.is_some() {
@@ -506,7 +515,11 @@ impl Ctx {
             Duration::ZERO,
         );
         for (test, why) in server.skips {
-            self.note(&format!("  {test}"), &format!("skipped: {why}"), Duration::ZERO);
+            self.note(
+                &format!("  {test}"),
+                &format!("skipped: {why}"),
+                Duration::ZERO,
+            );
         }
         let mut cmd = self.cargo(&["test", "--workspace", "--no-fail-fast"]);
         for test in matrix::tests_for(&server) {
@@ -525,12 +538,25 @@ impl Ctx {
             )
             .err(),
         );
-        // Each binary that started a server announced the binary it ran.
-        let wrong: Vec<&str> = stderr
+        // Each binary that started a server (cluster nodes and sentinels too) announced the
+        // binary it ran: `lease-testkit: server REDLEASE_SERVER=<name>: <path>`.
+        let announced: Vec<&str> = stderr
             .lines()
-            .filter(|l| l.starts_with("lease-testkit: Redis servers run as"))
-            .filter(|l| !l.contains(&format!("REDLEASE_SERVER={}", server.name)))
+            .filter(|l| l.starts_with("lease-testkit: server "))
             .collect();
+        let mut wrong: Vec<&str> = announced
+            .iter()
+            .copied()
+            .filter(|l| !l.contains(&format!("REDLEASE_SERVER={}:", server.name)))
+            .collect();
+        if announced.is_empty() && extra.is_empty() {
+            wrong.push("(no test binary announced its server)");
+        }
+        self.note(
+            &format!("server proof ({})", server.name),
+            &format!("{} binaries announced {}", announced.len(), server.name),
+            Duration::ZERO,
+        );
         if !wrong.is_empty() {
             failures.push(format!(
                 "some test binaries did not run {}: {}",

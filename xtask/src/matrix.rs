@@ -6,20 +6,35 @@
 /// A name matches every package's test of that name (`preflight` runs lease-redis's and
 /// lease-redlock's).
 pub(crate) const COMPAT_SUITE: &[(&str, &str)] = &[
-    ("preflight", "preflight: every setting read, server named (lease-redis, lease-redlock)"),
-    ("store_preflight", "preflight: a strict elector refuses an unsafe store"),
-    ("backend", "the Lua adapter: acquire, renew, release, inspect, errors"),
+    (
+        "preflight",
+        "preflight: every setting read, server named (lease-redis, lease-redlock)",
+    ),
+    (
+        "store_preflight",
+        "preflight: a strict elector refuses an unsafe store",
+    ),
+    (
+        "backend",
+        "the Lua adapter: acquire, renew, release, inspect, errors",
+    ),
     ("fence", "fencing tokens and fenced writes"),
     ("election_redis", "elections"),
     ("locks_obtain", "locks: obtain, wait, retries"),
     ("locks_release", "locks: release"),
     ("locks_fencing", "locks with fencing tokens"),
     ("handover", "release notices (PUBLISH / SUBSCRIBE)"),
-    ("least_privilege", "ACL: a user with only the keys and channels it needs"),
+    (
+        "least_privilege",
+        "ACL: a user with only the keys and channels it needs",
+    ),
     ("driver", "Redlock over several servers"),
     ("notices", "Redlock release notices"),
     ("cluster", "Redis Cluster: slots, cross-slot refusals"),
-    ("election_cluster", "Redis Cluster: elections (SPUBLISH notices on 7.0+)"),
+    (
+        "election_cluster",
+        "Redis Cluster: elections (SPUBLISH notices on 7.0+)",
+    ),
     ("locks_cluster", "Redis Cluster: locks"),
     ("sentinel", "Sentinel: discovery and failover"),
     ("tls", "TLS (only on servers built with TLS)"),
@@ -63,7 +78,10 @@ pub(crate) fn server(name: &str) -> Result<Server, String> {
         .find(|s| s.name == name)
         .ok_or_else(|| {
             let names: Vec<&str> = SERVERS.iter().map(|s| s.name).collect();
-            format!("unknown server `{name}`: expected one of {}", names.join(", "))
+            format!(
+                "unknown server `{name}`: expected one of {}",
+                names.join(", ")
+            )
         })
 }
 
@@ -105,7 +123,13 @@ mod tests {
         for name in ["valkey9", "redis62"] {
             let tests = tests_for(&server(name).unwrap());
             assert!(!tests.contains(&"tls"), "{name}");
-            for needed in ["preflight", "cluster", "sentinel", "least_privilege", "driver"] {
+            for needed in [
+                "preflight",
+                "cluster",
+                "sentinel",
+                "least_privilege",
+                "driver",
+            ] {
                 assert!(tests.contains(&needed), "{name} {needed}");
             }
         }

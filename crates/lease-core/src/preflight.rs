@@ -135,8 +135,8 @@ impl ClockSkew {
     /// assert!(!ClockSkew::new(1_050, ms(100)).exceeds(ms(1_000)));
     /// ```
     pub fn exceeds(&self, limit: Duration) -> bool {
-        let certain = u128::from(self.offset_ms.unsigned_abs())
-            .saturating_sub(self.uncertainty.as_millis());
+        let certain =
+            u128::from(self.offset_ms.unsigned_abs()).saturating_sub(self.uncertainty.as_millis());
         certain > limit.as_millis()
     }
 }
@@ -353,9 +353,15 @@ impl StoreReport {
             risks.push(StoreRisk::FailoverMayLoseTokens);
         }
         for (unknown, setting) in [
-            (self.persistence == Persistence::Unknown, Setting::Persistence),
+            (
+                self.persistence == Persistence::Unknown,
+                Setting::Persistence,
+            ),
             (self.eviction == Eviction::Unknown, Setting::Eviction),
-            (self.replication == Replication::Unknown, Setting::Replication),
+            (
+                self.replication == Replication::Unknown,
+                Setting::Replication,
+            ),
         ] {
             if unknown {
                 risks.push(StoreRisk::Unconfirmed(setting));
@@ -586,7 +592,11 @@ mod tests {
         r.server = Some(ServerInfo::new("redis", "6.2.14"));
         r.minimum = Some(ServerInfo::new("redis", "6.2.0"));
         r.clock_skew = Some(ClockSkew::new(-40, Duration::from_millis(1)));
-        assert!(r.risks().is_empty() && r.confirmed_safe(), "{:?}", r.risks());
+        assert!(
+            r.risks().is_empty() && r.confirmed_safe(),
+            "{:?}",
+            r.risks()
+        );
         assert_eq!(r.to_string().split(':').next(), Some("redis 6.2.14"));
 
         r.server = Some(ServerInfo::new("redis", "6.0.20"));

@@ -489,6 +489,16 @@ where
             report
                 .notes
                 .push("Redis Cluster: the node the client routed to; check every primary".into());
+            // Sharded pub/sub (SPUBLISH, SSUBSCRIBE) came with Redis 7.0.
+            if let Some(server) = &report.server
+                && server.product == "redis"
+                && server.version_numbers().is_some_and(|v| v < (7, 0, 0))
+            {
+                report.notes.push(format!(
+                    "{server} on Redis Cluster has no sharded pub/sub (SPUBLISH, Redis 7.0+): \
+                     no release notices, waiters poll"
+                ));
+            }
         }
         Ok(report)
     }

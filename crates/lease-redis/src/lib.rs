@@ -64,6 +64,8 @@
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod backend;
@@ -76,9 +78,11 @@ pub mod replica;
 mod reply;
 pub mod scripts;
 #[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub mod sentinel;
 pub mod slot;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 mod topology;
 
@@ -87,9 +91,11 @@ pub use connect::{
     CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
 };
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use connect::{connect_tls, is_plain_redis, tls_client};
 pub use error::{RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FencedWrite, RedisFencer};
 pub use notify::{NoticeStats, ReleaseNotices};
@@ -97,8 +103,10 @@ pub use preflight::{MIN_REDIS, MIN_VALKEY};
 pub use replica::{NotAcknowledged, ReplicaAck};
 pub use scripts::BODY_CACHE_CAPACITY;
 #[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub use sentinel::SentinelConnection;
 pub use slot::{CrossSlot, SlotError};
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{TlsConfig, TlsConfigError};
 pub use topology::Topology;

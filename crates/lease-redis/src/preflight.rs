@@ -268,7 +268,8 @@ mod tests {
             Eviction::Never { .. }
         ));
         assert_eq!(eviction(Some("0"), None), Eviction::Unknown);
-        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
         assert_eq!(server(valkey), Some(ServerInfo::new("valkey", "9.1.2")));
         let redis = "# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n";
         assert_eq!(server(redis), Some(ServerInfo::new("redis", "6.2.14")));
@@ -281,7 +282,10 @@ mod tests {
         let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
         let t1 = t0 + Duration::from_millis(10);
         let ahead = skew(t0, t1, 1_002, 5_000).unwrap();
-        assert_eq!((ahead.offset_ms, ahead.uncertainty), (2_000, Duration::from_millis(5)));
+        assert_eq!(
+            (ahead.offset_ms, ahead.uncertainty),
+            (2_000, Duration::from_millis(5))
+        );
         let behind = skew(t0, t1, 999, 0).unwrap();
         assert_eq!(behind.offset_ms, -1_005);
         let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n";

@@ -59,12 +59,18 @@ async fn the_report_names_the_server_and_reads_every_setting() {
     }
     assert!(major >= 6, "{info}");
     assert_eq!(report.persistence, Persistence::EveryWrite, "{report:?}");
-    assert!(matches!(report.eviction, Eviction::Never { .. }), "{report:?}");
+    assert!(
+        matches!(report.eviction, Eviction::Never { .. }),
+        "{report:?}"
+    );
     assert!(!report.is_partial(), "{report:?}");
     let skew = report.clock_skew.expect("TIME read");
     assert!(skew.offset_ms.abs() < 1_000, "{skew}");
     assert!(report.confirmed_safe(), "{:?}", report.risks());
-    assert!(report.to_string().starts_with(&info.to_string()), "{report}");
+    assert!(
+        report.to_string().starts_with(&info.to_string()),
+        "{report}"
+    );
 }
 
 /// AOF with fsync on every write and no eviction: no known risk.

@@ -13,6 +13,7 @@
 //! Sentinels run as the same binary with `--sentinel`; cluster nodes too (`redis-cli` from
 //! `PATH` only creates the cluster).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -21,6 +22,8 @@ use crate::{Error, Result};
 
 /// Environment variable naming the server the kit runs.
 pub const ENV_SERVER: &str = "REDLEASE_SERVER";
+/// Start of the line each test binary prints once, naming the server binary it runs.
+pub const ANNOUNCE_SERVER: &str = "lease-testkit: server";
 /// Environment variable naming the directory of the installed server builds.
 pub const ENV_SERVERS_DIR: &str = "REDLEASE_SERVERS_DIR";
 
@@ -40,7 +43,11 @@ pub enum ServerKind {
 
 impl ServerKind {
     /// Every named server, in the order CI runs them.
-    pub const ALL: [ServerKind; 3] = [ServerKind::Redis70, ServerKind::Valkey9, ServerKind::Redis62];
+    pub const ALL: [ServerKind; 3] = [
+        ServerKind::Redis70,
+        ServerKind::Valkey9,
+        ServerKind::Redis62,
+    ];
 
     /// The name `REDLEASE_SERVER` and `cargo xtask test --server` take.
     pub fn name(self) -> &'static str {
@@ -114,7 +121,21 @@ static CHOICE: OnceLock<std::result::Result<Choice, String>> = OnceLock::new();
 /// The server chosen by `REDLEASE_SERVER` (an error names what is missing and how to install it).
 pub fn choice() -> Result<&'static Choice> {
     CHOICE
-        .get_or_init(|| decide().map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            let choice = decide();
+            // Printed once per test binary on the real stderr (not captured), like the mode:
+            // `cargo xtask test --server` checks every binary ran the server it asked for.
+            let line = match &choice {
+                Ok(c) => format!(
+                    "{ANNOUNCE_SERVER} {ENV_SERVER}={}: {}",
+                    c.kind.map_or("path", ServerKind::name),
+                    c.program.display()
+                ),
+                Err(e) => format!("{ANNOUNCE_SERVER} not decided: {e}"),
+            };
+            let _ = writeln!(std::io::stderr(), "{line}");
+            choice.map_err(|e| e.to_string())
+        })
         .as_ref()
         .map_err(|e| Error::Config(e.clone()))
 }
@@ -161,17 +182,17 @@ fn decide() -> Result<Choice> {
             &[],
             "install Redis (Debian/Ubuntu: `apt-get install redis-server`, or run scripts/install-deps.sh)",
         )?,
-        Some(path) => is_executable(&path)
-            .then(|| path.clone())
-            .ok_or_else(|| Error::ProgramNotFound {
-            program: path.display().to_string(),
+        Some(path) => is_executable(&path).then(|| path.clone()).ok_or_else(|| {
+            Error::ProgramNotFound {
+                program: path.display().to_string(),
                 hint: format!(
                     "{ENV_SERVER}={}: run scripts/install-deps.sh (it installs Valkey 9 and Redis \
                      6.2 under {})",
                     kind.name(),
                     servers_dir().display()
                 ),
-            })?,
+            }
+        })?,
     };
     if let Some((product, version)) = kind.expected() {
         // The binary must be the server named: `<Product> server v=<version> ...`.

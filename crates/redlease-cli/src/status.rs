@@ -69,7 +69,10 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
     if ctx.json {
         print_stdout(&object(&[
             ("server", Json::from(server)),
-            ("clock_skew_ms", skew_ms.map_or(Json::Null, |ms| Json::Num(ms as f64))),
+            (
+                "clock_skew_ms",
+                skew_ms.map_or(Json::Null, |ms| Json::Num(ms as f64)),
+            ),
             ("persistence", Json::from(persistence.as_str())),
             ("eviction", Json::from(eviction.as_str())),
             ("replication", Json::from(replication.as_str())),

@@ -389,7 +389,8 @@ async fn status_check_reports_the_stores_guarantees() {
     );
     // The report names the server and its version.
     assert!(
-        stdout(&out).contains("server:      redis ") || stdout(&out).contains("server:      valkey "),
+        stdout(&out).contains("server:      redis ")
+            || stdout(&out).contains("server:      valkey "),
         "{}",
         stdout(&out)
     );
@@ -423,7 +424,13 @@ async fn status_check_fails_when_persistence_cannot_be_confirmed() {
     .await;
     assert_eq!(code(&out), 78, "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("risk:        cannot confirm persistence"), "{text}");
-    assert!(text.contains("risk:        cannot confirm eviction"), "{text}");
+    assert!(
+        text.contains("risk:        cannot confirm persistence"),
+        "{text}"
+    );
+    assert!(
+        text.contains("risk:        cannot confirm eviction"),
+        "{text}"
+    );
     assert!(!text.contains("risks:       none"), "{text}");
 }
