@@ -41,7 +41,8 @@ pub(crate) fn features(manifest: &str) -> Vec<String> {
 }
 
 /// Whether a manifest says `publish = false`.
-pub(crate) fn unpublished(manifest: &str) -> bool {
+#[cfg(test)]
+fn unpublished(manifest: &str) -> bool {
     manifest
         .lines()
         .any(|l| l.split_whitespace().collect::<String>() == "publish=false")

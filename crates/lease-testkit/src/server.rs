@@ -145,6 +145,15 @@ pub(crate) fn program() -> Result<PathBuf> {
     choice().map(|c| c.program.clone())
 }
 
+/// Whether the server takes `cluster-port` (Redis 7.0+ and Valkey; not Redis 6.2, whose
+/// cluster bus is always its port + 10000).
+pub(crate) fn has_cluster_port_option() -> bool {
+    !matches!(
+        choice().ok().and_then(|c| c.kind),
+        Some(ServerKind::Redis62)
+    )
+}
+
 /// The version prefix the running server must report, when a named server was chosen.
 pub fn expected_version() -> Option<String> {
     let kind = choice().ok()?.kind?;

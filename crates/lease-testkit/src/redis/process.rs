@@ -59,8 +59,14 @@ impl RedisServer {
         };
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            let bus_port = if opts.cluster {
+            let mut port = free_port()?;
+            let bus_port = if opts.cluster && !crate::server::has_cluster_port_option() {
+                // Redis 6.2 has no `cluster-port`: the bus is always the port + 10000.
+                while port > u16::MAX - 10_000 || !port_free(port + 10_000) {
+                    port = free_port()?;
+                }
+                Some(port + 10_000)
+            } else if opts.cluster {
                 let mut bus = free_port()?;
                 while bus == port {
                     bus = free_port()?;
@@ -105,6 +111,11 @@ impl RedisServer {
         }
         Err(last_error.unwrap_or_else(|| Error::Config("no port attempts".to_owned())))
     }
+}
+
+/// Whether 127.0.0.1:`port` can be bound now.
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
 pub(super) fn running(p: &mut ProcessBackend) -> Result<&mut ServerProcess> {
