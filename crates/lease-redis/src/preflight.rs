@@ -55,21 +55,33 @@ pub(crate) async fn read<C: ConnectionLike + Send>(
     }
     match redis::cmd("INFO")
         .arg("server")
-        .query_async::<String>(conn)
+        .query_async::<redis::Value>(conn)
         .await
+        .and_then(info_texts)
     {
-        Ok(info) => {
-            report.server = server(&info);
+        Ok(infos) => {
+            // On Cluster, one text per primary: the oldest server is the one that counts.
+            report.server = infos
+                .iter()
+                .filter_map(|i| server(i))
+                .min_by_key(|s| s.version_numbers());
             report.minimum = report.server.as_ref().and_then(minimum);
         }
         Err(e) => disclose_or_fail(&mut report, "INFO server", e)?,
     }
     match redis::cmd("INFO")
         .arg("replication")
-        .query_async::<String>(conn)
+        .query_async::<redis::Value>(conn)
         .await
+        .and_then(info_texts)
     {
-        Ok(info) => report.replication = replication(&info),
+        Ok(infos) => {
+            report.replication = infos
+                .iter()
+                .map(|i| replication(i))
+                .max_by_key(replication_rank)
+                .unwrap_or(Replication::Unknown);
+        }
         Err(e) => disclose_or_fail(&mut report, "INFO replication", e)?,
     }
     let before = SystemTime::now();
@@ -113,6 +125,27 @@ async fn config_get<C: ConnectionLike + Send>(
         }
     }
     Ok(Ok(values))
+}
+
+/// The text of an `INFO` reply: one text from a server, one per node from a cluster
+/// connection (redis-rs sends `INFO` to every primary and answers with a map).
+fn info_texts(value: redis::Value) -> redis::RedisResult<Vec<String>> {
+    match value {
+        redis::Value::Map(entries) => entries
+            .into_iter()
+            .map(|(_, text)| redis::from_redis_value::<String>(text).map_err(Into::into))
+            .collect(),
+        other => Ok(vec![redis::from_redis_value::<String>(other)?]),
+    }
+}
+
+/// How risky a node's replication is (a replica worst, then more replicas).
+fn replication_rank(r: &Replication) -> (u8, u32) {
+    match r {
+        Replication::Primary { replicas } => (0, *replicas),
+        Replication::Replica => (2, 0),
+        _ => (1, 0),
+    }
 }
 
 fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
