@@ -9,18 +9,25 @@
 //!   fails if a binary ran in another mode than the run requires ([`plan`],
 //!   [`proof`]). Finally it checks that no server process, container or temporary
 //!   directory leaked ([`leaks`]).
+//!   With `--server <name>` (`redis70`, `valkey9`, `redis62`: [`matrix`]) it runs the
+//!   compatibility suite instead, against that server (process mode, the binary installed
+//!   by `scripts/install-deps.sh`), with the same mode proof and leak check.
 //! * `ci`    — `test`, then `cargo fmt --all --check`, `cargo clippy --workspace
 //!   --all-targets -- -D warnings` and `cargo doc --workspace --no-deps` with
 //!   `RUSTDOCFLAGS=-Dwarnings`; prints a timing table.
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
+//! * `package` — `cargo package --no-verify` of every published crate ([`publish`]).
+//! * `features` — `cargo check` of each published crate with no features, then each alone.
 //! * `jepsen` — build the `lease-jepsen` package and run its harness (`jepsen`) with the
 //!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`, `--workload`);
 //!   needs root.
 
 mod leaks;
+mod matrix;
 mod plan;
 mod proof;
+mod publish;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -39,6 +46,11 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
+  test --server <name> [cargo test args]
+                           the compatibility suite (elections, locks, fencing, Redlock,
+                           notices, Cluster, Sentinel, TLS, ACL, preflight) on one server of
+                           the matrix: redis70 (redis-server on PATH), valkey9, redis62
+                           (installed by scripts/install-deps.sh under target/servers)
   test [cargo test args]   xtask's unit tests, install-check servers, build the Redis image
                            if Docker answers (a failed build fails), cargo test --workspace
                            (all targets + doctests), then the lease-testkit tests again with
@@ -51,11 +63,16 @@ commands:
                            build lease-jepsen and run its fault harness (root: network
                            namespaces, iptables); histories, summary.md and timeline.svg
                            go under target/jepsen/; exit 77 when it cannot run (skipped)
+  package                  cargo package --no-verify of every published crate (a dry run),
+                           and a check that each package holds its README and licences
+  features                 cargo check of each published crate with no features and with
+                           each feature alone
   help                     this text
 
 environment:
   REDLEASE_TEST_SERVERS=container|process   force the Redis server mode
   REDLEASE_REDIS_IMAGE=<image>              Redis image for container mode
+  REDLEASE_SERVERS_DIR=<dir>                where the matrix servers are installed
   CARGO_BUILD_JOBS                          defaults to 2";
 
 fn main() -> ExitCode {
@@ -73,6 +90,8 @@ fn main() -> ExitCode {
         Some("ci") => ctx.ci(),
         Some("bench") => ctx.bench(&rest),
         Some("jepsen") => ctx.jepsen(&rest),
+        Some("package") => ctx.package(),
+        Some("features") => ctx.features(),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
             return if command.is_some() {
@@ -408,6 +427,14 @@ impl Ctx {
     }
 
     fn test(&mut self, extra: &[OsString]) -> Result<(), String> {
+        let args: Vec<String> = extra
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let (server, rest) = matrix::take_server_arg(&args)?;
+        if let Some(server) = server {
+            return self.test_server(&server, &rest);
+        }
         // xtask's own logic (mode plan, mode proof, leak detection) first: it is what
         // decides whether the rest proves anything. Built alone: it has no dependencies.
         self.step(
@@ -458,6 +485,84 @@ impl Ctx {
                 self.prove_modes(&format!("mode proof (kit, {mode})"), &stderr, *mode, true)
                     .err(),
             );
+        }
+        failures.extend(self.check_leaks().err());
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+
+    /// The compatibility suite against one server of the matrix ([`matrix`]).
+    fn test_server(&mut self, name: &str, extra: &[String]) -> Result<(), String> {
+        let server = matrix::server(name)?;
+        self.ensure_servers()?;
+        self.set_env("REDLEASE_SERVER", server.name);
+        self.set_env("REDLEASE_TEST_SERVERS", Mode::Process.env_value());
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let run = format!("x{}-{:x}", std::process::id(), nanos % 0xffff_ffff);
+        self.set_env("REDLEASE_TESTKIT_RUN_ID", &run);
+        if is_root() {
+            self.set_env("REDLEASE_JEPSEN_REQUIRED", "1");
+        }
+        self.note(
+            &format!("server {}", server.name),
+            server.describe,
+            Duration::ZERO,
+        );
+        for (test, why) in server.skips {
+            self.note(
+                &format!("  {test}"),
+                &format!("skipped: {why}"),
+                Duration::ZERO,
+            );
+        }
+        let mut cmd = self.cargo(&["test", "--workspace", "--no-fail-fast"]);
+        for test in matrix::tests_for(&server) {
+            cmd.args(["--test", test]);
+        }
+        cmd.args(extra);
+        let step = format!("compatibility suite ({})", server.name);
+        let (result, stderr) = self.run_step(&step, cmd, true);
+        let mut failures: Vec<String> = result.err().into_iter().collect();
+        failures.extend(
+            self.prove_modes(
+                &format!("mode proof ({})", server.name),
+                &stderr,
+                Mode::Process,
+                extra.is_empty(),
+            )
+            .err(),
+        );
+        // Each binary that started a server (cluster nodes and sentinels too) announced the
+        // binary it ran: `lease-testkit: server REDLEASE_SERVER=<name>: <path>`.
+        let announced: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("lease-testkit: server "))
+            .collect();
+        let mut wrong: Vec<&str> = announced
+            .iter()
+            .copied()
+            .filter(|l| !l.contains(&format!("REDLEASE_SERVER={}:", server.name)))
+            .collect();
+        if announced.is_empty() && extra.is_empty() {
+            wrong.push("(no test binary announced its server)");
+        }
+        self.note(
+            &format!("server proof ({})", server.name),
+            &format!("{} binaries announced {}", announced.len(), server.name),
+            Duration::ZERO,
+        );
+        if !wrong.is_empty() {
+            failures.push(format!(
+                "some test binaries did not run {}: {}",
+                server.name,
+                wrong.join(" | ")
+            ));
         }
         failures.extend(self.check_leaks().err());
         if failures.is_empty() {

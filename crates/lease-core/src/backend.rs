@@ -378,6 +378,10 @@ pub enum Effect {
 /// | [`Protocol`](Self::Protocol) | **unknown** | yes |
 /// | [`TokenRegression`](Self::TokenRegression) | applied (a report, not a failure) | no |
 /// | [`Other`](Self::Other) | **unknown** | yes |
+///
+/// Each message includes its cause once: the wrapped error is in the message (and in the
+/// variant's field), not repeated by [`std::error::Error::source`], so a reporter that prints
+/// the source chain prints it once.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
@@ -386,12 +390,12 @@ pub enum BackendError {
     /// `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`/`ASK`), or a quorum
     /// round failed and was cleaned up on every node. Transient: retrying can help.
     #[error("backend unavailable (not applied): {0}")]
-    Unavailable(#[source] BoxError),
+    Unavailable(BoxError),
     /// The request may have reached the store and no reply was seen (the connection was lost
     /// or reset after sending, the connection's own response timeout fired): it may or may not
     /// have taken effect. Transient.
     #[error("outcome unknown (the request may have been applied): {0}")]
-    OutcomeUnknown(#[source] BoxError),
+    OutcomeUnknown(BoxError),
     /// The request got no reply within `{0:?}`: it may or may not have taken effect.
     /// Transient.
     #[error("no reply within {0:?}; the outcome is unknown")]

@@ -130,7 +130,7 @@ pub enum ConfigError {
         max: usize,
     },
     /// A Redlock node set that is not odd and at least 3, or repeats a node.
-    #[error("{0}")]
+    #[error(transparent)]
     Quorum(#[from] crate::quorum::QuorumConfigError),
     /// A drift factor outside `[0, 0.5)`.
     #[error("drift factor {0} must be in [0, 0.5)")]

@@ -36,6 +36,8 @@
 //! # Ok::<(), lease_core::ConfigError>(())
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod backend;

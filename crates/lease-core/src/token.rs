@@ -275,6 +275,7 @@ impl fmt::Display for Epoch {
 /// assert_eq!(FenceState::UNKNOWN.counter, None);
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[non_exhaustive]
 pub struct FenceState {
     /// The highest of the counter and the applied mark *before* the request: for a granted
     /// acquire, what the token was minted above; for a refused one, the current holder's

@@ -19,14 +19,14 @@ pub enum PgFenceError {
     /// Postgres returned an error or the connection failed. If the connection failed without
     /// an answer (possibly at `COMMIT`), the outcome is unknown: see [`PgFenceError::effect`].
     #[error("postgres: {0}")]
-    Postgres(#[from] tokio_postgres::Error),
+    Postgres(tokio_postgres::Error),
     /// A table, schema or column name is not a usable identifier.
-    #[error("invalid identifier: {0}")]
+    #[error(transparent)]
     InvalidIdentifier(#[from] IdentError),
     /// A raw value is not a valid token (zero, negative, or above 2^53, which includes
     /// everything beyond `i64`).
     #[error("token out of range: {0}")]
-    TokenOutOfRange(#[from] TokenError),
+    TokenOutOfRange(TokenError),
     /// A fence name (the key of the marks table) is unusable.
     #[error("invalid fence name: {0}")]
     InvalidName(&'static str),
@@ -51,7 +51,20 @@ pub enum PgFenceError {
     Shape(String),
     /// The connection source (for example a pool) failed to hand out a connection.
     #[error("no connection: {0}")]
-    Connection(#[source] BoxError),
+    Connection(BoxError),
+}
+
+// The causes are in the messages: `source()` does not repeat them (the fields hold them).
+impl From<tokio_postgres::Error> for PgFenceError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        PgFenceError::Postgres(e)
+    }
+}
+
+impl From<TokenError> for PgFenceError {
+    fn from(e: TokenError) -> Self {
+        PgFenceError::TokenOutOfRange(e)
+    }
 }
 
 impl PgFenceError {

@@ -49,6 +49,8 @@
 //! [`PgFenceError::TokenOutOfRange`].
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Token, TokenError};
 

@@ -494,9 +494,11 @@ where
         Some(notices.watch(&notify::notice_channel(key, self.topology), role))
     }
 
-    /// `CONFIG GET` of the persistence and eviction settings and `INFO replication`, on the
-    /// server this connection reaches (on Cluster: the node the client routes to; see the
-    /// notes). A refused command leaves its part unknown.
+    /// `CONFIG GET` of the persistence and eviction settings (one parameter per call on
+    /// Redis 6.2), `INFO server` (product and version), `INFO replication` and `TIME` (clock
+    /// skew), on the server this connection reaches (on Cluster: the node the client routes
+    /// to; see the notes). A refused command leaves its part unknown, which the report
+    /// lists as a risk ("cannot confirm ...").
     async fn preflight(&self) -> Result<StoreReport, BackendError> {
         let mut conn = self.conn.clone();
         let mut report = crate::preflight::read(&mut conn).await?;
@@ -504,6 +506,16 @@ where
             report
                 .notes
                 .push("Redis Cluster: the node the client routed to; check every primary".into());
+            // Sharded pub/sub (SPUBLISH, SSUBSCRIBE) came with Redis 7.0.
+            if let Some(server) = &report.server
+                && server.product == "redis"
+                && server.version_numbers().is_some_and(|v| v < (7, 0, 0))
+            {
+                report.notes.push(format!(
+                    "{server} on Redis Cluster has no sharded pub/sub (SPUBLISH, Redis 7.0+): \
+                     no release notices, waiters poll"
+                ));
+            }
         }
         Ok(report)
     }

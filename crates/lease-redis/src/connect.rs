@@ -214,6 +214,7 @@ pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, Conne
 /// Connects to the Redis at `url`, which must be `rediss://`, with the CA and client
 /// certificate of `config` (checked before any round trip), like [`connect`].
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub async fn connect_tls(
     url: &str,
     config: &TlsConfig,
@@ -226,6 +227,7 @@ pub async fn connect_tls(
 /// of `config`, checked before any round trip. For building your own connections (a
 /// `MultiplexedConnection` for one-shot commands, say).
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub fn tls_client(url: &str, config: &TlsConfig) -> Result<redis::Client, ConnectError> {
     use redis::IntoConnectionInfo;
     let info = url
@@ -288,6 +290,7 @@ async fn managed(
 /// (bounded by 500 ms). `true` when the answer starts like a RESP reply (`+PONG`, or an error
 /// such as `-NOAUTH`).
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub async fn is_plain_redis(addr: &redis::ConnectionAddr) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let redis::ConnectionAddr::TcpTls { host, port, .. } = addr else {

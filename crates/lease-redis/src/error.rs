@@ -42,7 +42,7 @@ pub const TRANSIENT_CODES: &[&str] = &[
 /// |---|---|---|
 /// | connection refused, client-side errors (nothing was sent) | [`Unavailable`](BackendError::Unavailable) | not applied |
 /// | any other I/O error: response timeout, reset, broken pipe, EOF mid-reply (the request may have been sent); no connection to a cluster node (after the cluster client's own retries) | [`OutcomeUnknown`](BackendError::OutcomeUnknown) | unknown |
-/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`, `MISCONF`, `OOM`), `ERR max number of clients reached`, a script error that wraps `OOM` (Redis 6.2) | [`Unavailable`](BackendError::Unavailable) | not applied |
+/// | a [transient code](TRANSIENT_CODES) (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, `MOVED`, `ASK`, `NOREPLICAS`, `MISCONF`, `OOM`), also when Redis wraps it in a script error (`ERR Error running script ...: -READONLY ...`, `-OOM ...`), `ERR max number of clients reached` | [`Unavailable`](BackendError::Unavailable) | not applied |
 /// | `TOKEN_EXHAUSTED` (our acquire script) | [`TokenExhausted`](BackendError::TokenExhausted) | not applied |
 /// | `CORRUPT` (our scripts: a fence counter, mark or epoch holding garbage) | [`Corrupt`](BackendError::Corrupt) (permanent, names the key) | not applied |
 /// | any other error reply (`ERR`, `WRONGTYPE`, `NOPERM`, `NOAUTH`, `WRONGPASS`, script errors) and failed authentication | [`Refused`](BackendError::Refused) (permanent) | not applied |
@@ -67,9 +67,12 @@ pub fn backend_error(e: RedisError) -> BackendError {
     }
     if code.is_some_and(|c| TRANSIENT_CODES.contains(&c))
         || (code == Some("ERR")
-            && e.detail().is_some_and(|d| {
-                d.contains("max number of clients") || d.contains("OOM command not allowed")
-            }))
+            && e.detail()
+                .and_then(script_wrapped_code)
+                .is_some_and(|c| TRANSIENT_CODES.contains(&c)))
+        || (code == Some("ERR")
+            && e.detail()
+                .is_some_and(|d| d.contains("max number of clients")))
     {
         return BackendError::Unavailable(Box::new(e));
     }
@@ -96,6 +99,19 @@ pub fn backend_error(e: RedisError) -> BackendError {
         }
         _ => BackendError::Refused(server_message(&e)),
     }
+}
+
+/// The code of an error a command raised inside a script, as Redis 6.2 reports it: wrapped
+/// in `ERR Error running script (call to f_...): @user_script:127: @user_script: 127:
+/// -READONLY You can't write against a read only replica.` (Redis 7 and Valkey pass the
+/// inner code through). Our scripts check before their first write, so such an error left
+/// nothing applied.
+pub(crate) fn script_wrapped_code(detail: &str) -> Option<&str> {
+    if !detail.starts_with("Error running script") {
+        return None;
+    }
+    let (_, inner) = detail.rsplit_once(": -")?;
+    inner.split_whitespace().next()
 }
 
 /// The server's own words: `CODE detail` (e.g. `NOPERM this user has no permissions to run
@@ -173,6 +189,19 @@ mod tests {
 
     fn server(code: &str, detail: &str) -> RedisError {
         redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn a_transient_code_wrapped_in_a_script_error_is_transient() {
+        let wrapped = "Error running script (call to f_18c4): @user_script:127: \
+                       @user_script: 127: -READONLY You can't write against a read only replica.";
+        assert_eq!(script_wrapped_code(wrapped), Some("READONLY"));
+        assert_eq!(script_wrapped_code("unknown command 'x'"), None);
+        let b = backend_error(server("ERR", wrapped));
+        assert!(matches!(b, BackendError::Unavailable(_)), "{b:?}");
+        let other = "Error running script (call to f_1): @user_script:1: -WRONGTYPE Operation";
+        let b = backend_error(server("ERR", other));
+        assert!(matches!(b, BackendError::Refused(_)), "{b:?}");
     }
 
     #[test]

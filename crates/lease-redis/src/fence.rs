@@ -540,6 +540,7 @@ fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseError>) {
 /// Describes `redlease_fenced_writes_total` (help text) to the installed recorder; call it
 /// once after installing one (feature `metrics`).
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     metrics::describe_counter!(
         "redlease_fenced_writes_total",

@@ -68,6 +68,8 @@
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod backend;
@@ -81,9 +83,11 @@ pub mod replica;
 mod reply;
 pub mod scripts;
 #[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub mod sentinel;
 pub mod slot;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 mod topology;
 
@@ -92,17 +96,22 @@ pub use connect::{
     CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
 };
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use connect::{connect_tls, is_plain_redis, tls_client};
 pub use error::{CORRUPT, RedisLeaseError, TRANSIENT_CODES, backend_error};
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite, RedisFencer};
 pub use healing::{HealingConnection, HealingStats};
 pub use notify::{NoticeStats, ReleaseNotices};
+pub use preflight::{MIN_REDIS, MIN_VALKEY};
 pub use replica::{MAX_ACK_TIMEOUT, NotAcknowledged, ReplicaAck};
 #[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub use sentinel::SentinelConnection;
 pub use slot::{CrossSlot, SlotError};
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{TlsConfig, TlsConfigError};
 pub use topology::Topology;

@@ -183,7 +183,9 @@ impl SentinelConnection {
             Err(e) => primary_lost(e),
             // A server's error reply arrives as a value; it becomes an `Err` only when the
             // caller converts it.
-            Ok(Value::ServerError(e)) => e.kind().is_some_and(demoted),
+            Ok(Value::ServerError(e)) => {
+                e.kind().is_some_and(demoted) || e.details().is_some_and(demoted_in_script)
+            }
             Ok(_) => false,
         };
         if lost {
@@ -200,10 +202,11 @@ impl SentinelConnection {
         match result {
             Err(e) => self.after(generation, &Err(e.clone())),
             Ok(values) => {
-                if let Some(v) = values
-                    .iter()
-                    .find(|v| matches!(v, Value::ServerError(e) if e.kind().is_some_and(demoted)))
-                {
+                if let Some(v) = values.iter().find(|v| {
+                    matches!(v, Value::ServerError(e)
+                            if e.kind().is_some_and(demoted)
+                                || e.details().is_some_and(demoted_in_script))
+                }) {
                     self.after(generation, &Ok(v.clone()));
                 }
             }
@@ -297,6 +300,14 @@ fn primary_lost(e: &RedisError) -> bool {
         || e.is_timeout()
         || e.is_unrecoverable_error()
         || matches!(e.kind(), ErrorKind::Server(kind) if demoted(kind))
+        || e.detail().is_some_and(demoted_in_script)
+}
+
+/// Whether a script error wraps a demotion (Redis 6.2 reports `READONLY` raised by a
+/// script's write as `ERR Error running script ...: -READONLY ...`).
+fn demoted_in_script(detail: &str) -> bool {
+    crate::error::script_wrapped_code(detail)
+        .is_some_and(|code| matches!(code, "READONLY" | "MASTERDOWN" | "LOADING"))
 }
 
 /// Whether a server's error says it is no longer (or not yet) a usable primary.

@@ -70,6 +70,7 @@ pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
     "keys {first:?} (slot {first_slot}) and {other:?} (slot {other_slot}) map to different \
      Redis Cluster hash slots; give them the same hash tag, e.g. \"{{name}}:...\""
 )]
+#[non_exhaustive]
 pub struct CrossSlot {
     /// The first key of the request.
     pub first: String,

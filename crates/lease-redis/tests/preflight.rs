@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lease_core::preflight::{Eviction, Persistence, Replication, StoreRisk};
+use lease_core::preflight::{Eviction, Persistence, Replication, Setting, StoreRisk};
 use lease_core::{BackendError, LeaseBackend};
 use lease_redis::RedisBackend;
 use lease_testkit::redis::{Persistence as ServerPersistence, RedisServer};
@@ -33,6 +33,44 @@ async fn no_persistence_is_reported_as_a_risk() {
     assert_eq!(report.risks(), vec![StoreRisk::CounterLostOnRestart]);
     assert!(report.fence_keys_at_risk());
     assert!(!report.is_partial());
+}
+
+/// The report names the server and its version, as the server running this test reports
+/// them (`REDLEASE_SERVER` picks Redis 7.0, Redis 6.2 or Valkey 9: every one answers the
+/// preflight in full, Redis 6.2 one `CONFIG GET` parameter at a time), and the clocks of a
+/// server on this host agree.
+#[tokio::test]
+async fn the_report_names_the_server_and_reads_every_setting() {
+    let server = RedisServer::builder()
+        .persistence(ServerPersistence::AofAlways)
+        .start()
+        .await
+        .unwrap();
+    let report = report_of(&server).await;
+    let info = report.server.clone().expect("INFO server read");
+    assert!(
+        matches!(info.product.as_str(), "redis" | "valkey"),
+        "{info:?}"
+    );
+    let (major, _, _) = info.version_numbers().expect("a numeric version");
+    if let Some(expected) = lease_testkit::server::expected_version() {
+        assert!(info.version.starts_with(&expected), "{info} vs {expected}");
+        assert_eq!(info.product, lease_testkit::server::expected_product());
+    }
+    assert!(major >= 6, "{info}");
+    assert_eq!(report.persistence, Persistence::EveryWrite, "{report:?}");
+    assert!(
+        matches!(report.eviction, Eviction::Never { .. }),
+        "{report:?}"
+    );
+    assert!(!report.is_partial(), "{report:?}");
+    let skew = report.clock_skew.expect("TIME read");
+    assert!(skew.offset_ms.abs() < 1_000, "{skew}");
+    assert!(report.confirmed_safe(), "{:?}", report.risks());
+    assert!(
+        report.to_string().starts_with(&info.to_string()),
+        "{report}"
+    );
 }
 
 /// AOF with fsync on every write and no eviction: no known risk.
@@ -109,7 +147,16 @@ async fn refused_commands_leave_their_part_unknown() {
     assert_eq!(report.eviction, Eviction::Unknown);
     assert_eq!(report.replication, Replication::Primary { replicas: 0 });
     assert!(report.is_partial());
-    assert!(!report.fence_keys_at_risk(), "unknown is never a risk");
+    // Unknown is never safe: each undisclosed part is a risk of its own.
+    assert_eq!(
+        report.risks(),
+        vec![
+            StoreRisk::Unconfirmed(Setting::Persistence),
+            StoreRisk::Unconfirmed(Setting::Eviction)
+        ]
+    );
+    assert!(report.fence_keys_at_risk());
+    assert!(!report.confirmed_safe());
     assert!(
         report.notes.iter().any(|n| n.contains("NOPERM")),
         "{:?}",

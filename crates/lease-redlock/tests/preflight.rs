@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use lease_core::LeaseBackend;
-use lease_core::preflight::{Persistence, Replication, StoreRisk};
+use lease_core::preflight::{Persistence, Replication, Setting, StoreRisk};
 use lease_testkit::redis::{Persistence as ServerPersistence, RedisServer};
 
 #[tokio::test]
@@ -53,7 +53,16 @@ async fn the_quorum_reports_its_least_durable_node() {
         .await
         .unwrap();
     assert_eq!(report.persistence, Persistence::Unknown, "{report:?}");
-    assert!(report.risks().is_empty(), "{report:?}");
+    // Unknown is never safe: the node that would not say is a risk of its own.
+    assert_eq!(
+        report.risks(),
+        vec![
+            StoreRisk::Unconfirmed(Setting::Persistence),
+            StoreRisk::Unconfirmed(Setting::Eviction)
+        ],
+        "{report:?}"
+    );
+    assert!(report.fence_keys_at_risk());
     assert!(
         report.notes.iter().any(|n| n.contains("NOPERM")),
         "{:?}",

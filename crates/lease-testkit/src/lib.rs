@@ -6,7 +6,8 @@
 //! and deletes its temporary directory, synchronously.
 //!
 //! * [`redis::RedisServer`]: a Redis server, as a testcontainers container or a
-//!   `redis-server` process (see [`mode`] for how the kit chooses), with faults:
+//!   `redis-server` process (see [`mode`] for how the kit chooses, and [`server`] for which
+//!   server binary: Redis 7.0, Redis 6.2 or Valkey 9), with faults:
 //!   `pause`/`resume`, `kill`, `stop`, `restart`.
 //! * [`cluster::RedisCluster`]: a 3-primary Redis Cluster (processes).
 //! * [`postgres::Postgres`]: a Postgres server (`initdb` + `postgres`).
@@ -46,6 +47,7 @@ pub mod reaper;
 pub mod redis;
 mod resp;
 pub mod sentinel;
+pub mod server;
 pub mod tempdir;
 pub mod tls;
 pub mod wrap;

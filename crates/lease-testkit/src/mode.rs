@@ -124,6 +124,28 @@ fn decide() -> Result<Selection> {
     let explicit_image = std::env::var(ENV_REDIS_IMAGE)
         .ok()
         .filter(|s| !s.trim().is_empty());
+    // A server of the matrix other than the default runs as a process: the local image
+    // carries the default Redis only.
+    let server = crate::server::choice()?;
+    if !server.is_default() {
+        if forced == Some(ServerMode::Container) {
+            return Err(Error::Config(format!(
+                "{}={} runs as a process only; unset {ENV_TEST_SERVERS}=container",
+                crate::server::ENV_SERVER,
+                std::env::var(crate::server::ENV_SERVER).unwrap_or_default()
+            )));
+        }
+        return Ok(Selection {
+            mode: ServerMode::Process,
+            image: explicit_image.unwrap_or_else(|| DEFAULT_REDIS_IMAGE.to_owned()),
+            reason: format!(
+                "{}={}: {}",
+                crate::server::ENV_SERVER,
+                std::env::var(crate::server::ENV_SERVER).unwrap_or_default(),
+                server.program.display()
+            ),
+        });
+    }
     match forced {
         Some(ServerMode::Process) => Ok(Selection {
             mode: ServerMode::Process,

@@ -78,7 +78,10 @@ pub(crate) fn reap_stale_dirs() {
 fn is_server_process(pid: u32) -> bool {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let comm = comm.trim();
-    comm.starts_with("redis-server") || comm.starts_with("redis-check") || comm == "postgres"
+    comm.starts_with("redis-server")
+        || comm.starts_with("valkey-server")
+        || comm.starts_with("redis-check")
+        || comm == "postgres"
 }
 
 /// SIGKILLs every server process whose working directory is inside one of `dirs`.

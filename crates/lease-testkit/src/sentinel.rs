@@ -31,7 +31,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::mode::ServerMode;
-use crate::process::{ServerProcess, free_port, log_stdio, log_tail, loopback, require_program};
+use crate::process::{ServerProcess, free_port, log_stdio, log_tail, loopback};
 use crate::proxy::{FaultProxy, Mode};
 use crate::redis::RedisServer;
 use crate::resp::{self, ProbeAuth, Reply};
@@ -105,11 +105,7 @@ impl SentinelGroupBuilder {
                 self.name
             )));
         }
-        let program = require_program(
-            "redis-server",
-            &[],
-            "install Redis (Debian/Ubuntu: `apt-get install redis-server`, or run scripts/install-deps.sh)",
-        )?;
+        let program = crate::server::program()?;
         // Redis 7 delays a diskless full sync by 5 s to wait for more replicas; every server
         // may become a primary that syncs a demoted one, so none waits.
         let primary = RedisServer::builder()

@@ -18,6 +18,8 @@
 //! [`LeaseBackend`]: lease_core::LeaseBackend
 //! [`CancellationToken`]: tokio_util::sync::CancellationToken
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod clock;
@@ -33,6 +35,7 @@ pub use ids::{default_instance_id, random_token};
 pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use telemetry::describe_metrics;
 pub use telemetry::{LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER};
 pub use watch::LeaderWatch;

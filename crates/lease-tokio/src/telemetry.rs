@@ -74,6 +74,7 @@ fn lock_prefix(key: &str) -> &str {
 /// call it once after installing one. Without it the metrics still work, only undescribed
 /// (no `# HELP` lines in a Prometheus exposition).
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_gauge!(

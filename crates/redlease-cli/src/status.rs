@@ -37,7 +37,9 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
 
 type Backend = RedisBackend<redlease::redis::client::aio::MultiplexedConnection>;
 
-/// Prints the store's report; `UNSAFE_STORE` when it puts the fence keys at risk.
+/// Prints the store's report; `UNSAFE_STORE` unless it is confirmed safe: a known risk, a
+/// setting the server did not disclose ("cannot confirm persistence"), an unsupported server
+/// or a clock skew above the limit all fail the check (an asynchronous replica does not).
 async fn check(ctx: &Ctx, backend: &Backend) -> Result<u8, Failure> {
     let report = match tokio::time::timeout(conn::OP_TIMEOUT, backend.preflight()).await {
         Ok(Ok(report)) => report,
@@ -50,7 +52,7 @@ async fn check(ctx: &Ctx, backend: &Backend) -> Result<u8, Failure> {
         }
     };
     print_report(ctx, &report);
-    Ok(if report.fence_keys_at_risk() {
+    Ok(if !report.confirmed_safe() {
         exit::UNSAFE_STORE
     } else {
         exit::OK
@@ -62,8 +64,15 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
     let persistence = format!("{:?}", report.persistence);
     let eviction = format!("{:?}", report.eviction);
     let replication = format!("{:?}", report.replication);
+    let server = report.server.as_ref().map(ToString::to_string);
+    let skew_ms = report.clock_skew.map(|s| s.offset_ms);
     if ctx.json {
         print_stdout(&object(&[
+            ("server", Json::from(server)),
+            (
+                "clock_skew_ms",
+                skew_ms.map_or(Json::Null, |ms| Json::Num(ms as f64)),
+            ),
             ("persistence", Json::from(persistence.as_str())),
             ("eviction", Json::from(eviction.as_str())),
             ("replication", Json::from(replication.as_str())),
@@ -71,16 +80,24 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
                 "fence_keys_at_risk",
                 Json::from(report.fence_keys_at_risk()),
             ),
+            ("confirmed_safe", Json::from(report.confirmed_safe())),
             ("risks", Json::from(risks)),
             ("notes", Json::from(report.notes.clone())),
         ]));
         return;
     }
+    print_stdout(&format!(
+        "server:      {}",
+        server.as_deref().unwrap_or("unknown (INFO server refused)")
+    ));
     print_stdout(&format!("persistence: {persistence}"));
     print_stdout(&format!("eviction:    {eviction}"));
     print_stdout(&format!("replication: {replication}"));
+    if let Some(skew) = report.clock_skew {
+        print_stdout(&format!("clock skew:  {skew} (server minus this host)"));
+    }
     if risks.is_empty() {
-        print_stdout("risks:       none known");
+        print_stdout("risks:       none");
     }
     for risk in &risks {
         print_stdout(&format!("risk:        {risk}"));

@@ -401,8 +401,54 @@ async fn status_check_reports_the_stores_guarantees() {
     .await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(
-        stdout(&out).contains("risks:       none known"),
+        stdout(&out).contains("risks:       none"),
         "{}",
         stdout(&out)
     );
+    // The report names the server and its version.
+    assert!(
+        stdout(&out).contains("server:      redis ")
+            || stdout(&out).contains("server:      valkey "),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A server that will not disclose its persistence (a user without `CONFIG`, as on managed
+/// services) fails `status --check`: "cannot confirm persistence", never "no risk".
+#[tokio::test(flavor = "multi_thread")]
+async fn status_check_fails_when_persistence_cannot_be_confirmed() {
+    let dir = workdir("cli-status-unconfirmed");
+    let durable = lease_testkit::redis::RedisServer::builder()
+        .persistence(lease_testkit::redis::Persistence::AofAlways)
+        .start()
+        .await
+        .unwrap();
+    let mut admin = durable.connection().await.unwrap();
+    let _: () = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        redlease::redis::client::cmd("ACL")
+            .arg(&["SETUSER", "noconfig", "on", ">pw", "~*", "+@all", "-config"])
+            .query_async(&mut admin),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let out = output({
+        let mut c = redlease(&durable.url_for_user("noconfig", "pw"), dir.path());
+        c.args(["status", "--check"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 78, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("risk:        cannot confirm persistence"),
+        "{text}"
+    );
+    assert!(
+        text.contains("risk:        cannot confirm eviction"),
+        "{text}"
+    );
+    assert!(!text.contains("risks:       none"), "{text}");
 }

@@ -11,7 +11,6 @@
 //! |---|---|
 //! | `redis` (default) | `redlease::redis`: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
-//! | `fence` | `redlease::fence`: the resource-side types of fencing (the Redis fencer is in `redlease::redis`) |
 //! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
 //! | `tls` | `rediss://` URLs over rustls: `redlease::redis::connect_tls` and `TlsConfig` (a custom CA, client certificates for mutual TLS) |
 //! | `sentinel` | `redlease::redis::connect_sentinel` and `SentinelConnection`: follow the primary Redis Sentinel names across failovers |
@@ -51,6 +50,8 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The public interface, on one screen. Everything is listed by name: nothing reaches users by a
 // wildcard, so a new item in a backend crate is not public API until it is listed here.
@@ -83,6 +84,12 @@ pub use lease_core::{BackendError, ConfigError, Effect, LeaseBackend, Ttl};
 pub use lease_core::preflight::{StoreReport, StoreRisk};
 pub use lease_tokio::CancellationToken;
 
+/// The attribute macro the backend traits ([`LeaseBackend`], [`Fencing`], [`FencedResource`])
+/// are written with: implement them with `#[redlease::async_trait]` and no dependency of your
+/// own. (Why not native `async fn` in traits: the drivers need `dyn`-compatible traits whose
+/// futures are `Send`; see the README, "Design notes".)
+pub use async_trait::async_trait;
+
 /// Describes every redlease metric (unit and help text) to the installed `metrics` recorder;
 /// call it once, after installing your recorder (feature `metrics`). Without it the metrics
 /// are recorded all the same, only without descriptions.
@@ -92,6 +99,7 @@ pub use lease_tokio::CancellationToken;
 /// redlease::describe_metrics();
 /// ```
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     lease_tokio::describe_metrics();
     #[cfg(feature = "redis")]
@@ -126,7 +134,10 @@ pub mod core {
     };
     pub use lease_core::{HeldLease, LeaseEvent, LossReason};
     // The store's preflight report.
-    pub use lease_core::preflight::{Eviction, Persistence, Replication, StoreReport, StoreRisk};
+    pub use lease_core::preflight::{
+        CLOCK_SKEW_LIMIT, ClockSkew, Eviction, Persistence, Replication, ServerInfo, Setting,
+        StoreReport, StoreRisk,
+    };
 }
 
 /// The in-memory backend with a manual clock and fault switches, for unit tests.
@@ -138,21 +149,25 @@ pub mod memory {
 
 /// The Redis backend: the lease backend, the fencer, slot checks and error mapping.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis {
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub use lease_redis::SentinelConnection;
     pub use lease_redis::healing;
     pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
         CORRUPT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite,
-        HealingConnection, HealingStats, MAX_ACK_TIMEOUT, NotAcknowledged, NoticeStats,
+        HealingConnection, HealingStats, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged,
+        NoticeStats,
         RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES,
         Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub use lease_redis::{
         CONNECT_TIMEOUT, ConnectError, TlsConfig, TlsConfigError, TlsFailure, connect_failure,
         is_plain_redis, tls_client, tls_failure,
@@ -210,6 +225,7 @@ pub mod redis {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub async fn connect_tls(
         url: &str,
         config: &TlsConfig,
@@ -235,6 +251,7 @@ pub mod redis {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel(
         sentinels: &[&str],
         service: &str,
@@ -246,6 +263,7 @@ pub mod redis {
 
 /// Quorum leases over N independent Redis primaries.
 #[cfg(feature = "redlock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
 pub mod redlock {
     pub use lease_redlock::{
         DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, Node, NodeCause, NodeFailure,
@@ -254,17 +272,10 @@ pub mod redlock {
     };
 }
 
-/// Fencing enforced at the resource: the resource-side types. The Redis fencer is
-/// `redis::RedisFencer` (feature `redis`); the Postgres adapter is module `postgres` (feature
-/// `postgres`).
-#[cfg(feature = "fence")]
-pub mod fence {
-    pub use lease_core::{FenceMark, FenceOutcome, FencedResource, Token, TokenError};
-}
-
 /// Fencing on Postgres: per-name marks raised inside your transactions, and per-row
 /// conditional updates and upserts (the `lease-postgres` crate).
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
     pub use lease_postgres::{
         BeginOutcome, BoxError, ClientSource, DEFAULT_FENCE_COLUMN, DEFAULT_MARKS_TABLE,
@@ -276,5 +287,5 @@ pub mod postgres {
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -3,7 +3,8 @@
 use crate::backend::BackendError;
 use crate::config::ConfigError;
 
-/// Why a lock operation failed. Match on the variant; every variant is distinct.
+/// Why a lock operation failed. Match on the variant; every variant is distinct. The message
+/// names the cause once (`source()` is `None`: the cause is in the message and the field).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -18,8 +19,8 @@ pub enum LockError {
     NotHeld,
     /// The backend could not serve the request, which provably did not take effect (after
     /// the retries the strategy allowed): nothing changed at the store.
-    #[error("backend unavailable (not applied): {0}")]
-    Unavailable(#[source] BackendError),
+    #[error("{}", prefixed("backend unavailable (not applied)", .0))]
+    Unavailable(BackendError),
     /// A request may have reached the store and no reply was seen (a timeout, a connection
     /// lost after sending): it may or may not have taken effect.
     ///
@@ -32,22 +33,47 @@ pub enum LockError {
     /// - from a release: the lock may still be held until its TTL runs out.
     ///
     /// [`LockOptions::owner`]: crate::lock::LockOptions::owner
-    #[error("outcome unknown (the request may have been applied): {0}")]
-    OutcomeUnknown(#[source] BackendError),
+    #[error("{}", prefixed("outcome unknown (the request may have been applied)", .0))]
+    OutcomeUnknown(BackendError),
     /// The wait deadline passed; `last` is what the last attempt saw.
     #[error("wait deadline exceeded; last attempt: {last}")]
     DeadlineExceeded {
         /// What the last attempt found (e.g. [`LockError::NotObtained`]).
-        #[source]
         last: Box<LockError>,
     },
     /// The input was refused before any round trip.
     #[error("invalid input: {0}")]
-    Invalid(#[from] ConfigError),
+    Invalid(ConfigError),
     /// The backend refused the request with a permanent error, at once and without retrying
     /// (keys across Redis Cluster slots, `WRONGTYPE`, `NOPERM`, ...): nothing changed.
-    #[error("backend refused the request: {0}")]
-    Refused(#[source] BackendError),
+    #[error("{}", prefixed("backend refused the request", .0))]
+    Refused(BackendError),
+}
+
+impl From<ConfigError> for LockError {
+    fn from(e: ConfigError) -> Self {
+        LockError::Invalid(e)
+    }
+}
+
+/// `prefix: e`, or `e` alone when its message already says what `prefix` says (a
+/// [`BackendError::Unavailable`] inside [`LockError::Unavailable`]): each message says its
+/// cause once, and no error repeats its cause as its `source()` (the fields hold them).
+fn prefixed(prefix: &str, e: &BackendError) -> String {
+    let text = e.to_string();
+    let already = match e {
+        BackendError::Unavailable(_) => prefix.starts_with("backend unavailable"),
+        BackendError::OutcomeUnknown(_) | BackendError::Timeout(_) => {
+            prefix.starts_with("outcome unknown")
+        }
+        BackendError::Refused(_) => prefix.starts_with("backend refused"),
+        _ => false,
+    };
+    if already {
+        text
+    } else {
+        format!("{prefix}: {text}")
+    }
 }
 
 impl LockError {
@@ -102,5 +128,36 @@ impl LockError {
         } else {
             LockError::Refused(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = LockError::Unavailable(BackendError::Unavailable(Box::new(io())));
+        assert_eq!(e.to_string(), "backend unavailable (not applied): refused");
+        assert!(e.source().is_none());
+        let b = BackendError::Unavailable(Box::new(io()));
+        assert!(b.source().is_none(), "the cause is in the message");
+        let e = LockError::OutcomeUnknown(BackendError::Timeout(std::time::Duration::from_secs(1)));
+        assert_eq!(e.to_string(), "no reply within 1s; the outcome is unknown");
+        let e = LockError::Refused(BackendError::Invalid("keys in two slots".into()));
+        assert_eq!(
+            e.to_string(),
+            "backend refused the request: invalid request: keys in two slots"
+        );
+        let e = LockError::DeadlineExceeded {
+            last: Box::new(LockError::NotHeld),
+        };
+        assert_eq!(
+            e.to_string(),
+            "wait deadline exceeded; last attempt: lock not held"
+        );
+        assert!(e.source().is_none());
     }
 }

@@ -10,6 +10,7 @@ use crate::token::Token;
 
 /// Auto-renewal settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AutoRenew {
     /// How often to renew (must be at most TTL/2).
     pub interval: Duration,

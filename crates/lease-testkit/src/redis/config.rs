@@ -229,14 +229,23 @@ pub(super) fn redis_args(
             "yes",
             "--cluster-config-file",
             "nodes.conf",
-            "--cluster-port",
-            &bus.to_string(),
             "--cluster-node-timeout",
             "5000",
         ]);
+        // Redis 6.2 has no `cluster-port` (its bus is the port + 10000, chosen so).
+        if crate::server::has_cluster_port_option() {
+            push(&["--cluster-port", &bus.to_string()]);
+        }
     }
     for entry in &opts.extra {
         let tokens = match entry {
+            // A value of several words is several arguments (`replicaof "host port"`):
+            // Redis 7 splits one quoted argument itself, Redis 6.2 does not.
+            ConfigEntry::Pair(name, value) if value.contains(char::is_whitespace) => {
+                std::iter::once(name.clone())
+                    .chain(value.split_whitespace().map(str::to_owned))
+                    .collect()
+            }
             ConfigEntry::Pair(name, value) => vec![name.clone(), value.clone()],
             ConfigEntry::Line(line) => split_config_line(line)?,
         };

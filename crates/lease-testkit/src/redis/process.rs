@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU8;
 use super::config::{RedisOptions, redis_args};
 use super::{Backend, PORT_ATTEMPTS, RedisServer, START_DEADLINE, ServerState, is_port_conflict};
 use crate::mode::ServerMode;
-use crate::process::{ServerProcess, free_port, log_stdio, require_program};
+use crate::process::{ServerProcess, free_port, log_stdio};
 use crate::tempdir::TempDir;
 use crate::{Error, Result};
 
@@ -40,11 +40,7 @@ impl ProcessBackend {
 
 impl RedisServer {
     pub(super) async fn start_process(opts: RedisOptions) -> Result<Self> {
-        let program = require_program(
-            "redis-server",
-            &[],
-            "install Redis (Debian/Ubuntu: `apt-get install redis-server`, or run scripts/install-deps.sh)",
-        )?;
+        let program = crate::server::program()?;
         let dir = TempDir::new(if opts.cluster {
             "cluster-node"
         } else {
@@ -63,8 +59,14 @@ impl RedisServer {
         };
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            let bus_port = if opts.cluster {
+            let mut port = free_port()?;
+            let bus_port = if opts.cluster && !crate::server::has_cluster_port_option() {
+                // Redis 6.2 has no `cluster-port`: the bus is always the port + 10000.
+                while port > u16::MAX - 10_000 || !port_free(port + 10_000) {
+                    port = free_port()?;
+                }
+                Some(port + 10_000)
+            } else if opts.cluster {
                 let mut bus = free_port()?;
                 while bus == port {
                     bus = free_port()?;
@@ -109,6 +111,11 @@ impl RedisServer {
         }
         Err(last_error.unwrap_or_else(|| Error::Config("no port attempts".to_owned())))
     }
+}
+
+/// Whether 127.0.0.1:`port` can be bound now.
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
 pub(super) fn running(p: &mut ProcessBackend) -> Result<&mut ServerProcess> {

@@ -33,8 +33,7 @@ pub enum ElectorError {
     Refused {
         /// Which operation was refused.
         op: Op,
-        /// The refusal.
-        #[source]
+        /// The refusal (in the message; not repeated as `source()`).
         error: BackendError,
     },
     /// The store's settings let the fence keys be evicted or lost, and the elector was built
@@ -54,6 +53,7 @@ fn risks(report: &StoreReport) -> String {
 /// The observable state of an elector, published to [`Elector::subscribe`] on every role
 /// change.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ElectorState {
     /// The role.
     pub role: Role,
@@ -64,6 +64,7 @@ pub struct ElectorState {
 
 /// Who holds an election's lease now, as stored in the backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaderInfo {
     /// The leader's instance id.
     pub instance_id: String,
@@ -222,9 +223,10 @@ impl<B: LeaseBackend> ElectorBuilder<B> {
 
     /// Refuse to contend when the store's settings let the fence keys be evicted or lost
     /// ([`StoreReport::fence_keys_at_risk`]: no or lagging persistence, an `allkeys` eviction
-    /// policy, a replica): `run` and `hold` then return [`ElectorError::UnsafeStore`]. Settings
-    /// the store does not disclose never cause a refusal. Default: off (the risks are logged
-    /// as `tracing` warnings when a run starts).
+    /// policy, a replica, an unsupported server version): `run` and `hold` then return
+    /// [`ElectorError::UnsafeStore`]. A setting the store does not disclose (`CONFIG` refused)
+    /// cannot be confirmed, so it is refused too. Default: off (the risks are logged as
+    /// `tracing` warnings when a run starts).
     pub fn require_durable_store(mut self, require: bool) -> Self {
         self.require_durable_store = require;
         self

@@ -138,6 +138,7 @@ impl<B: LeaseBackend> Shared<B> {
 /// A held lock. Dropping it without [`Lock::release`] releases it best-effort in the
 /// background (on the current tokio runtime, if any); call `release` to learn the outcome.
 #[derive(Debug)]
+#[must_use = "dropping a Lock releases it at once: bind it (`let lock = ...`) for as long as the guarded work runs"]
 pub struct Lock<B: LeaseBackend> {
     shared: Arc<Shared<B>>,
     metadata: Metadata,
