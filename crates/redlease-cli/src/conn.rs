@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use redlease::redis::client::RedisError;
-use redlease::redis::client::aio::{
-    ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+use redlease::redis::client::aio::MultiplexedConnection;
+use redlease::redis::{
+    ConnectError, HealingConnection, TlsConfigError, TlsFailure, connect_failure, is_plain_redis,
 };
-use redlease::redis::{ConnectError, TlsConfigError, TlsFailure, connect_failure, is_plain_redis};
 
 use crate::Ctx;
 use crate::exit::{Failure, INVALID, UNAVAILABLE};
@@ -119,20 +119,16 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<MultiplexedConnection, Failure>
     }
 }
 
-/// A connection manager (reconnects after Redis restarts), for the long-running commands.
+/// A self-healing connection (reconnects after Redis restarts, and when the server goes
+/// silent: see `redlease::redis::healing`), for the long-running commands.
 /// The server is checked first with [`connect`], so an unreachable server fails fast with
 /// its real cause.
-pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<ConnectionManager, Failure> {
+pub(crate) async fn connect_managed(ctx: &Ctx) -> Result<HealingConnection, Failure> {
     let url = ctx.redis_url.as_str();
     let shown = ctx.shown_url.as_str();
     drop(connect(ctx).await?);
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(None)
-        .set_number_of_retries(3)
-        .set_max_delay(Duration::from_secs(1));
     let client = client(ctx)?;
-    let attempt = client.get_connection_manager_with_config(config);
+    let attempt = HealingConnection::connect(client);
     match tokio::time::timeout(OP_TIMEOUT, attempt).await {
         Ok(Ok(m)) => Ok(m),
         Ok(Err(e)) => Err(connect_error(url, &format!("cannot connect to {shown}"), e)),

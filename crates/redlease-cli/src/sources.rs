@@ -165,11 +165,11 @@ impl<B: LeaseBackend> Source for ElectionSource<B> {
         };
         // Leading: this instance's own view is the freshest there is.
         let answer = match (token, self.elector.valid_until()) {
-            (Some(t), Some(until)) => Ok(Some(redlease::LeaderInfo {
-                instance_id: self.elector.instance_id().to_owned(),
-                token: Some(t),
-                remaining: Some(until.saturating_duration_since(tokio::time::Instant::now())),
-            })),
+            (Some(t), Some(until)) => Ok(Some(redlease::LeaderInfo::new(
+                self.elector.instance_id(),
+                Some(t),
+                Some(until.saturating_duration_since(tokio::time::Instant::now())),
+            ))),
             _ => answer,
         };
         let age = if token.is_some() {

@@ -159,11 +159,11 @@ pub(crate) async fn sentinel(
     }
 }
 
-/// A Redlock quorum: one reconnecting connection per primary, each checked first.
+/// A Redlock quorum: one self-healing connection per primary, each checked first.
 pub(crate) async fn redlock(
     ctx: &Ctx,
     urls: &[String],
-) -> Result<RedlockBackend<RedisNode<redlease::redis::client::aio::ConnectionManager>>, Failure> {
+) -> Result<RedlockBackend<RedisNode<redlease::redis::HealingConnection>>, Failure> {
     let mut nodes = Vec::with_capacity(urls.len());
     for url in urls {
         let client = conn::client_for(ctx, url)?;

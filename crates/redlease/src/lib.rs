@@ -160,9 +160,8 @@ pub mod redis {
     pub use lease_redis::{
         CORRUPT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite,
         HealingConnection, HealingStats, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged,
-        NoticeStats,
-        RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES,
-        Topology, backend_error,
+        NoticeStats, RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck,
+        TRANSIENT_CODES, Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).

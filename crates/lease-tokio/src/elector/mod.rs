@@ -74,6 +74,22 @@ pub struct LeaderInfo {
     pub remaining: Option<Duration>,
 }
 
+impl LeaderInfo {
+    /// A leader's description (for views that know it without asking the backend, such as
+    /// a sidecar answering from the elector's own term).
+    pub fn new(
+        instance_id: impl Into<String>,
+        token: Option<Token>,
+        remaining: Option<Duration>,
+    ) -> LeaderInfo {
+        LeaderInfo {
+            instance_id: instance_id.into(),
+            token,
+            remaining,
+        }
+    }
+}
+
 /// One leadership term, handed to the leader callback.
 #[derive(Debug)]
 pub struct Term<B> {
