@@ -113,7 +113,8 @@ async fn single_redis_with_aof_survives_the_nemesis() {
         r.outcomes[&lease_jepsen::history::Outcome::Stale] > 0,
         "no stale write was refused: the deposed leaders never wrote"
     );
-    assert!(s.faults.len() >= 10, "only {} faults", s.faults.len());
+    // Seed 17's 45 s hold six faults since issue 26 (three are long isolations of Redis).
+    assert!(s.faults.len() >= 5, "only {} faults", s.faults.len());
     assert!(r.recovered_after_us.is_some());
 }
 
