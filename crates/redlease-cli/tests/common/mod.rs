@@ -177,12 +177,43 @@ impl Drop for Proc {
         for f in &self.pgid_files {
             if let Ok(pid) = std::fs::read_to_string(f)
                 && let Ok(pid) = pid.trim().parse::<u32>()
-                && is_our_job(pid)
             {
-                signal(format!("-{pid}"), "KILL");
+                if is_our_job(pid) {
+                    signal(format!("-{pid}"), "KILL");
+                } else if let Some(dir) = f.parent() {
+                    // The job's shell is gone (it died with a SIGKILLed supervisor: the
+                    // parent-death signal reaches CMD, not its children), but what it started
+                    // may still run in its group: kill those that run in the test's directory.
+                    for member in group_members_in(pid, dir) {
+                        signal(member.to_string(), "KILL");
+                    }
+                }
             }
         }
     }
+}
+
+/// The processes of process group `pgid` whose working directory is `dir` (or below it).
+fn group_members_in(pgid: u32, dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let pgrp = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+                .and_then(|p| p.parse::<u32>().ok());
+            pgrp == Some(pgid)
+                // (A deleted directory reads as "<dir> (deleted)".)
+                && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| {
+                    cwd.to_string_lossy()
+                        .starts_with(dir.to_string_lossy().as_ref())
+                })
+        })
+        .collect()
 }
 
 /// Whether `pid` is still one of our job scripts leading its own group (pids are reused:
