@@ -113,10 +113,8 @@ struct Shared {
 struct State {
     generation: u64,
     conn: Option<MultiplexedConnection>,
-    /// When the current connection last delivered a reply.
-    last_reply: Option<Instant>,
-    /// The send time of the oldest request abandoned unanswered with no reply since.
-    silent_since: Option<Instant>,
+    /// The silence rule's bookkeeping for the current connection.
+    silence: Silence,
     dials: u64,
     given_up: u64,
 }
@@ -142,7 +140,45 @@ impl fmt::Debug for HealingConnection {
     }
 }
 
-/// Counters of a [`HealingConnection`] (shared by its clones).
+/// The silence rule's bookkeeping for one path (a connection, or one slot of a cluster): when
+/// it last delivered a reply, and the send time of the oldest request abandoned unanswered
+/// with no reply since.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Silence {
+    last_reply: Option<Instant>,
+    silent_since: Option<Instant>,
+}
+
+impl Silence {
+    /// A reply arrived at `now`: the path works.
+    pub(crate) fn replied(&mut self, now: Instant) {
+        self.last_reply = Some(now);
+        self.silent_since = None;
+    }
+
+    /// A request sent at `sent` was abandoned unanswered; it counts unless a reply came after
+    /// it was sent.
+    pub(crate) fn abandoned(&mut self, sent: Instant) {
+        if self.last_reply.is_some_and(|r| r >= sent) {
+            return;
+        }
+        self.silent_since = Some(self.silent_since.map_or(sent, |s| s.min(sent)));
+    }
+
+    /// Whether a request was abandoned with no reply since.
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.silent_since.is_some()
+    }
+
+    /// Whether the path has been silent for `bound` at `now`.
+    pub(crate) fn is_silent(&self, now: Instant, bound: Duration) -> bool {
+        self.silent_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= bound)
+    }
+}
+
+/// Counters of a [`HealingConnection`] or a [`HealingCluster`](crate::HealingCluster) (shared
+/// by its clones).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HealingStats {
@@ -150,6 +186,12 @@ pub struct HealingStats {
     pub dials: u64,
     /// Connections given up (an I/O error, or silence past the bound).
     pub given_up: u64,
+}
+
+impl HealingStats {
+    pub(crate) fn new(dials: u64, given_up: u64) -> HealingStats {
+        HealingStats { dials, given_up }
+    }
 }
 
 impl HealingConnection {
@@ -252,8 +294,7 @@ impl Shared {
     fn replied(&self, generation: u64) {
         let mut state = self.state();
         if state.generation == generation {
-            state.last_reply = Some(Instant::now());
-            state.silent_since = None;
+            state.silence.replied(Instant::now());
         }
     }
 
@@ -262,10 +303,10 @@ impl Shared {
         let now = Instant::now();
         {
             let mut state = self.state();
-            if state.generation != generation || state.last_reply.is_some_and(|r| r >= sent) {
+            if state.generation != generation {
                 return;
             }
-            state.silent_since = Some(state.silent_since.map_or(sent, |s| s.min(sent)));
+            state.silence.abandoned(sent);
         }
         self.give_up_if_silent(now);
     }
@@ -273,12 +314,10 @@ impl Shared {
     fn give_up_if_silent(&self, now: Instant) {
         let generation = {
             let state = self.state();
-            match state.silent_since {
-                Some(since) if now.saturating_duration_since(since) >= self.silence() => {
-                    state.generation
-                }
-                _ => return,
+            if !state.silence.is_silent(now, self.silence()) {
+                return;
             }
+            state.generation
         };
         self.give_up(
             generation,
@@ -300,8 +339,7 @@ impl Shared {
             );
             state.conn = None;
             state.generation += 1;
-            state.silent_since = None;
-            state.last_reply = None;
+            state.silence = Silence::default();
             state.given_up += 1;
         }
     }
@@ -331,8 +369,7 @@ impl Shared {
         state.generation += 1;
         state.dials += 1;
         state.conn = Some(conn.clone());
-        state.silent_since = None;
-        state.last_reply = None;
+        state.silence = Silence::default();
         Ok((state.generation, conn))
     }
 
@@ -355,7 +392,7 @@ fn is_refusal(e: &RedisError) -> bool {
 }
 
 /// A connection could not be opened: nothing was sent, so the call did not apply.
-fn not_connected(detail: &str) -> RedisError {
+pub(crate) fn not_connected(detail: &str) -> RedisError {
     RedisError::from((
         ErrorKind::Client,
         "cannot connect to Redis",
@@ -465,14 +502,24 @@ mod tests {
         fake_connected(&s);
         let t0 = Instant::now();
         s.abandoned(1, t0);
-        assert_eq!(s.state().silent_since, Some(t0));
+        assert!(s.state().silence.is_suspect());
         // A reply after the send proves the path: not silent.
         s.replied(1);
-        assert_eq!(s.state().silent_since, None);
+        assert!(!s.state().silence.is_suspect());
         // A request abandoned after a reply that came before it was sent is suspect again.
         let t1 = Instant::now() + Duration::from_millis(1);
         s.abandoned(1, t1);
-        assert_eq!(s.state().silent_since, Some(t1));
+        assert!(s.state().silence.is_suspect());
+        assert!(
+            !s.state()
+                .silence
+                .is_silent(t1 + Duration::from_millis(50), Duration::from_millis(100))
+        );
+        assert!(
+            s.state()
+                .silence
+                .is_silent(t1 + Duration::from_millis(100), Duration::from_millis(100))
+        );
         s.give_up_if_silent(t1 + Duration::from_millis(50));
         assert_eq!(s.state().generation, 1, "not before the bound");
     }
@@ -482,7 +529,7 @@ mod tests {
         let s = shared();
         fake_connected(&s);
         s.abandoned(0, Instant::now());
-        assert_eq!(s.state().silent_since, None);
+        assert!(!s.state().silence.is_suspect());
     }
 
     #[test]

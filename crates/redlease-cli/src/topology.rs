@@ -14,10 +14,9 @@
 
 use std::time::Duration;
 
-use redlease::redis::RedisBackend;
 use redlease::redis::SentinelConnection;
 use redlease::redis::client::cluster::ClusterClientBuilder;
-use redlease::redis::client::cluster_async::ClusterConnection;
+use redlease::redis::{HealingCluster, RedisBackend};
 use redlease::redlock::{RedisNode, RedlockBackend, RedlockConfig};
 
 use crate::Ctx;
@@ -108,17 +107,18 @@ fn shown(urls: &[String]) -> String {
     urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
 }
 
-/// A Redis Cluster connection (slots discovered from the seeds).
+/// A Redis Cluster connection (slots discovered from the seeds), rebuilt from the seeds when
+/// a slot's node goes silent ([`HealingCluster`]).
 pub(crate) async fn cluster(
     _ctx: &Ctx,
     urls: &[String],
-) -> Result<RedisBackend<ClusterConnection>, Failure> {
-    let client = ClusterClientBuilder::new(urls.to_vec())
-        .connection_timeout(CONNECT_TIMEOUT)
-        .build()
-        .map_err(|e| Failure::invalid("--redis URL", e))?;
-    match tokio::time::timeout(OP_TIMEOUT, client.get_async_connection()).await {
+) -> Result<RedisBackend<HealingCluster>, Failure> {
+    let builder = ClusterClientBuilder::new(urls.to_vec());
+    match tokio::time::timeout(OP_TIMEOUT, HealingCluster::connect(builder)).await {
         Ok(Ok(conn)) => Ok(RedisBackend::cluster(conn)),
+        Ok(Err(e)) if e.kind() == redlease::redis::client::ErrorKind::InvalidClientConfig => {
+            Err(Failure::invalid("--redis URL", e))
+        }
         Ok(Err(e)) => Err(Failure::redis(
             &format!("cannot connect to the cluster at {}", shown(urls)),
             &e,
