@@ -105,7 +105,7 @@ struct Shared {
     /// The silence bound, in milliseconds.
     silence_ms: AtomicU64,
     /// One dial at a time.
-    dial: tokio::sync::Mutex<()>,
+    dial: SingleFlight<(u64, MultiplexedConnection)>,
     state: Mutex<State>,
 }
 
@@ -177,6 +177,56 @@ impl Silence {
     }
 }
 
+/// One connection attempt at a time, shared by every caller that needs it, and owned by the
+/// connection rather than by a call: the attempt runs as a task, so a caller dropped at its
+/// deadline (shorter than a slow dial) does not cancel it, and callers arriving meanwhile wait
+/// for the same attempt instead of starting (or queueing) their own. At most one task per
+/// connection exists.
+pub(crate) struct SingleFlight<T> {
+    current: Mutex<Option<tokio::sync::watch::Receiver<Option<RedisResult<T>>>>>,
+}
+
+impl<T> Default for SingleFlight<T> {
+    fn default() -> Self {
+        SingleFlight {
+            current: Mutex::new(None),
+        }
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> SingleFlight<T> {
+    /// Joins the attempt in flight, or starts `start()` as one; its result.
+    pub(crate) async fn run<F, Fut>(&self, start: F) -> RedisResult<T>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>> + Send + 'static,
+    {
+        let mut rx = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            match &*current {
+                Some(rx) if rx.borrow().is_none() => rx.clone(),
+                _ => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    let attempt = start();
+                    tokio::spawn(async move {
+                        let _ = tx.send(Some(attempt.await));
+                    });
+                    *current = Some(rx.clone());
+                    rx
+                }
+            }
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map(|done| done.clone());
+        match outcome {
+            Ok(Some(result)) => result,
+            // The task ended without a result (the runtime is shutting down).
+            _ => Err(RedisError::from(std::io::Error::other(
+                "the connection attempt was abandoned",
+            ))),
+        }
+    }
+}
+
 /// Counters of a [`HealingConnection`] or a [`HealingCluster`](crate::HealingCluster) (shared
 /// by its clones).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -200,7 +250,7 @@ impl HealingConnection {
     /// has no response timeout (the library bounds every call) and the [`tcp_settings`].
     pub async fn connect(client: redis::Client) -> RedisResult<HealingConnection> {
         let conn = HealingConnection::lazy(client)?;
-        conn.shared.dial_raw().await?;
+        Shared::dial_raw(&conn.shared).await?;
         Ok(conn)
     }
 
@@ -215,7 +265,7 @@ impl HealingConnection {
                 client,
                 config,
                 silence_ms: AtomicU64::new(DEFAULT_SILENCE.as_millis() as u64),
-                dial: tokio::sync::Mutex::new(()),
+                dial: SingleFlight::default(),
                 state: Mutex::new(State::default()),
             }),
             pinned: None,
@@ -259,7 +309,7 @@ impl HealingConnection {
         self.shared.give_up_if_silent(Instant::now());
         let pinned = match self.shared.current() {
             Some(found) => found,
-            None => self.shared.dial().await?,
+            None => Shared::dial(&self.shared).await?,
         };
         self.pinned = Some(pinned.clone());
         Ok(pinned)
@@ -344,10 +394,18 @@ impl Shared {
         }
     }
 
-    /// Opens a connection unless another caller did meanwhile (one dial at a time); a failure
-    /// is redis-rs's own error (for the first connection, whose errors are classified).
-    async fn dial_raw(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        let _one = self.dial.lock().await;
+    /// Opens a connection unless another caller did meanwhile, as the one attempt in flight
+    /// ([`SingleFlight`]); a failure is redis-rs's own error (for the first connection, whose
+    /// errors are classified).
+    async fn dial_raw(this: &Arc<Shared>) -> RedisResult<(u64, MultiplexedConnection)> {
+        let shared = Arc::clone(this);
+        this.dial
+            .run(move || async move { shared.open().await })
+            .await
+    }
+
+    /// One dial, bounded by twice [`CONNECT_TIMEOUT`].
+    async fn open(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         if let Some(found) = self.current() {
             return Ok(found);
         }
@@ -375,8 +433,12 @@ impl Shared {
 
     /// [`dial_raw`](Self::dial_raw) for a call: a failure means nothing of the call was sent,
     /// so it is not applied (server refusals such as `WRONGPASS` keep their kind).
-    async fn dial(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        self.dial_raw().await.map_err(|e| {
+    ///
+    /// The dial belongs to the connection, not to the call ([`SingleFlight`]): a caller whose
+    /// deadline is shorter than the dial does not cancel it, and the next call finds the
+    /// connection ready.
+    async fn dial(this: &Arc<Shared>) -> RedisResult<(u64, MultiplexedConnection)> {
+        Shared::dial_raw(this).await.map_err(|e| {
             if is_refusal(&e) || e.kind() == ErrorKind::InvalidClientConfig {
                 e
             } else {
@@ -484,7 +546,7 @@ mod tests {
             client,
             config: AsyncConnectionConfig::new(),
             silence_ms: AtomicU64::new(100),
-            dial: tokio::sync::Mutex::new(()),
+            dial: SingleFlight::default(),
             state: Mutex::new(State::default()),
         }
     }

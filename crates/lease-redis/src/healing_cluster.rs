@@ -41,7 +41,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, RedisError, RedisFuture, RedisResult, Value};
 
 use crate::CONNECT_TIMEOUT;
-use crate::healing::{DEFAULT_SILENCE, HealingStats, Silence, not_connected, tcp_settings};
+use crate::healing::{
+    DEFAULT_SILENCE, HealingStats, Silence, SingleFlight, not_connected, tcp_settings,
+};
 use crate::slot::key_slot;
 
 /// How many slots' reply times a [`HealingCluster`] remembers before it forgets the
@@ -67,7 +69,7 @@ struct Shared {
     client: ClusterClient,
     silence_ms: AtomicU64,
     /// One build at a time.
-    build: tokio::sync::Mutex<()>,
+    build: SingleFlight<(u64, ClusterConnection)>,
     state: Mutex<State>,
 }
 
@@ -109,7 +111,7 @@ impl HealingCluster {
     /// `retries(0)` if a fenced Lua body must never run twice; see [`crate::error`]).
     pub async fn connect(builder: ClusterClientBuilder) -> RedisResult<HealingCluster> {
         let conn = HealingCluster::lazy(builder)?;
-        conn.shared.build_raw().await?;
+        Shared::build_raw(&conn.shared).await?;
         Ok(conn)
     }
 
@@ -125,7 +127,7 @@ impl HealingCluster {
                 silence_ms: AtomicU64::new(
                     u64::try_from(DEFAULT_SILENCE.as_millis()).unwrap_or(u64::MAX),
                 ),
-                build: tokio::sync::Mutex::new(()),
+                build: SingleFlight::default(),
                 state: Mutex::new(State::default()),
             }),
             pinned: None,
@@ -166,7 +168,7 @@ impl HealingCluster {
         self.shared.give_up_if_silent(Instant::now());
         let pinned = match self.shared.current() {
             Some(found) => found,
-            None => self.shared.build().await?,
+            None => Shared::build(&self.shared).await?,
         };
         self.pinned = Some(pinned.clone());
         Ok(pinned)
@@ -239,10 +241,17 @@ impl Shared {
         state.given_up += 1;
     }
 
-    /// Builds a cluster connection unless another caller did meanwhile (one at a time), bounded
-    /// by [`BUILD_TIMEOUT`]; a failure is redis-rs's own error.
-    async fn build_raw(&self) -> RedisResult<(u64, ClusterConnection)> {
-        let _one = self.build.lock().await;
+    /// Builds a cluster connection unless another caller did meanwhile, as the one attempt in
+    /// flight ([`SingleFlight`]); a failure is redis-rs's own error.
+    async fn build_raw(this: &Arc<Shared>) -> RedisResult<(u64, ClusterConnection)> {
+        let shared = Arc::clone(this);
+        this.build
+            .run(move || async move { shared.open().await })
+            .await
+    }
+
+    /// One build, bounded by [`BUILD_TIMEOUT`].
+    async fn open(&self) -> RedisResult<(u64, ClusterConnection)> {
         if let Some(found) = self.current() {
             return Ok(found);
         }
@@ -264,8 +273,12 @@ impl Shared {
 
     /// [`build_raw`](Self::build_raw) for a call: a failure means nothing of the call was
     /// sent, so it is not applied (server refusals keep their kind).
-    async fn build(&self) -> RedisResult<(u64, ClusterConnection)> {
-        self.build_raw().await.map_err(|e| {
+    ///
+    /// The build belongs to the connection, not to the call ([`SingleFlight`]): a caller whose
+    /// deadline is shorter than the build (one blackholed seed costs a connect timeout) does
+    /// not cancel it, and the next call finds the connection ready.
+    async fn build(this: &Arc<Shared>) -> RedisResult<(u64, ClusterConnection)> {
+        Shared::build_raw(this).await.map_err(|e| {
             if matches!(e.kind(), redis::ErrorKind::Server(_))
                 || e.kind() == redis::ErrorKind::InvalidClientConfig
             {
@@ -401,7 +414,7 @@ mod tests {
         Shared {
             client,
             silence_ms: AtomicU64::new(100),
-            build: tokio::sync::Mutex::new(()),
+            build: SingleFlight::default(),
             state: Mutex::new(State::default()),
         }
     }

@@ -224,7 +224,21 @@ async fn negative_control_a_connection_manager_waits_for_tcp() {
 
 /// The node of `cluster` that serves `key`'s slot (the others answer `MOVED`).
 async fn slot_owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
+    slot_owner_besides(cluster, key, None)
+        .await
+        .unwrap_or_else(|| panic!("no node serves {key}'s slot"))
+}
+
+/// The node of `cluster`, other than `besides`, that serves `key`'s slot, if any.
+async fn slot_owner_besides<'a>(
+    cluster: &'a RedisCluster,
+    key: &str,
+    besides: Option<u16>,
+) -> Option<&'a RedisServer> {
     for node in cluster.nodes() {
+        if Some(node.port()) == besides {
+            continue;
+        }
         let mut conn = node
             .client()
             .expect("client")
@@ -238,10 +252,10 @@ async fn slot_owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer
         .await
         .expect("a node answered GET in time");
         if reply.is_ok() {
-            return node;
+            return Some(node);
         }
     }
-    panic!("no node serves {key}'s slot");
+    None
 }
 
 /// Redis Cluster: the node serving the election's slot is blackholed (its client port; the
@@ -276,6 +290,77 @@ async fn a_cluster_election_recovers_within_the_lease_bound_after_its_node_is_bl
         "{:?}",
         a.connection().stats()
     );
+}
+
+/// Redis Cluster with a replica per primary: the node serving the election's slot vanishes
+/// without a reset, as a VM that is gone: its client port blackholed and the process frozen
+/// (SIGSTOP, so its outgoing cluster-bus links fall silent too and the cluster fails it over;
+/// a blackhole of its bus port alone does not, since it keeps pinging out on its own links).
+/// The cluster promotes its replica, at another address. A new term within the bound after
+/// the promotion, the old primary still blackholed: the connection rebuilt from the seeds
+/// has the new slot map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_election_follows_a_failover_while_the_old_primary_is_blackholed() {
+    let cluster = RedisCluster::builder()
+        .replicas(1)
+        .node_timeout(ms(1_000))
+        .start()
+        .await
+        .expect("cluster with replicas");
+    let name = "{bhf}";
+    let old = slot_owner(&cluster, name).await;
+    let a = redlease::redis::connect_cluster(&cluster.urls())
+        .await
+        .expect("a");
+    let b = redlease::redis::connect_cluster(&cluster.urls())
+        .await
+        .expect("b");
+    let (electors, shutdown, runs) = start_electors([a.clone(), b], name);
+    assert!(until_leader(&electors, EVENTUALLY).await.is_some());
+    let before: Vec<_> = electors.iter().filter_map(|e| e.token()).collect();
+    let hole = Blackhole::port(old.port()).expect("blackhole (needs root and iptables)");
+    old.pause().await.expect("SIGSTOP the old primary");
+    // The cluster's own failover: poll the other nodes (no signal exists for it).
+    let promoted = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(node) = slot_owner_besides(&cluster, name, Some(old.port())).await {
+                return node.port();
+            }
+            tokio::time::sleep(ms(100)).await;
+        }
+    })
+    .await
+    .expect("the cluster promoted the replica within 30 s");
+    let at = Instant::now();
+    let bound = election_bound();
+    let new_term = tokio::time::timeout(bound * 3, async {
+        loop {
+            if electors
+                .iter()
+                .filter_map(|e| e.token())
+                .any(|t| !before.contains(&t))
+            {
+                return at.elapsed();
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    })
+    .await;
+    eprintln!(
+        "Cluster failover: {} blackholed, {promoted} promoted; new term {new_term:?} after (bound {bound:?}); {:?}",
+        old.port(),
+        a.connection().stats()
+    );
+    assert!(hole.is_active(), "the old primary stayed blackholed");
+    let gap = new_term.expect("no new term within three times the bound after the promotion");
+    assert!(
+        gap <= bound,
+        "new term {gap:?} after the promotion, bound TTL + acquire interval + 1 s = {bound:?}"
+    );
+    shutdown.cancel();
+    for r in runs {
+        let _ = tokio::time::timeout(EVENTUALLY, r).await;
+    }
 }
 
 /// Negative control: the same fault on a plain redis-rs `ClusterConnection` (no response
