@@ -358,3 +358,188 @@ async fn sentinel_url_credentials_reach_the_primary() {
     assert_eq!(err.kind(), redis::ErrorKind::InvalidClientConfig, "{err}");
     assert!(!err.to_string().contains("pw"), "{err}");
 }
+
+/// The first `laddr=` of a `CLIENT INFO` reply: the server's port this connection reached.
+fn local_port(client_info: &str) -> Option<u16> {
+    client_info
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("laddr="))
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+}
+
+/// Sentinel over TLS (issue 27), on a group whose servers and sentinels serve TLS and whose
+/// sentinels monitor — so name to clients — the primary's **TLS port**, where plaintext cannot
+/// work. `rediss://app:pw@<sentinel>` URLs give TLS and the credentials to the sentinels and
+/// to the primary: the grant works (the default user may not run scripts), `ACL WHOAMI` says
+/// `app`, and `CLIENT INFO` shows the data connection on the primary's TLS port. (The URLs
+/// carry `#insecure`: the test CA is not among the system's roots, which is all a URL can
+/// name; the second half verifies against the test CA through `from_client`.)
+///
+/// Negative controls: the same sentinels reached over plaintext give plaintext to the
+/// primary's TLS port, which fails (what the `rediss://` URLs did before the fix: only the
+/// sentinels' addresses were kept); sentinel URLs that disagree on TLS are refused with a
+/// typed error before any round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_urls_give_tls_and_credentials_to_the_primary() {
+    use lease_testkit::tls::{TestPki, Validity};
+
+    let pki = TestPki::new().expect("test CA");
+    let cert = pki
+        .server_cert(&["localhost", "127.0.0.1"], Validity::Current)
+        .expect("server certificate");
+    let group = SentinelGroup::builder("tls")
+        .replicas(1)
+        .sentinels(2)
+        .tls(&cert)
+        .start()
+        .await
+        .expect("start the TLS group");
+    let primary = group.primary().await.expect("primary");
+    let tls_port = primary.tls_port().expect("the primary serves TLS");
+    // An ACL user `app` on every server and sentinel (set over the kit's plain ports); the
+    // servers' default user may not run scripts.
+    let acl = |user: &str, rules: &[&str]| {
+        let mut c = redis::cmd("ACL");
+        c.arg("SETUSER").arg(user);
+        for r in rules {
+            c.arg(*r);
+        }
+        c
+    };
+    for server in group.servers() {
+        let mut conn = server.connection().await.expect("server connection");
+        let _: () = acl("app", &["on", ">pw", "~*", "&*", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER app");
+        let _: () = acl("default", &["-@scripting"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER default");
+    }
+    for addr in group.sentinel_addrs() {
+        let client = redis::Client::open(format!("redis://{addr}/")).expect("sentinel url");
+        let mut conn = bounded(
+            "sentinel connection",
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .expect("sentinel connection");
+        let _: () = acl("app", &["on", ">pw", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER app on the sentinel");
+    }
+
+    let urls: Vec<String> = group
+        .sentinel_tls_urls()
+        .iter()
+        .map(|u| {
+            format!(
+                "{}#insecure",
+                u.replacen("rediss://", "rediss://app:pw@", 1)
+            )
+        })
+        .collect();
+    assert_eq!(urls.len(), 2, "{urls:?}");
+    let conn = bounded(
+        "connect through the TLS sentinels",
+        SentinelConnection::connect(urls.clone(), group.name()),
+    )
+    .await
+    .expect("connect through the TLS sentinels as app");
+    assert_eq!(
+        conn.primary_address(),
+        Some(format!("127.0.0.1:{tls_port}")),
+        "the sentinels name the primary's TLS port"
+    );
+    let b = RedisBackend::new(conn);
+    let spec = election("{tls}");
+    let granted = bounded("acquire", b.acquire(&acq(&spec, "a")))
+        .await
+        .expect("the primary accepts app's script over TLS");
+    assert!(
+        matches!(granted, AcquireOutcome::Acquired { .. }),
+        "{granted:?}"
+    );
+    let mut data = b.connection().clone();
+    let who: String = bounded(
+        "WHOAMI",
+        redis::cmd("ACL").arg("WHOAMI").query_async(&mut data),
+    )
+    .await
+    .expect("ACL WHOAMI");
+    assert_eq!(who, "app");
+    let info: String = bounded(
+        "CLIENT INFO",
+        redis::cmd("CLIENT").arg("INFO").query_async(&mut data),
+    )
+    .await
+    .expect("CLIENT INFO");
+    assert_eq!(local_port(&info), Some(tls_port), "{info}");
+
+    // Verified TLS: the same through a SentinelClient that trusts the test CA (no #insecure).
+    let certificates = || redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pki.ca_pem().as_bytes().to_vec()),
+    };
+    let addrs: Vec<redis::ConnectionAddr> = group
+        .sentinel_tls_urls()
+        .iter()
+        .map(|u| {
+            redis::IntoConnectionInfo::into_connection_info(u.as_str())
+                .expect("sentinel url")
+                .addr()
+                .clone()
+        })
+        .collect();
+    let client = redis::sentinel::SentinelClientBuilder::new(
+        addrs,
+        group.name(),
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("sentinel builder")
+    .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+    .set_client_to_sentinel_certificates(certificates())
+    .set_client_to_sentinel_username("app")
+    .set_client_to_sentinel_password("pw")
+    .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+    .set_client_to_redis_certificates(certificates())
+    .set_client_to_redis_username("app")
+    .set_client_to_redis_password("pw")
+    .build()
+    .expect("sentinel client");
+    let verified = RedisBackend::new(SentinelConnection::from_client(
+        client,
+        group.name(),
+        redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None),
+    ));
+    let info = bounded("inspect over verified TLS", verified.inspect(&spec))
+        .await
+        .expect("inspect over verified TLS");
+    assert_eq!(info.holder.as_deref(), Some("a"));
+
+    // Negative control: plaintext sentinels name the same TLS port; plaintext to it fails.
+    let plain = bounded(
+        "connect through plaintext sentinels",
+        SentinelConnection::connect(group.sentinel_urls(), group.name()),
+    )
+    .await;
+    let Err(e) = plain else {
+        panic!("a plaintext connection to the primary's TLS port worked");
+    };
+    eprintln!("plaintext to the TLS port: {e}");
+
+    // Sentinel URLs that disagree on TLS are refused before any round trip.
+    let started = Instant::now();
+    let mixed = vec![urls[0].clone(), group.sentinel_urls()[1].clone()];
+    let Err(err) = SentinelConnection::connect(mixed, group.name()).await else {
+        panic!("sentinel URLs that disagree on TLS accepted");
+    };
+    assert_eq!(err.kind(), redis::ErrorKind::InvalidClientConfig, "{err}");
+    assert!(!err.to_string().contains("pw"), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
