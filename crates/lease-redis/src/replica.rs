@@ -352,6 +352,33 @@ impl<C: ConnectionLike + Send> ConnectionLike for AckLane<C> {
 mod tests {
     use super::*;
 
+    fn lazy() -> crate::HealingConnection {
+        crate::HealingConnection::lazy(redis::Client::open("redis://127.0.0.1:1/").unwrap())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_pool_is_bounded_and_keeps_only_connections_with_nothing_owed() {
+        let conn = lazy();
+        assert!(AckConnections::for_connection(&conn, 0).is_none());
+        let pool = AckConnections::for_connection(&conn, 2).expect("a healing connection");
+        let a = pool.lane().await.expect("first");
+        let mut b = pool.lane().await.expect("second");
+        // Both are out: a third waits (nothing dialled, nothing sent).
+        let third = tokio::time::timeout(Duration::from_millis(50), pool.lane()).await;
+        assert!(third.is_err(), "a third connection past the bound of 2");
+        drop(a);
+        assert_eq!(pool.pool.idle.lock().unwrap().len(), 1, "returned: nothing owed");
+        // A lane dropped with a request in flight is closed, not kept.
+        b.busy = true;
+        drop(b);
+        assert_eq!(pool.pool.idle.lock().unwrap().len(), 1, "the busy one is not kept");
+        assert_eq!(pool.pool.permits.available_permits(), 2);
+        let c = pool.lane().await.expect("again");
+        assert_eq!(pool.pool.idle.lock().unwrap().len(), 0, "the idle one is reused");
+        drop(c);
+    }
+
     #[test]
     fn bad_settings_are_refused() {
         assert!(ReplicaAck::new(0, Duration::from_secs(1)).is_err());
