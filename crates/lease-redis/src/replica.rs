@@ -368,14 +368,26 @@ mod tests {
         let third = tokio::time::timeout(Duration::from_millis(50), pool.lane()).await;
         assert!(third.is_err(), "a third connection past the bound of 2");
         drop(a);
-        assert_eq!(pool.pool.idle.lock().unwrap().len(), 1, "returned: nothing owed");
+        assert_eq!(
+            pool.pool.idle.lock().unwrap().len(),
+            1,
+            "returned: nothing owed"
+        );
         // A lane dropped with a request in flight is closed, not kept.
         b.busy = true;
         drop(b);
-        assert_eq!(pool.pool.idle.lock().unwrap().len(), 1, "the busy one is not kept");
+        assert_eq!(
+            pool.pool.idle.lock().unwrap().len(),
+            1,
+            "the busy one is not kept"
+        );
         assert_eq!(pool.pool.permits.available_permits(), 2);
         let c = pool.lane().await.expect("again");
-        assert_eq!(pool.pool.idle.lock().unwrap().len(), 0, "the idle one is reused");
+        assert_eq!(
+            pool.pool.idle.lock().unwrap().len(),
+            0,
+            "the idle one is reused"
+        );
         drop(c);
     }
 
