@@ -16,7 +16,9 @@ use redis::aio::ConnectionLike;
 
 use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
 use crate::notify::{self, ReleaseNotices};
-use crate::replica::ReplicaAck;
+use crate::replica::{
+    AckConnections, AckLane, DEFAULT_ACK_CONNECTIONS, MAX_ACK_CONNECTIONS, ReplicaAck,
+};
 use crate::reply;
 use crate::scripts::{
     Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW, S_RENEW_MANY,
@@ -65,6 +67,10 @@ pub struct RedisBackend<C> {
     fence_timeout: Duration,
     scheme: TokenScheme,
     replica_ack: Option<ReplicaAck>,
+    /// The bound of dedicated connections for acknowledged operations.
+    ack_connections: usize,
+    /// Those connections (with a replica ack on a connection type that can open them).
+    acks: Option<AckConnections<C>>,
     /// Whether releases publish a notice (default on).
     publish: bool,
     /// The clock-drift allowance's factor (see [`RedisBackend::with_drift_factor`]).
@@ -79,6 +85,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("fence_timeout", &self.fence_timeout)
             .field("scheme", &self.scheme)
             .field("replica_ack", &self.replica_ack)
+            .field("ack_connections", &self.ack_connections)
             .field("publish", &self.publish)
             .field("drift_factor", &self.drift_factor)
             .field("notices", &self.notices)
@@ -110,6 +117,8 @@ where
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
             scheme: TokenScheme::default(),
             replica_ack: None,
+            ack_connections: DEFAULT_ACK_CONNECTIONS,
+            acks: None,
             publish: true,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             notices: None,
@@ -162,11 +171,57 @@ where
     /// [`BackendError::OutcomeUnknown`], never success. Costs one round trip per such call
     /// plus the replicas' lag. See [`crate::replica`].
     ///
+    /// The write and its `WAIT` go over a connection of their own (at most
+    /// [`with_ack_connections`](Self::with_ack_connections) of them, opened lazily), so a
+    /// `WAIT` never holds up the other requests of the shared connection; see
+    /// [`crate::replica`] for the connection types that support it.
+    ///
     /// On Redis Cluster, redis-rs sends `WAIT` to every primary and takes the minimum, so
     /// every primary needs that many replicas.
     pub fn with_replica_ack(mut self, ack: ReplicaAck) -> RedisBackend<C> {
         self.replica_ack = Some(ack);
+        self.acks = AckConnections::for_connection(&self.conn, self.ack_connections);
         self
+    }
+
+    /// How many dedicated connections acknowledged operations may use at once (default
+    /// [`DEFAULT_ACK_CONNECTIONS`], at most [`MAX_ACK_CONNECTIONS`]; shared by this backend's
+    /// clones and fencers). When all are busy, the next acknowledged operation waits for one
+    /// within its own bound. `0` sends each `WAIT` over the shared connection, where it holds
+    /// up every request behind it for up to the ack's timeout (the behaviour of connection
+    /// types that cannot open connections of their own). See [`crate::replica`].
+    pub fn with_ack_connections(
+        mut self,
+        connections: usize,
+    ) -> Result<RedisBackend<C>, ConfigError> {
+        if connections > MAX_ACK_CONNECTIONS {
+            return Err(ConfigError::Invalid(format!(
+                "{connections} dedicated connections for replica acknowledgement: at most {MAX_ACK_CONNECTIONS}"
+            )));
+        }
+        self.ack_connections = connections;
+        if self.replica_ack.is_some() {
+            self.acks = AckConnections::for_connection(&self.conn, connections);
+        }
+        Ok(self)
+    }
+
+    /// The bound of dedicated connections for acknowledged operations (see
+    /// [`with_ack_connections`](Self::with_ack_connections)).
+    pub fn ack_connections(&self) -> usize {
+        self.ack_connections
+    }
+
+    /// The connection of an operation that may `WAIT`: a dedicated one with a replica ack
+    /// (see [`crate::replica`]), the shared one otherwise.
+    async fn lane(&self) -> AckLane<C> {
+        if self.replica_ack.is_some()
+            && let Some(acks) = &self.acks
+            && let Some(lane) = acks.lane().await
+        {
+            return lane;
+        }
+        AckLane::shared(self.conn.clone())
     }
 
     /// The replica acknowledgement, if any.
@@ -175,7 +230,10 @@ where
     }
 
     /// `WAIT` on `conn` when replica acknowledgement is on.
-    async fn acknowledge(&self, conn: &mut C) -> Result<(), BackendError> {
+    async fn acknowledge<K: ConnectionLike + Send>(
+        &self,
+        conn: &mut K,
+    ) -> Result<(), BackendError> {
         match &self.replica_ack {
             Some(ack) => ack.wait(conn).await,
             None => Ok(()),
@@ -244,7 +302,7 @@ where
         Ok(
             RedisFencer::from_parts(self.conn.clone(), mark_key, token, self.topology)
                 .with_timeout(self.fence_timeout)
-                .with_replica_ack_opt(self.replica_ack),
+                .with_replica_ack_opt(self.replica_ack, self.acks.clone()),
         )
     }
 
@@ -278,7 +336,7 @@ where
         call.arg(owner.as_str())
             .arg(token.to_string())
             .arg(spec.keys().len());
-        let mut conn = self.conn.clone();
+        let mut conn = self.lane().await;
         let v = call.run(&mut conn, &S_RAISE).await?;
         let raised = reply::raise(&v)?;
         if raised {
@@ -301,7 +359,7 @@ where
             // plain `SET NX PX` (no script). When the key exists — someone else's, or ours
             // (reentrant takeover), or of another type — the script below decides, exactly as
             // if it had been called first: `SET NX` changed nothing.
-            let mut conn = self.conn.clone();
+            let mut conn = self.lane().await;
             let set: Option<String> = redis::cmd("SET")
                 .arg(key)
                 .arg(req.owner.stored_value(&req.metadata))
@@ -337,7 +395,7 @@ where
             };
             call.arg(format!("{scheme}:{}", req.floor.map_or(0, Token::get)));
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.lane().await;
         let v = call.run(&mut conn, &S_ACQUIRE).await?;
         let outcome = reply::acquire(&v, spec.fence_key().is_some())?;
         if matches!(outcome, AcquireOutcome::Acquired { .. }) {
@@ -354,7 +412,7 @@ where
             call.key(k);
         }
         call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-        let mut conn = self.conn.clone();
+        let mut conn = self.lane().await;
         let v = call.run(&mut conn, &S_RENEW).await?;
         let outcome = reply::renew(&v)?;
         if outcome == RenewOutcome::Renewed {
@@ -385,7 +443,7 @@ where
                 call
             })
             .collect();
-        let mut conn = self.conn.clone();
+        let mut conn = self.lane().await;
         let replies = match Call::run_pipelined(&calls, &mut conn, &S_RENEW_MANY).await {
             Ok(replies) => replies,
             Err(e) => return reqs.iter().map(|_| Err(e.duplicate())).collect(),
@@ -532,6 +590,6 @@ where
         // acquired); target keys are still checked against the mark's slot on every write.
         RedisFencer::from_parts(self.conn.clone(), mark_key.to_owned(), token, self.topology)
             .with_timeout(self.fence_timeout)
-            .with_replica_ack_opt(self.replica_ack)
+            .with_replica_ack_opt(self.replica_ack, self.acks.clone())
     }
 }

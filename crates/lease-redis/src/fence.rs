@@ -12,7 +12,7 @@ use redis::aio::ConnectionLike;
 use redis::{ToRedisArgs, ToSingleRedisArg};
 
 use crate::error::RedisLeaseError;
-use crate::replica::ReplicaAck;
+use crate::replica::{AckConnections, AckLane, DEFAULT_ACK_CONNECTIONS, ReplicaAck};
 use crate::reply;
 use crate::scripts::{
     Call, LuaScript, S_FENCE_DEL, S_FENCE_EVAL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET,
@@ -181,6 +181,8 @@ pub struct RedisFencer<C> {
     topology: Topology,
     timeout: Duration,
     replica_ack: Option<ReplicaAck>,
+    /// Dedicated connections for the writes and their `WAIT` (see [`crate::replica`]).
+    acks: Option<AckConnections<C>>,
 }
 
 impl<C> fmt::Debug for RedisFencer<C> {
@@ -241,6 +243,7 @@ where
             topology,
             timeout: DEFAULT_FENCE_TIMEOUT,
             replica_ack: None,
+            acks: None,
         }
     }
 
@@ -248,14 +251,22 @@ where
     /// `ack`'s replicas; too few in time → the write reports
     /// [`BackendError::OutcomeUnknown`](lease_core::BackendError::OutcomeUnknown) (applied on
     /// the primary, possibly lost by a failover), never "applied". The `WAIT` is bounded by
-    /// the ack's timeout on top of [`with_timeout`](Self::with_timeout)'s. See
-    /// [`crate::replica`].
+    /// the ack's timeout on top of [`with_timeout`](Self::with_timeout)'s. The write and its
+    /// `WAIT` go over a connection of their own (at most [`DEFAULT_ACK_CONNECTIONS`] for this
+    /// fencer and its clones; a backend's fencers share the backend's), so the `WAIT` holds
+    /// up nothing else on the shared connection. See [`crate::replica`].
     pub fn with_replica_ack(self, ack: ReplicaAck) -> RedisFencer<C> {
-        self.with_replica_ack_opt(Some(ack))
+        let acks = AckConnections::for_connection(&self.conn, DEFAULT_ACK_CONNECTIONS);
+        self.with_replica_ack_opt(Some(ack), acks)
     }
 
-    pub(crate) fn with_replica_ack_opt(mut self, ack: Option<ReplicaAck>) -> RedisFencer<C> {
+    pub(crate) fn with_replica_ack_opt(
+        mut self,
+        ack: Option<ReplicaAck>,
+        acks: Option<AckConnections<C>>,
+    ) -> RedisFencer<C> {
         self.replica_ack = ack;
+        self.acks = acks;
         self
     }
 
@@ -466,7 +477,29 @@ where
                 &S_FENCE_MULTI
             }
         };
-        let mut conn = self.conn.clone();
+        let lane = async {
+            if self.replica_ack.is_some()
+                && let Some(acks) = &self.acks
+            {
+                return acks.lane().await;
+            }
+            None
+        };
+        let mut conn = match tokio::time::timeout(self.timeout, lane).await {
+            Ok(Some(lane)) => lane,
+            Ok(None) => AckLane::shared(self.conn.clone()),
+            Err(_) => {
+                // Every dedicated connection stayed busy: nothing was sent.
+                return Err(BackendError::Unavailable(
+                    format!(
+                        "no connection for an acknowledged write within {:?}",
+                        self.timeout
+                    )
+                    .into(),
+                )
+                .into());
+            }
+        };
         let v = match tokio::time::timeout(self.timeout, call.run(&mut conn, script)).await {
             Ok(v) => v?,
             Err(_) => {

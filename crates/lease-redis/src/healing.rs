@@ -37,8 +37,9 @@
 //! idle connection to a vanished server is closed by the kernel too.
 //!
 //! Each clone pins the connection on its first call (until an error), like
-//! `SentinelConnection`: the backend clones the connection once per operation, so a script and
-//! the `WAIT` of a [`ReplicaAck`](crate::ReplicaAck) after it share one server connection.
+//! `SentinelConnection`: the backend clones the connection once per operation. A script and
+//! the `WAIT` of a [`ReplicaAck`](crate::ReplicaAck) after it go over a dedicated connection
+//! opened from the same client, not this shared one (see [`crate::replica`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -270,6 +271,22 @@ impl HealingConnection {
             }),
             pinned: None,
         })
+    }
+
+    /// A connection to the same server with the same settings that shares nothing with this
+    /// one (nothing dialled until its first call): the dedicated connections of replica
+    /// acknowledgement (see [`crate::replica`]).
+    pub(crate) fn independent(&self) -> HealingConnection {
+        HealingConnection {
+            shared: Arc::new(Shared {
+                client: self.shared.client.clone(),
+                config: self.shared.config.clone(),
+                silence_ms: AtomicU64::new(self.shared.silence_ms.load(Ordering::Relaxed)),
+                dial: SingleFlight::default(),
+                state: Mutex::new(State::default()),
+            }),
+            pinned: None,
+        }
     }
 
     /// Sets the silence bound (default [`DEFAULT_SILENCE`]; at least 10 ms), for this

@@ -109,7 +109,9 @@ pub use healing::{HealingConnection, HealingStats};
 pub use healing_cluster::HealingCluster;
 pub use notify::{NoticeStats, ReleaseNotices};
 pub use preflight::{MIN_REDIS, MIN_VALKEY};
-pub use replica::{MAX_ACK_TIMEOUT, NotAcknowledged, ReplicaAck};
+pub use replica::{
+    DEFAULT_ACK_CONNECTIONS, MAX_ACK_CONNECTIONS, MAX_ACK_TIMEOUT, NotAcknowledged, ReplicaAck,
+};
 #[cfg(feature = "sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub use sentinel::SentinelConnection;

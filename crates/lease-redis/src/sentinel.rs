@@ -16,9 +16,10 @@
 //! instead of queueing every later call behind it.
 //!
 //! Each clone pins the underlying connection on its first call until an error: the backend
-//! clones the connection once per operation, so a script and the `WAIT` of a
-//! [`ReplicaAck`](crate::ReplicaAck) that follows it always share one server connection (a
-//! `WAIT` on a fresh connection would acknowledge nothing of ours).
+//! clones the connection once per operation. A script and the `WAIT` of a
+//! [`ReplicaAck`](crate::ReplicaAck) that follows it share one server connection (a `WAIT` on
+//! another connection would acknowledge nothing of ours): a dedicated one, discovered through
+//! the same sentinels, so the `WAIT` holds up nothing else (see [`crate::replica`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -58,7 +59,8 @@ pub struct SentinelConnection {
 
 struct Shared {
     service: String,
-    client: tokio::sync::Mutex<SentinelClient>,
+    /// Shared with the [`independent`](SentinelConnection::independent) connections.
+    client: Arc<tokio::sync::Mutex<SentinelClient>>,
     current: Mutex<Current>,
     config: AsyncConnectionConfig,
     discovery_timeout: Duration,
@@ -133,10 +135,27 @@ impl SentinelConnection {
         SentinelConnection {
             shared: Arc::new(Shared {
                 service: service.to_owned(),
-                client: tokio::sync::Mutex::new(client),
+                client: Arc::new(tokio::sync::Mutex::new(client)),
                 current: Mutex::new(Current::default()),
                 config,
                 discovery_timeout: DEFAULT_DISCOVERY_TIMEOUT,
+            }),
+            pinned: None,
+        }
+    }
+
+    /// A connection through the same sentinels (and the same sentinel client) that shares
+    /// no connection with this one: it discovers the primary on its first call and follows
+    /// failovers on its own. The dedicated connections of replica acknowledgement (see
+    /// [`crate::replica`]).
+    pub(crate) fn independent(&self) -> SentinelConnection {
+        SentinelConnection {
+            shared: Arc::new(Shared {
+                service: self.shared.service.clone(),
+                client: Arc::clone(&self.shared.client),
+                current: Mutex::new(Current::default()),
+                config: self.shared.config.clone(),
+                discovery_timeout: self.shared.discovery_timeout,
             }),
             pinned: None,
         }

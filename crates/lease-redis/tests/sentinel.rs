@@ -358,3 +358,244 @@ async fn sentinel_url_credentials_reach_the_primary() {
     assert_eq!(err.kind(), redis::ErrorKind::InvalidClientConfig, "{err}");
     assert!(!err.to_string().contains("pw"), "{err}");
 }
+
+/// The first `laddr=` of a `CLIENT INFO` reply: the server's port this connection reached.
+fn local_port(client_info: &str) -> Option<u16> {
+    client_info
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("laddr="))
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+}
+
+/// `ACL WHOAMI` and the server port of the data connection of `b`.
+async fn who_and_port(b: &RedisBackend<SentinelConnection>) -> (String, Option<u16>) {
+    let mut data = b.connection().clone();
+    let who: String = bounded(
+        "WHOAMI",
+        redis::cmd("ACL").arg("WHOAMI").query_async(&mut data),
+    )
+    .await
+    .expect("ACL WHOAMI");
+    let info: String = bounded(
+        "CLIENT INFO",
+        redis::cmd("CLIENT").arg("INFO").query_async(&mut data),
+    )
+    .await
+    .expect("CLIENT INFO");
+    (who, local_port(&info))
+}
+
+/// Marker the child process prints when it ran (not merely filtered in and returned).
+const CHILD_DONE: &str = "tls sentinel child: done";
+
+/// Sentinel over TLS (issue 27), on a group whose servers and sentinels serve TLS and whose
+/// sentinels monitor — so name to clients — the primary's **TLS port**, where plaintext cannot
+/// work:
+///
+/// - `rediss://app:pw@<sentinel>` URLs (`SentinelConnection::connect`, the path that used to
+///   keep only the addresses) give TLS and the credentials to the sentinels and to the
+///   primary: the grant works (the servers' default user may not run scripts), `ACL WHOAMI`
+///   says `app`, and `CLIENT INFO` shows the data connection on the primary's TLS port. A URL
+///   can only trust the system's roots, so this part runs in a child process of this test
+///   binary with `SSL_CERT_FILE` naming the test CA (setting the variable in this
+///   multi-threaded process would race the other tests);
+/// - the same through a `SentinelClient` given the test CA (`from_client`), in process;
+/// - negative controls: plaintext sentinel URLs name the same TLS port, and plaintext to it
+///   fails (what `rediss://` sentinel URLs gave the primary before the fix); sentinel URLs that
+///   disagree on TLS are refused with `InvalidClientConfig` before any round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_urls_give_tls_and_credentials_to_the_primary() {
+    use lease_testkit::tls::{TestPki, Validity};
+
+    let pki = TestPki::new().expect("test CA");
+    let cert = pki
+        .server_cert(&["localhost", "127.0.0.1"], Validity::Current)
+        .expect("server certificate");
+    let group = SentinelGroup::builder("tls")
+        .replicas(1)
+        .sentinels(2)
+        .tls(&cert)
+        .start()
+        .await
+        .expect("start the TLS group");
+    let primary = group.primary().await.expect("primary");
+    let tls_port = primary.tls_port().expect("the primary serves TLS");
+    // An ACL user `app` on every server and sentinel (set over the kit's plain ports); the
+    // servers' default user may not run scripts.
+    let acl = |user: &str, rules: &[&str]| {
+        let mut c = redis::cmd("ACL");
+        c.arg("SETUSER").arg(user);
+        for r in rules {
+            c.arg(*r);
+        }
+        c
+    };
+    for server in group.servers() {
+        let mut conn = server.connection().await.expect("server connection");
+        let _: () = acl("app", &["on", ">pw", "~*", "&*", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER app");
+        let _: () = acl("default", &["-@scripting"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER default");
+    }
+    for addr in group.sentinel_addrs() {
+        let client = redis::Client::open(format!("redis://{addr}/")).expect("sentinel url");
+        let mut conn = bounded(
+            "sentinel connection",
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .expect("sentinel connection");
+        let _: () = acl("app", &["on", ">pw", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .expect("ACL SETUSER app on the sentinel");
+    }
+    let urls: Vec<String> = group
+        .sentinel_tls_urls()
+        .iter()
+        .map(|u| u.replacen("rediss://", "rediss://app:pw@", 1))
+        .collect();
+    assert_eq!(urls.len(), 2, "{urls:?}");
+
+    // In process: a SentinelClient that trusts the test CA, for both hops.
+    let certificates = || redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pki.ca_pem().as_bytes().to_vec()),
+    };
+    let addrs: Vec<redis::ConnectionAddr> = group
+        .sentinel_tls_urls()
+        .iter()
+        .map(|u| {
+            redis::IntoConnectionInfo::into_connection_info(u.as_str())
+                .expect("sentinel url")
+                .addr()
+                .clone()
+        })
+        .collect();
+    let client = redis::sentinel::SentinelClientBuilder::new(
+        addrs,
+        group.name(),
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("sentinel builder")
+    .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+    .set_client_to_sentinel_certificates(certificates())
+    .set_client_to_sentinel_username("app")
+    .set_client_to_sentinel_password("pw")
+    .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+    .set_client_to_redis_certificates(certificates())
+    .set_client_to_redis_username("app")
+    .set_client_to_redis_password("pw")
+    .build()
+    .expect("sentinel client");
+    let verified = RedisBackend::new(SentinelConnection::from_client(
+        client,
+        group.name(),
+        redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None),
+    ));
+    let spec = election("{tls}");
+    let granted = bounded(
+        "acquire over verified TLS",
+        verified.acquire(&acq(&spec, "a")),
+    )
+    .await
+    .expect("the primary accepts app's script over TLS");
+    assert!(
+        matches!(granted, AcquireOutcome::Acquired { .. }),
+        "{granted:?}"
+    );
+    assert_eq!(
+        who_and_port(&verified).await,
+        ("app".to_owned(), Some(tls_port))
+    );
+
+    // The URL path, in a child process that trusts the test CA through SSL_CERT_FILE.
+    let exe = std::env::current_exe().expect("test binary");
+    let child = tokio::process::Command::new(exe)
+        .args([
+            "--exact",
+            "tls_sentinel_urls_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SSL_CERT_FILE", pki.ca_file())
+        .env("REDLEASE_CHILD_SENTINELS", urls.join(" "))
+        .env("REDLEASE_CHILD_SERVICE", group.name())
+        .env("REDLEASE_CHILD_TLS_PORT", tls_port.to_string())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), child)
+        .await
+        .expect("the child test ends in time")
+        .expect("run the child test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && text.contains(CHILD_DONE), "{text}");
+
+    // Negative control: plaintext sentinels name the same TLS port; plaintext to it fails.
+    let plain = tokio::time::timeout(
+        CALL,
+        SentinelConnection::connect(group.sentinel_urls(), group.name()),
+    )
+    .await;
+    assert!(
+        !matches!(plain, Ok(Ok(_))),
+        "a plaintext connection to the primary's TLS port worked"
+    );
+
+    // Sentinel URLs that disagree on TLS are refused before any round trip.
+    let started = Instant::now();
+    let mixed = vec![urls[0].clone(), group.sentinel_urls()[1].clone()];
+    let Err(err) = SentinelConnection::connect(mixed, group.name()).await else {
+        panic!("sentinel URLs that disagree on TLS accepted");
+    };
+    assert_eq!(err.kind(), redis::ErrorKind::InvalidClientConfig, "{err}");
+    assert!(!err.to_string().contains("pw"), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
+
+/// The child half of `rediss_sentinel_urls_give_tls_and_credentials_to_the_primary` (does
+/// nothing unless that test runs it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinel_urls_child() {
+    let Ok(urls) = std::env::var("REDLEASE_CHILD_SENTINELS") else {
+        return;
+    };
+    let service = std::env::var("REDLEASE_CHILD_SERVICE").expect("service");
+    let tls_port: u16 = std::env::var("REDLEASE_CHILD_TLS_PORT")
+        .expect("port")
+        .parse()
+        .expect("port number");
+    let conn = bounded(
+        "connect through the TLS sentinels",
+        SentinelConnection::connect(urls.split(' '), &service),
+    )
+    .await
+    .expect("connect through the TLS sentinels as app");
+    assert_eq!(
+        conn.primary_address(),
+        Some(format!("127.0.0.1:{tls_port}")),
+        "the sentinels name the primary's TLS port"
+    );
+    let b = RedisBackend::new(conn);
+    let info = bounded("inspect", b.inspect(&election("{tls}")))
+        .await
+        .expect("app may read over TLS");
+    assert_eq!(info.holder.as_deref(), Some("a"));
+    let renewed = bounded("renew", b.renew(&renew(&election("{tls}"), "a")))
+        .await
+        .expect("app may run scripts over TLS");
+    assert_eq!(renewed, RenewOutcome::Renewed);
+    assert_eq!(who_and_port(&b).await, ("app".to_owned(), Some(tls_port)));
+    println!("{CHILD_DONE}");
+}

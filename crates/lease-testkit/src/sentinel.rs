@@ -7,6 +7,10 @@
 //! replication does). The sentinels decide failovers with a quorum of 2 and consider a
 //! primary down after [`SentinelGroupBuilder::down_after`] (default 1 s).
 //!
+//! With [`SentinelGroupBuilder::tls`], every server and sentinel also serves TLS, replication
+//! and the sentinels' own links use it, and the sentinels name the primary's TLS port to
+//! clients ([`SentinelGroup::sentinel_tls_urls`]).
+//!
 //! With [`SentinelGroupBuilder::replication_proxy`], the replicas follow the first primary
 //! through a [`FaultProxy`], so [`SentinelGroup::partition_replication`] can cut the
 //! replication links while clients still reach the primary (until the first failover: after
@@ -36,6 +40,7 @@ use crate::proxy::{FaultProxy, Mode};
 use crate::redis::RedisServer;
 use crate::resp::{self, ProbeAuth, Reply};
 use crate::tempdir::TempDir;
+use crate::tls::ServerCert;
 use crate::{Error, Result};
 
 /// How long to wait for the topology to settle (replication links up, sentinels aware of
@@ -56,9 +61,23 @@ pub struct SentinelGroupBuilder {
     down_after: Duration,
     failover_timeout: Duration,
     replication_proxy: bool,
+    tls: Option<ServerCert>,
 }
 
 impl SentinelGroupBuilder {
+    /// TLS everywhere, with `cert` (from a [`TestPki`](crate::tls::TestPki); name it
+    /// `127.0.0.1`): every data server gets a TLS port besides its plain one
+    /// ([`RedisServer::tls_port`]), replicas replicate from the primary's TLS port, the
+    /// sentinels serve a TLS port too ([`SentinelGroup::sentinel_tls_urls`]), reach the
+    /// servers and each other over TLS (`tls-replication yes`) and monitor the primary's TLS
+    /// port — so the address they name to clients is a TLS port, where plaintext cannot work.
+    /// The plain ports stay, for the kit's own probes. Not with
+    /// [`replication_proxy`](Self::replication_proxy).
+    pub fn tls(mut self, cert: &ServerCert) -> Self {
+        self.tls = Some(cert.clone());
+        self
+    }
+
     /// Number of replicas (default 2, at least 1).
     pub fn replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas;
@@ -105,25 +124,37 @@ impl SentinelGroupBuilder {
                 self.name
             )));
         }
+        if self.replication_proxy && self.tls.is_some() {
+            return Err(Error::Config(
+                "a sentinel group cannot have both TLS and a replication proxy".to_owned(),
+            ));
+        }
         let program = crate::server::program()?;
         // Redis 7 delays a diskless full sync by 5 s to wait for more replicas; every server
         // may become a primary that syncs a demoted one, so none waits.
-        let primary = RedisServer::builder()
-            .mode(ServerMode::Process)
-            .config("repl-diskless-sync-delay", "0")
-            .start()
-            .await?;
+        let server = || {
+            let b = RedisServer::builder()
+                .mode(ServerMode::Process)
+                .config("repl-diskless-sync-delay", "0");
+            match &self.tls {
+                Some(cert) => b.tls(cert).config("tls-replication", "yes"),
+                None => b,
+            }
+        };
+        let primary = server().start().await?;
         let proxy = if self.replication_proxy {
             Some(FaultProxy::start(primary.addr()).await?)
         } else {
             None
         };
-        let upstream = proxy.as_ref().map_or(primary.addr(), FaultProxy::addr);
+        let upstream = match (&proxy, primary.tls_addr()) {
+            (Some(proxy), _) => proxy.addr(),
+            (None, Some(tls)) if self.tls.is_some() => tls,
+            (None, _) => primary.addr(),
+        };
         let mut servers = vec![primary];
         for _ in 0..self.replicas {
-            let replica = RedisServer::builder()
-                .mode(ServerMode::Process)
-                .config("repl-diskless-sync-delay", "0")
+            let replica = server()
                 .config(
                     "replicaof",
                     format!("{} {}", upstream.ip(), upstream.port()),
@@ -137,9 +168,15 @@ impl SentinelGroupBuilder {
             servers,
             sentinels: Vec::new(),
             proxy,
+            tls: self.tls.is_some(),
         };
         group.wait_links_up(0, SETTLE_DEADLINE).await?;
-        let primary_port = group.servers[0].port();
+        let primary_port = match &self.tls {
+            Some(_) => group.servers[0]
+                .tls_port()
+                .unwrap_or(group.servers[0].port()),
+            None => group.servers[0].port(),
+        };
         for _ in 0..self.sentinels {
             let sentinel = Sentinel::start(&program, &self, primary_port).await?;
             group.sentinels.push(sentinel);
@@ -155,6 +192,7 @@ struct Sentinel {
     // Field order matters: the process is killed before the directory is removed.
     process: ServerProcess,
     port: u16,
+    tls_port: Option<u16>,
     dir: TempDir,
 }
 
@@ -168,6 +206,22 @@ impl Sentinel {
         let mut last_error = None;
         for _ in 0..5 {
             let port = free_port()?;
+            let mut tls_port = None;
+            let mut tls_text = String::new();
+            if let Some(cert) = &opts.tls {
+                let mut tp = free_port()?;
+                while tp == port {
+                    tp = free_port()?;
+                }
+                tls_port = Some(tp);
+                tls_text = format!(
+                    "tls-port {tp}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                     tls-auth-clients no\ntls-replication yes\n",
+                    cert.cert_file().display(),
+                    cert.key_file().display(),
+                    cert.ca_file().display(),
+                );
+            }
             let conf = dir.path().join("sentinel.conf");
             let text = format!(
                 "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
@@ -179,7 +233,7 @@ impl Sentinel {
                 name = opts.name,
                 down = opts.down_after.as_millis(),
                 failover = opts.failover_timeout.as_millis(),
-            );
+            ) + &tls_text;
             std::fs::write(&conf, text)
                 .map_err(|e| Error::io(format!("writing {}", conf.display()), e))?;
             let log = dir.path().join("sentinel.log");
@@ -210,7 +264,12 @@ impl Sentinel {
                     .await
                     .is_ok()
                 {
-                    return Ok(Sentinel { process, port, dir });
+                    return Ok(Sentinel {
+                        process,
+                        port,
+                        tls_port,
+                        dir,
+                    });
                 }
                 if started.elapsed() > Duration::from_secs(20) {
                     return Err(Error::NotReady {
@@ -240,6 +299,8 @@ pub struct SentinelGroup {
     sentinels: Vec<Sentinel>,
     servers: Vec<RedisServer>,
     proxy: Option<FaultProxy>,
+    /// Built with [`SentinelGroupBuilder::tls`].
+    tls: bool,
 }
 
 impl SentinelGroup {
@@ -257,6 +318,7 @@ impl SentinelGroup {
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_secs(5),
             replication_proxy: false,
+            tls: None,
         }
     }
 
@@ -270,6 +332,16 @@ impl SentinelGroup {
         self.sentinels
             .iter()
             .map(|s| format!("redis://{}/", s.addr()))
+            .collect()
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` of each sentinel (groups built with
+    /// [`SentinelGroupBuilder::tls`]; empty otherwise).
+    pub fn sentinel_tls_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.tls_port)
+            .map(|p| format!("rediss://{}/", loopback(p)))
             .collect()
     }
 
@@ -317,7 +389,7 @@ impl SentinelGroup {
     fn index_of_port(&self, port: u16) -> Result<usize> {
         self.servers
             .iter()
-            .position(|s| s.port() == port)
+            .position(|s| s.port() == port || s.tls_port() == Some(port))
             .ok_or_else(|| Error::InvalidState(format!("no server of the group on port {port}")))
     }
 
@@ -460,7 +532,11 @@ impl SentinelGroup {
         if self.role(primary).await.map_err(|e| e.to_string())? != "master" {
             return Ok(false);
         }
-        let p = self.servers[primary].addr();
+        // With TLS, replication goes to the primary's TLS port.
+        let p = match self.servers[primary].tls_addr() {
+            Some(tls) if self.tls => tls,
+            _ => self.servers[primary].addr(),
+        };
         for (i, server) in self.servers.iter().enumerate() {
             if i == primary || server.state() != crate::redis::ServerState::Running {
                 continue;

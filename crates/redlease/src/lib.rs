@@ -159,10 +159,11 @@ pub mod redis {
     pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
-        CORRUPT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite,
-        HealingCluster, HealingConnection, HealingStats, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY,
-        NotAcknowledged, NoticeStats, RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices,
-        ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
+        CORRUPT, DEFAULT_ACK_CONNECTIONS, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT,
+        FENCE_LABEL_LIMIT, FencedWrite, HealingCluster, HealingConnection, HealingStats,
+        MAX_ACK_CONNECTIONS, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged, NoticeStats,
+        RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES,
+        Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).

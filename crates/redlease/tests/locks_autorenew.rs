@@ -332,3 +332,86 @@ async fn many_auto_renewed_locks_share_batched_renewals() {
     }
     server.resume().await.unwrap();
 }
+
+/// Issue 27: the renewal task's timer queue is bounded by the live locks, not by how many
+/// locks came and went. 600 auto-renewed locks are obtained and released one after the other
+/// (each leaves a stale entry behind: a release does not remove its lock's entry) while four
+/// others stay held: the queue never holds more than twice the live locks plus the compaction
+/// slack (64) — with compaction disabled it reached 307 and this test failed — and the four held locks keep renewing
+/// across several TTLs meanwhile and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_queue_stays_bounded_while_locks_come_and_go() {
+    const CHURN: usize = 600;
+    const HELD: usize = 4;
+    // Twice the live entries at the last compaction plus lease-tokio's COMPACT_SLACK (64).
+    // Live: the held locks, the churned lock of the moment, and room for released locks
+    // still referenced for a moment (a batch in flight) — 74 is typical (five live entries).
+    const BOUND: usize = 2 * (HELD + 8) + 64;
+    let server = common::redis().await;
+    let (locker, counted) = counted_locker(&server).await;
+    let mut conn = raw(&server).await;
+    let ttl = ms(600);
+    let options = || LockOptions::new().auto_renew(ms(150));
+    let started = tokio::time::Instant::now();
+    let mut held = Vec::new();
+    for i in 0..HELD {
+        held.push(
+            locker
+                .obtain(format!("held-{i}"), ttl, options())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut max = 0;
+    for i in 0..CHURN {
+        let lock = tokio::time::timeout(
+            EVENTUALLY,
+            locker.obtain(format!("churn-{i}"), ttl, options()),
+        )
+        .await
+        .expect("obtain in time")
+        .unwrap();
+        lock.release().await.unwrap();
+        max = max.max(locker.renewal_queue_len());
+    }
+    eprintln!("renewal queue: at most {max} entries over {CHURN} obtained-and-released locks");
+    assert!(
+        max <= BOUND,
+        "the renewal queue reached {max} entries for {HELD} held locks (bound {BOUND})"
+    );
+    assert!(
+        max > HELD,
+        "the queue length is observed at all (max {max})"
+    );
+    // The held locks renewed all along: several TTLs have passed since they were obtained
+    // and each is still held, in Redis and locally.
+    let base = counted.counts().renews_ok;
+    counted
+        .wait_for("renewals after the churn", |c| {
+            c.renews_ok >= base + 2 * HELD as u32
+        })
+        .await;
+    let deadline = started + ttl * 3;
+    if tokio::time::Instant::now() < deadline {
+        // Not a synchronisation: the assertion is about locks outliving several TTLs.
+        tokio::time::sleep_until(deadline).await;
+    }
+    for lock in &held {
+        assert!(lock.held(), "{} lost", lock.key());
+        assert!(!lock.lost().is_cancelled());
+        assert_eq!(
+            get(&mut conn, lock.key()).await.as_deref(),
+            Some(lock.owner()),
+            "{} still ours in Redis",
+            lock.key()
+        );
+    }
+    assert!(
+        locker.renewal_queue_len() <= BOUND,
+        "{}",
+        locker.renewal_queue_len()
+    );
+    for lock in held {
+        lock.release().await.unwrap();
+    }
+}

@@ -82,6 +82,15 @@ impl<B: LeaseBackend> Locker<B> {
         &self.backend
     }
 
+    /// How many entries the auto-renewal task's timer queue held after its last step (live,
+    /// stale and dead ones; 0 before the first auto-renewed lock). Bounded by twice the live
+    /// auto-renewed locks plus 64 after each compaction (see `docs/production.md`, "Bounds").
+    /// For tests and diagnostics; not a stable API.
+    #[doc(hidden)]
+    pub fn renewal_queue_len(&self) -> usize {
+        self.renewals.queued()
+    }
+
     /// Obtains a lock on `key` for `ttl`.
     pub async fn obtain(
         &self,

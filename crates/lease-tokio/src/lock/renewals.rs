@@ -27,7 +27,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -43,6 +43,8 @@ use crate::lock::handle::Shared;
 /// gone.
 pub(crate) struct Renewals<B> {
     tx: Mutex<Option<mpsc::UnboundedSender<Weak<Shared<B>>>>>,
+    /// The timer queue's length after the task's last step (for tests and diagnostics).
+    queued: Arc<AtomicUsize>,
 }
 
 impl<B> std::fmt::Debug for Renewals<B> {
@@ -63,7 +65,14 @@ impl<B: LeaseBackend> Renewals<B> {
     pub(crate) fn new() -> Renewals<B> {
         Renewals {
             tx: Mutex::new(None),
+            queued: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// How many entries the timer queue held after the task's last step (live, stale and
+    /// dead ones).
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Asks the task to read `lock`'s machine now (a new lock, or its deadline or turn
@@ -81,7 +90,7 @@ impl<B: LeaseBackend> Renewals<B> {
         };
         let (sender, rx) = mpsc::unbounded_channel();
         let sent = sender.send(Arc::downgrade(lock)).is_ok();
-        handle.spawn(run(rx));
+        handle.spawn(run(rx, Arc::clone(&self.queued)));
         *tx = Some(sender);
         sent
     }
@@ -208,7 +217,10 @@ impl<B: LeaseBackend> Queue<B> {
 }
 
 /// The task: wakes at the earliest queued instant or when a lock asks, and sends what is due.
-async fn run<B: LeaseBackend>(mut rx: mpsc::UnboundedReceiver<Weak<Shared<B>>>) {
+async fn run<B: LeaseBackend>(
+    mut rx: mpsc::UnboundedReceiver<Weak<Shared<B>>>,
+    queued: Arc<AtomicUsize>,
+) {
     let mut queue = Queue {
         heap: BinaryHeap::new(),
         seq: 0,
@@ -230,6 +242,7 @@ async fn run<B: LeaseBackend>(mut rx: mpsc::UnboundedReceiver<Weak<Shared<B>>>) 
                 None => return,
             },
         };
+        queued.store(queue.heap.len(), Ordering::Relaxed);
         send(batch);
     }
 }
