@@ -295,6 +295,9 @@ impl<B: LeaseBackend> Lock<B> {
     /// this refresh told the store (it may shorten it). If no attempt was answered and one may
     /// have been applied, the result is [`LockError::OutcomeUnknown`] and the deadline is not
     /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied.
+    ///
+    /// **Dropping the future** ends the refresh: the turn goes back to the auto-renewal, and
+    /// a request in flight counts as unknown (the deadline is not extended by it).
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         let result = self.refresh_inner(ttl).await;
         if matches!(&result, Err(e) if !matches!(e, LockError::NotHeld | LockError::Invalid(_))) {
@@ -370,13 +373,20 @@ impl<B: LeaseBackend> Lock<B> {
     /// Returns [`LockError::NotHeld`] when it was no longer ours, and
     /// [`LockError::OutcomeUnknown`] when the release got no answer (the lock may still be
     /// held until its TTL runs out).
+    ///
+    /// **Dropping the future** before the reply (a `select!`, a `timeout`) still ends the
+    /// lock: no more renewals, the loss token fires, and the release is sent again in the
+    /// background (compare-and-delete, bounded like [`Drop`]'s), so the key does not outlive
+    /// the caller's intent by a TTL.
     pub async fn release(self) -> Result<(), LockError> {
         self.shared.with(|m, _| m.release());
         let shared = &self.shared;
         let req = release_request(&shared.spec, &shared.owner);
+        let unanswered = ReleaseGuard { lock: Some(&self) };
         let result = tokio::time::timeout(self.bound, shared.backend.release(&req))
             .await
             .unwrap_or(Err(BackendError::Timeout(self.bound)));
+        unanswered.disarm();
         shared.lost.cancel();
         release_result(result)
     }
@@ -402,6 +412,31 @@ impl<B: LeaseBackend> Drop for Lock<B> {
             );
         }
         shared.lost.cancel();
+    }
+}
+
+/// Sends the release in the background when [`Lock::release`] is dropped before its reply.
+struct ReleaseGuard<'a, B: LeaseBackend> {
+    lock: Option<&'a Lock<B>>,
+}
+
+impl<B: LeaseBackend> ReleaseGuard<'_, B> {
+    fn disarm(mut self) {
+        self.lock = None;
+    }
+}
+
+impl<B: LeaseBackend> Drop for ReleaseGuard<'_, B> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            let shared = &lock.shared;
+            spawn_release(
+                Arc::clone(&shared.backend),
+                release_request(&shared.spec, &shared.owner),
+                lock.bound,
+            );
+            shared.lost.cancel();
+        }
     }
 }
 
