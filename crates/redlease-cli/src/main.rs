@@ -138,8 +138,11 @@ fn main() -> ExitCode {
 fn supervisor_main() -> ExitCode {
     // CMD's trampoline (see `child.rs`): nothing else of the command runs in that process.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == child::EXEC_ARG) {
-        return child::exec_trampoline(&argv[2..]);
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some(child::EXEC_ARG) => return child::trampoline(&argv[2..]),
+        Some(child::EXEC_CMD_ARG) => return child::exec_cmd(&argv[2..]),
+        Some(child::EXIT_BY_SIGNAL_ARG) => return child::exit_by_signal(&argv[2..]),
+        _ => {}
     }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
@@ -247,10 +250,11 @@ fn tls_config(cli: &Cli) -> Result<(TlsConfig, bool), Failure> {
 
 async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
     let topology = ctx.cluster || ctx.sentinel.is_some() || ctx.redlock.is_some();
-    if topology && !matches!(command, Command::Run(_)) {
+    if topology && matches!(command, Command::Demo(_)) {
         return Err(Failure::new(
             exit::INVALID,
-            "--cluster, --sentinel and --redlock are supported by `run` only (for now)",
+            "--cluster, --sentinel and --redlock do not apply to `demo` (a single server or \
+             the in-memory store)",
         ));
     }
     match command {

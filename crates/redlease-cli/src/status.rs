@@ -3,7 +3,6 @@
 
 use redlease::StoreReport;
 use redlease::core::LeaseSpec;
-use redlease::redis::RedisBackend;
 use redlease::{ElectionConfig, LeaderWatch, LeaseBackend};
 
 use crate::cli::StatusArgs;
@@ -18,12 +17,20 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
             .build()
             .map_err(|e| Failure::config(&e))?;
     }
-    let connection = conn::connect(ctx).await?;
-    let backend = RedisBackend::new(connection);
+    crate::topology::with_backend!(ctx, once, args.watch, |backend, _topology| {
+        status_on(ctx, &args, backend).await
+    })
+}
+
+/// `status` on any backend (standalone, Cluster, Sentinel, Redlock).
+async fn status_on<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: &StatusArgs,
+    backend: B,
+) -> Result<u8, Failure> {
     if args.watch
         && let Some(name) = &args.name
     {
-        let backend = conn::with_notices(ctx, backend)?;
         return watch(ctx, backend, name, args.every).await;
     }
     if let Some(name) = &args.name {
@@ -35,12 +42,10 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     Ok(exit::OK)
 }
 
-type Backend = RedisBackend<redlease::redis::client::aio::MultiplexedConnection>;
-
 /// Prints the store's report; `UNSAFE_STORE` unless it is confirmed safe: a known risk, a
 /// setting the server did not disclose ("cannot confirm persistence"), an unsupported server
 /// or a clock skew above the limit all fail the check (an asynchronous replica does not).
-async fn check(ctx: &Ctx, backend: &Backend) -> Result<u8, Failure> {
+async fn check<B: LeaseBackend>(ctx: &Ctx, backend: &B) -> Result<u8, Failure> {
     let report = match tokio::time::timeout(conn::OP_TIMEOUT, backend.preflight()).await {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => return Err(Failure::backend("status --check", &e)),
@@ -110,9 +115,9 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
 /// Prints each change of leader of election `name` until SIGINT or SIGTERM: at once on a
 /// release notice, else at the next poll. A failed poll is reported on stderr and polling
 /// goes on (Redis may come back).
-async fn watch(
+async fn watch<B: LeaseBackend + 'static>(
     ctx: &Ctx,
-    backend: Backend,
+    backend: B,
     name: &str,
     every: std::time::Duration,
 ) -> Result<u8, Failure> {
@@ -157,7 +162,7 @@ async fn watch(
 }
 
 /// Prints who leads election `name`.
-async fn election(ctx: &Ctx, backend: &Backend, name: &str) -> Result<(), Failure> {
+async fn election<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(), Failure> {
     let spec = LeaseSpec::election(name);
     let info = match tokio::time::timeout(conn::OP_TIMEOUT, backend.inspect(&spec)).await {
         Ok(Ok(info)) => info,
