@@ -1,19 +1,34 @@
-//! `run` on every topology: a Redis Cluster (`--cluster`), a Sentinel group (`--sentinel
-//! --service`) and a Redlock quorum (`--redlock`), on the kit's real servers. On each, the
-//! leader's CMD gets a token and a second contender only follows while the first leads.
+//! Every subcommand on every topology: a Redis Cluster (`--cluster`), a Sentinel group
+//! (`--sentinel --service`) and a Redlock quorum (`--redlock`), on the kit's real servers.
+//!
+//! - `run`: the leader's CMD gets a token and a second contender only follows while the first
+//!   leads; `status` names the leader and its token; `fence` applies a write under the token
+//!   and refuses a stale one (exit 3) — and is refused on Redlock (exit 64, before connecting).
+//! - `lock`: a second `lock --wait 0` is refused (exit 71) while the first holds; a waiter is
+//!   woken by the holder's release notice (its subscription is seen on the server), well
+//!   before the TTL (Cluster, Sentinel; Redlock waiters poll).
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::*;
 use lease_testkit::redis::RedisServer;
 use lease_testkit::{RedisCluster, SentinelGroup};
+use redlease::redis::Topology as Kind;
+use redlease::redis::notice_channel;
 
-/// Leads with a long-running CMD (`a`), checks that a second contender (`b`) follows, then
-/// stops both (143).
-async fn one_leader(dir: &Path, name: &str, topology: &[&str], url: &str) {
+type Conn = redlease::redis::client::aio::MultiplexedConnection;
+/// Counts the subscribers of a notice channel on the server(s).
+type Subscribed = dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>>;
+
+/// Leads with a long-running CMD (`a`), checks that a second contender (`b`) follows, that
+/// `status` names `a` with its token, and that `fence` writes under that token (refuses an
+/// older one) when `fence` is supported on the topology (exit 64 when not); then stops both
+/// (143).
+async fn one_leader(dir: &Path, name: &str, topology: &[&str], url: &str, fence: bool) {
     let job = job_script(dir);
     let start = |id: &str| {
         let mut c = redlease(url, dir);
@@ -33,13 +48,56 @@ async fn one_leader(dir: &Path, name: &str, topology: &[&str], url: &str) {
         .await
         .parse()
         .unwrap_or_else(|e| panic!("a token: {e}; {:#?}", a.lines()));
-    assert!(token > 0);
+    assert!(token > 1);
     let mut b = spawn(start("b"), "b");
     b.wait_line("following a").await;
     assert!(
         !dir.join(format!("b-{}.token", name.len())).exists(),
         "b does not run CMD while a leads"
     );
+
+    // `status` on the same topology: a leads, with its token.
+    let out = output({
+        let mut c = redlease(url, dir);
+        c.args(topology).args(["--json", "status", "--name", name]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "status: {}", stderr(&out));
+    let shown = stdout(&out);
+    assert_eq!(json_field(&shown, "holder").as_deref(), Some("a"), "{shown}");
+    assert_eq!(json_field(&shown, "token"), Some(token.to_string()), "{shown}");
+
+    // `fence` under a's token, then under an older one.
+    let key = format!("{name}:state");
+    let fence_with = |t: u64| {
+        let mut c = redlease(url, dir);
+        c.args(topology).args([
+            "fence",
+            "set",
+            "--name",
+            name,
+            "--token",
+            &t.to_string(),
+            &key,
+            "v",
+        ]);
+        c
+    };
+    let out = output(fence_with(token)).await;
+    if fence {
+        assert_eq!(code(&out), 0, "fenced write: {}", stderr(&out));
+        let out = output(fence_with(token - 1)).await;
+        assert_eq!(code(&out), 3, "stale token refused: {}", stderr(&out));
+    } else {
+        assert_eq!(code(&out), 64, "{}", stderr(&out));
+        assert!(
+            assert_one_line(&out).contains("not supported with --redlock"),
+            "{}",
+            stderr(&out)
+        );
+    }
+
     b.signal("TERM");
     assert_eq!(b.wait_exit().await.code(), Some(143), "{:#?}", b.lines());
     let mut a = a;
@@ -47,45 +105,175 @@ async fn one_leader(dir: &Path, name: &str, topology: &[&str], url: &str) {
     assert_eq!(a.wait_exit().await.code(), Some(143), "{:#?}", a.lines());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn run_on_a_redis_cluster() {
-    let cluster = RedisCluster::start().await.expect("cluster");
-    let seeds = cluster.urls().join(",");
-    let dir = workdir("cli-topo-cluster");
-    one_leader(dir.path(), "{cli-cluster}", &["--cluster"], &seeds).await;
+/// `lock` on a topology: the holder (with `--fence`) gets a token; a second `--wait 0` is
+/// refused (71); a waiter, once `subscribed` sees its notice subscription (`None`: a topology
+/// without notices), gets the lock within `bound` of the holder's release (the TTL is 30 s).
+async fn lock_round(
+    dir: &Path,
+    topology: &[&str],
+    url: &str,
+    key: &str,
+    subscribed: Option<&Subscribed>,
+) {
+    let holder = Proc::spawn({
+        let mut c = redlease(url, dir);
+        c.args(topology)
+            .args(["lock", key, "--ttl", "30s", "--fence", "--wait", "0", "--", "sh", "-c"])
+            .arg("echo \"$REDLEASE_TOKEN\" > holder.token; while [ ! -e go ]; do sleep 0.02; done");
+        c
+    });
+    let token = wait_file(&dir.join("holder.token")).await;
+    assert!(
+        token.parse::<u64>().is_ok_and(|t| t > 0),
+        "a fencing token: {token:?}; {:#?}",
+        holder.lines()
+    );
+    let out = output({
+        let mut c = redlease(url, dir);
+        c.args(topology).args(["lock", key, "--wait", "0", "--", "true"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 71, "held by the first: {}", stderr(&out));
+
+    let mut waiter = Proc::spawn({
+        let mut c = redlease(url, dir);
+        c.args(topology)
+            .args(["lock", key, "--ttl", "30s", "--wait", "25s", "--", "sh", "-c"])
+            .arg("echo got > waiter.got");
+        c
+    });
+    waiter.wait_line("obtaining lock").await;
+    if let Some(subscribed) = subscribed {
+        let deadline = Instant::now() + EVENTUALLY;
+        while subscribed().await == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the waiter never subscribed to release notices: {:#?}",
+                waiter.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    std::fs::write(dir.join("go"), "").expect("go");
+    let released = Instant::now();
+    let mut holder = holder;
+    assert_eq!(holder.wait_exit().await.code(), Some(0), "{:#?}", holder.lines());
+    let bound = if subscribed.is_some() {
+        Duration::from_secs(2)
+    } else {
+        EVENTUALLY
+    };
+    let got = wait_file_within(&dir.join("waiter.got"), bound).await;
+    assert_eq!(
+        got.as_deref(),
+        Some("got"),
+        "the waiter did not get the lock within {bound:?} of the release (TTL 30 s): {:#?}",
+        waiter.lines()
+    );
+    eprintln!(
+        "{topology:?}: the waiter ran CMD {:?} after the holder's release",
+        released.elapsed()
+    );
+    assert_eq!(waiter.wait_exit().await.code(), Some(0), "{:#?}", waiter.lines());
+}
+
+async fn count(mut conn: Conn, cmd: &'static str, channel: String) -> usize {
+    let reply: Vec<redlease::redis::client::Value> = redlease::redis::client::cmd("PUBSUB")
+        .arg(cmd)
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    match reply.get(1) {
+        Some(redlease::redis::client::Value::Int(n)) => usize::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn run_through_sentinels() {
+async fn every_subcommand_on_a_redis_cluster() {
+    let cluster = RedisCluster::start().await.expect("cluster");
+    let seeds = cluster.urls().join(",");
+    let dir = workdir("cli-topo-cluster");
+    one_leader(dir.path(), "{cli-cluster}", &["--cluster"], &seeds, true).await;
+
+    let key = "{cli-cluster-lock}";
+    let channel = notice_channel(key, Kind::Cluster);
+    let mut conns = Vec::new();
+    for node in cluster.nodes() {
+        conns.push(node.connection().await.expect("node"));
+    }
+    let subscribed = move || -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
+        let (conns, channel) = (conns.clone(), channel.clone());
+        Box::pin(async move {
+            let mut n = 0;
+            for c in conns {
+                n += count(c, "SHARDNUMSUB", channel.clone()).await;
+            }
+            n
+        })
+    };
+    lock_round(dir.path(), &["--cluster"], &seeds, key, Some(&subscribed)).await;
+
+    // A key without a hash tag: its lease's keys span slots; refused before any write.
+    let out = output({
+        let mut c = redlease(&seeds, dir.path());
+        c.args(["--cluster", "fence", "set", "--name", "{cli-cluster}", "--token", "5", "other", "v"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_subcommand_through_sentinels() {
     let group = SentinelGroup::start("cli-sentinel")
         .await
         .expect("sentinels");
     let sentinels = group.sentinel_urls().join(",");
     let dir = workdir("cli-topo-sentinel");
-    one_leader(
-        dir.path(),
-        "cli-sentinel-run",
-        &["--sentinel", &sentinels, "--service", group.name()],
-        "redis://127.0.0.1:1/",
-    )
+    let topology = ["--sentinel", &sentinels, "--service", group.name()];
+    one_leader(dir.path(), "cli-sentinel-run", &topology, "redis://127.0.0.1:1/", true).await;
+
+    let key = "cli-sentinel-lock";
+    let channel = notice_channel(key, Kind::Standalone);
+    let primary = group.primary().await.expect("primary");
+    let conn = primary.connection().await.expect("primary");
+    let subscribed = move || -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
+        Box::pin(count(conn.clone(), "NUMSUB", channel.clone()))
+    };
+    lock_round(dir.path(), &topology, "redis://127.0.0.1:1/", key, Some(&subscribed)).await;
+
+    // A wrong service name: said so, exit 69 or 70 (the sentinels do not know it).
+    let out = output({
+        let mut c = redlease("redis://127.0.0.1:1/", dir.path());
+        c.args(["--sentinel", &sentinels, "--service", "no-such-service", "status", "--name", "x"]);
+        c
+    })
     .await;
+    assert!(matches!(code(&out), 69 | 70), "{}", stderr(&out));
+    assert_one_line(&out);
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn run_on_a_redlock_quorum() {
+async fn every_subcommand_on_a_redlock_quorum() {
     let mut servers = Vec::new();
     for _ in 0..3 {
         servers.push(RedisServer::start().await.expect("redis"));
     }
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let dir = workdir("cli-topo-redlock");
+    let quorum = urls.join(",");
     one_leader(
         dir.path(),
         "cli-redlock-run",
-        &["--redlock", &urls.join(",")],
+        &["--redlock", &quorum],
         "redis://127.0.0.1:1/",
+        false,
     )
     .await;
+    lock_round(dir.path(), &["--redlock", &quorum], "redis://127.0.0.1:1/", "cli-redlock-lock", None).await;
     // Two servers are not a quorum worth having: refused before connecting.
     let out = output({
         let mut c = redlease("redis://127.0.0.1:1/", dir.path());
@@ -102,12 +290,23 @@ async fn run_on_a_redlock_quorum() {
     })
     .await;
     assert_eq!(code(&out), 64, "{}", stderr(&out));
-    // Only `run` takes a topology (for now): said so, exit 64.
+    // `fence` is refused before connecting (the quorum's servers need not even be up).
     let out = output({
         let mut c = redlease("redis://127.0.0.1:1/", dir.path());
-        c.args(["--redlock", &urls.join(","), "status", "--name", "x"]);
+        c.args([
+            "--redlock",
+            "redis://127.0.0.1:1/,redis://127.0.0.1:2/,redis://127.0.0.1:3/",
+            "fence",
+            "del",
+            "--name",
+            "x",
+            "--token",
+            "3",
+            "k",
+        ]);
         c
     })
     .await;
     assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(assert_one_line(&out).contains("not supported with --redlock"));
 }
