@@ -17,8 +17,11 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
             .build()
             .map_err(|e| Failure::config(&e))?;
     }
-    crate::topology::with_backend!(ctx, once, args.watch, |backend, _topology| {
-        status_on(ctx, &args, backend).await
+    crate::topology::with_backend!(ctx, once, args.watch, |backend, topology| {
+        // On Redlock the counter is the highest over the answers, which a follower's failed
+        // attempt may have raised: not the holder's token.
+        let counter_is_token = !matches!(topology, crate::topology::Topology::Redlock(_));
+        status_on(ctx, &args, backend, counter_is_token).await
     })
 }
 
@@ -27,6 +30,7 @@ async fn status_on<B: LeaseBackend + 'static>(
     ctx: &Ctx,
     args: &StatusArgs,
     backend: B,
+    counter_is_token: bool,
 ) -> Result<u8, Failure> {
     if args.watch
         && let Some(name) = &args.name
@@ -34,7 +38,7 @@ async fn status_on<B: LeaseBackend + 'static>(
         return watch(ctx, backend, name, args.every).await;
     }
     if let Some(name) = &args.name {
-        election(ctx, &backend, name).await?;
+        election(ctx, &backend, name, counter_is_token).await?;
     }
     if args.check {
         return check(ctx, &backend).await;
@@ -162,7 +166,14 @@ async fn watch<B: LeaseBackend + 'static>(
 }
 
 /// Prints who leads election `name`.
-async fn election<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(), Failure> {
+/// `counter_is_token`: whether the fence counter is the holder's token while the lease is held
+/// (not on Redlock: the token is then unknown, `null`, and the counter is `last_token`).
+async fn election<B: LeaseBackend>(
+    ctx: &Ctx,
+    backend: &B,
+    name: &str,
+    counter_is_token: bool,
+) -> Result<(), Failure> {
     let spec = LeaseSpec::election(name);
     let info = match tokio::time::timeout(conn::OP_TIMEOUT, backend.inspect(&spec)).await {
         Ok(Ok(info)) => info,
@@ -176,7 +187,11 @@ async fn election<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result
     };
     let held = info.holder.is_some();
     // The counter is the latest token minted: the holder's while the lease is held.
-    let token = if held { info.counter } else { None };
+    let token = if held && counter_is_token {
+        info.counter
+    } else {
+        None
+    };
     let remaining_ms = info
         .remaining
         .filter(|_| held)
@@ -212,7 +227,9 @@ async fn election<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result
             "mark:       {}",
             mark.map_or_else(none, |t| t.to_string())
         ));
-        if !held && let Some(last) = info.counter {
+        if (!held || !counter_is_token)
+            && let Some(last) = info.counter
+        {
             print_stdout(&format!("last token: {last}"));
         }
     }
