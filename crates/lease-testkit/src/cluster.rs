@@ -21,6 +21,7 @@ use crate::mode::ServerMode;
 use crate::process::{describe_output, display_command, require_program, run_with_timeout_async};
 use crate::redis::{RedisOptions, RedisServer};
 use crate::resp::{self, Reply};
+use crate::tls::{ClientCert, ServerCert};
 use crate::{Error, Result};
 
 /// How long to wait for `cluster_state:ok` on every node.
@@ -33,11 +34,15 @@ const SLOTS: u32 = 16384;
 #[must_use]
 pub struct RedisClusterBuilder {
     primaries: usize,
+    tls: Option<(ServerCert, ClientCert)>,
 }
 
 impl Default for RedisClusterBuilder {
     fn default() -> Self {
-        RedisClusterBuilder { primaries: 3 }
+        RedisClusterBuilder {
+            primaries: 3,
+            tls: None,
+        }
     }
 }
 
@@ -45,6 +50,15 @@ impl RedisClusterBuilder {
     /// Number of primaries (default 3, minimum 3 as required by `redis-cli`).
     pub fn primaries(mut self, primaries: usize) -> Self {
         self.primaries = primaries;
+        self
+    }
+
+    /// Every node also serves TLS with `cert` (`tls-cluster yes`: the cluster bus runs over
+    /// TLS, and TLS clients are told the nodes' TLS ports); see [`RedisCluster::tls_urls`].
+    /// The bus asks for client certificates whatever `tls-auth-clients` says: the nodes
+    /// present `bus` (a client certificate of the same CA) to each other.
+    pub fn tls(mut self, cert: &ServerCert, bus: &ClientCert) -> Self {
+        self.tls = Some((cert.clone(), bus.clone()));
         self
     }
 
@@ -71,14 +85,28 @@ impl RedisClusterBuilder {
         )?;
         let mut nodes = Vec::with_capacity(self.primaries);
         for _ in 0..self.primaries {
-            let mut opts = RedisOptions::default();
+            let mut opts = match &self.tls {
+                Some((cert, bus)) => RedisServer::builder()
+                    .tls(cert)
+                    .config("tls-cluster", "yes")
+                    .config("tls-client-cert-file", path_str(bus.cert_file())?)
+                    .config("tls-client-key-file", path_str(bus.key_file())?)
+                    .into_options(),
+                None => RedisOptions::default(),
+            };
             opts.cluster = true;
             nodes.push(RedisServer::start_with(opts).await?);
         }
         let mut cmd = Command::new(redis_cli);
+        if let Some((cert, _)) = &self.tls {
+            cmd.arg("--tls").arg("--cacert").arg(cert.ca_file());
+        }
         cmd.args(["--cluster", "create"]);
         for node in &nodes {
-            cmd.arg(node.addr().to_string());
+            match (&self.tls, node.tls_addr()) {
+                (Some(_), Some(addr)) => cmd.arg(addr.to_string()),
+                _ => cmd.arg(node.addr().to_string()),
+            };
         }
         cmd.args(["--cluster-replicas", "0", "--cluster-yes"]);
         let shown = display_command(&cmd);
@@ -93,6 +121,12 @@ impl RedisClusterBuilder {
         cluster.wait_ready(CLUSTER_DEADLINE).await?;
         Ok(cluster)
     }
+}
+
+fn path_str(p: &std::path::Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::Config(format!("path {} is not UTF-8", p.display())))
 }
 
 /// A Redis Cluster owned by the test; dropping it kills every node.
@@ -116,6 +150,12 @@ impl RedisCluster {
     /// `redis://127.0.0.1:<port>/` per node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` per node (clusters built with
+    /// [`RedisClusterBuilder::tls`]; empty otherwise).
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().filter_map(RedisServer::tls_url).collect()
     }
 
     /// The nodes' addresses.

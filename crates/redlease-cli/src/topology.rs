@@ -271,9 +271,10 @@ pub(crate) async fn cluster(
     let backend = match tokio::time::timeout(OP_TIMEOUT, client.get_async_connection()).await {
         Ok(Ok(conn)) => RedisBackend::cluster(conn),
         Ok(Err(e)) => {
-            return Err(Failure::redis(
+            return Err(conn::connect_error(
+                &urls[0],
                 &format!("cannot connect to the cluster at {}", shown(urls)),
-                &e,
+                e,
             ));
         }
         Err(_) => {
@@ -393,12 +394,13 @@ pub(crate) async fn sentinel(
     match tokio::time::timeout(OP_TIMEOUT, attempt).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
-            return Err(Failure::redis(
+            return Err(conn::connect_error(
+                &sentinels[0],
                 &format!(
                     "cannot find the primary {service:?} through the sentinels at {}",
                     shown(sentinels)
                 ),
-                &e,
+                e,
             ));
         }
         Err(_) => {

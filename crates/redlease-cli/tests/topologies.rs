@@ -320,3 +320,44 @@ async fn every_subcommand_on_a_redlock_quorum() {
     assert_eq!(code(&out), 64, "{}", stderr(&out));
     assert!(assert_one_line(&out).contains("not supported with --redlock"));
 }
+
+/// Over TLS: a cluster whose nodes serve TLS (`tls-cluster yes`), `rediss://` seeds and
+/// `--tls-ca`: `run`, `status` and `fence` as on a plain cluster; without the CA the server is
+/// not trusted (exit 69, said so).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_subcommand_on_a_tls_cluster() {
+    use lease_testkit::tls::{TestPki, Validity};
+    let pki = TestPki::new().expect("pki");
+    let cert = pki
+        .server_cert(&["localhost", "127.0.0.1"], Validity::Current)
+        .expect("cert");
+    let bus = pki.client_cert("cluster-bus").expect("bus cert");
+    let other = TestPki::new().expect("another pki");
+    let cluster = RedisCluster::builder()
+        .tls(&cert, &bus)
+        .start()
+        .await
+        .expect("TLS cluster");
+    let seeds = cluster.tls_urls().join(",");
+    assert!(seeds.starts_with("rediss://"), "{seeds}");
+    let dir = workdir("cli-topo-cluster-tls");
+    let ca = pki.ca_file().to_str().expect("utf-8 path").to_owned();
+    one_leader(
+        dir.path(),
+        "{cli-cluster-tls}",
+        &["--cluster", "--tls-ca", &ca],
+        &seeds,
+        true,
+    )
+    .await;
+    let out = output({
+        let mut c = redlease(&seeds, dir.path());
+        // Another CA replaces the system's roots: the cluster's is not trusted.
+        c.env("SSL_CERT_FILE", other.ca_file())
+            .args(["--cluster", "status", "--name", "{cli-cluster-tls}"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(assert_one_line(&out).contains("TLS"), "{}", stderr(&out));
+}
