@@ -36,6 +36,7 @@ use crate::proxy::{FaultProxy, Mode};
 use crate::redis::RedisServer;
 use crate::resp::{self, ProbeAuth, Reply};
 use crate::tempdir::TempDir;
+use crate::tls::ServerCert;
 use crate::{Error, Result};
 
 /// How long to wait for the topology to settle (replication links up, sentinels aware of
@@ -56,9 +57,19 @@ pub struct SentinelGroupBuilder {
     down_after: Duration,
     failover_timeout: Duration,
     replication_proxy: bool,
+    tls: Option<ServerCert>,
 }
 
 impl SentinelGroupBuilder {
+    /// Every server and sentinel also serves TLS with `cert`, and replication and the
+    /// sentinels' own links run over TLS (`tls-replication yes`): the sentinels name the
+    /// primary's TLS port. See [`SentinelGroup::sentinel_tls_urls`]. Not with
+    /// [`replication_proxy`](Self::replication_proxy).
+    pub fn tls(mut self, cert: &ServerCert) -> Self {
+        self.tls = Some(cert.clone());
+        self
+    }
+
     /// Number of replicas (default 2, at least 1).
     pub fn replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas;
@@ -108,22 +119,33 @@ impl SentinelGroupBuilder {
         let program = crate::server::program()?;
         // Redis 7 delays a diskless full sync by 5 s to wait for more replicas; every server
         // may become a primary that syncs a demoted one, so none waits.
-        let primary = RedisServer::builder()
-            .mode(ServerMode::Process)
-            .config("repl-diskless-sync-delay", "0")
-            .start()
-            .await?;
+        if self.tls.is_some() && self.replication_proxy {
+            return Err(Error::Config(
+                "a TLS sentinel group has no replication proxy".to_owned(),
+            ));
+        }
+        let server = || {
+            let b = RedisServer::builder()
+                .mode(ServerMode::Process)
+                .config("repl-diskless-sync-delay", "0");
+            match &self.tls {
+                Some(cert) => b.tls(cert).config("tls-replication", "yes"),
+                None => b,
+            }
+        };
+        let primary = server().start().await?;
         let proxy = if self.replication_proxy {
             Some(FaultProxy::start(primary.addr()).await?)
         } else {
             None
         };
-        let upstream = proxy.as_ref().map_or(primary.addr(), FaultProxy::addr);
+        let upstream = match (&self.tls, primary.tls_addr()) {
+            (Some(_), Some(tls)) => tls,
+            _ => proxy.as_ref().map_or(primary.addr(), FaultProxy::addr),
+        };
         let mut servers = vec![primary];
         for _ in 0..self.replicas {
-            let replica = RedisServer::builder()
-                .mode(ServerMode::Process)
-                .config("repl-diskless-sync-delay", "0")
+            let replica = server()
                 .config(
                     "replicaof",
                     format!("{} {}", upstream.ip(), upstream.port()),
@@ -139,7 +161,10 @@ impl SentinelGroupBuilder {
             proxy,
         };
         group.wait_links_up(0, SETTLE_DEADLINE).await?;
-        let primary_port = group.servers[0].port();
+        let primary_port = match &self.tls {
+            Some(_) => group.servers[0].tls_port().unwrap_or(group.servers[0].port()),
+            None => group.servers[0].port(),
+        };
         for _ in 0..self.sentinels {
             let sentinel = Sentinel::start(&program, &self, primary_port).await?;
             group.sentinels.push(sentinel);
@@ -155,6 +180,7 @@ struct Sentinel {
     // Field order matters: the process is killed before the directory is removed.
     process: ServerProcess,
     port: u16,
+    tls_port: Option<u16>,
     dir: TempDir,
 }
 
@@ -169,7 +195,21 @@ impl Sentinel {
         for _ in 0..5 {
             let port = free_port()?;
             let conf = dir.path().join("sentinel.conf");
-            let text = format!(
+            let tls_port = match &opts.tls {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
+            let tls = match (&opts.tls, tls_port) {
+                (Some(cert), Some(tls_port)) => format!(
+                    "tls-port {tls_port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
+                     tls-ca-cert-file {ca}\ntls-auth-clients no\ntls-replication yes\n",
+                    cert = cert.cert_file().display(),
+                    key = cert.key_file().display(),
+                    ca = cert.ca_file().display(),
+                ),
+                _ => String::new(),
+            };
+            let text = tls + &format!(
                 "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
                  sentinel monitor {name} 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds {name} {down}\n\
@@ -210,7 +250,12 @@ impl Sentinel {
                     .await
                     .is_ok()
                 {
-                    return Ok(Sentinel { process, port, dir });
+                    return Ok(Sentinel {
+                        process,
+                        port,
+                        tls_port,
+                        dir,
+                    });
                 }
                 if started.elapsed() > Duration::from_secs(20) {
                     return Err(Error::NotReady {
@@ -257,6 +302,7 @@ impl SentinelGroup {
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_secs(5),
             replication_proxy: false,
+            tls: None,
         }
     }
 
@@ -270,6 +316,16 @@ impl SentinelGroup {
         self.sentinels
             .iter()
             .map(|s| format!("redis://{}/", s.addr()))
+            .collect()
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` of each sentinel (groups built with
+    /// [`SentinelGroupBuilder::tls`]; empty otherwise).
+    pub fn sentinel_tls_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.tls_port)
+            .map(|port| format!("rediss://127.0.0.1:{port}/"))
             .collect()
     }
 
@@ -317,7 +373,7 @@ impl SentinelGroup {
     fn index_of_port(&self, port: u16) -> Result<usize> {
         self.servers
             .iter()
-            .position(|s| s.port() == port)
+            .position(|s| s.port() == port || s.tls_port() == Some(port))
             .ok_or_else(|| Error::InvalidState(format!("no server of the group on port {port}")))
     }
 

@@ -350,6 +350,30 @@ async fn every_subcommand_on_a_tls_cluster() {
         true,
     )
     .await;
+    let key = "{cli-cluster-tls-lock}";
+    let channel = notice_channel(key, Kind::Cluster);
+    let mut conns = Vec::new();
+    for node in cluster.nodes() {
+        conns.push(node.connection().await.expect("node"));
+    }
+    let subscribed = move || -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
+        let (conns, channel) = (conns.clone(), channel.clone());
+        Box::pin(async move {
+            let mut n = 0;
+            for c in conns {
+                n += count(c, "SHARDNUMSUB", channel.clone()).await;
+            }
+            n
+        })
+    };
+    lock_round(
+        dir.path(),
+        &["--cluster", "--tls-ca", &ca],
+        &seeds,
+        key,
+        Some(&subscribed),
+    )
+    .await;
     let out = output({
         let mut c = redlease(&seeds, dir.path());
         // Another CA replaces the system's roots: the cluster's is not trusted.
@@ -360,4 +384,62 @@ async fn every_subcommand_on_a_tls_cluster() {
     .await;
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(assert_one_line(&out).contains("TLS"), "{}", stderr(&out));
+}
+
+/// Through sentinels over TLS (`rediss://` sentinels, `--tls-ca`; the primary's TLS port, as
+/// the sentinels name it): `run`, `status`, `fence` and `lock` (with its release notice, over
+/// TLS too); without the CA, the sentinels are not trusted (exit 69).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_subcommand_through_tls_sentinels() {
+    use lease_testkit::tls::{TestPki, Validity};
+    let pki = TestPki::new().expect("pki");
+    let other = TestPki::new().expect("another pki");
+    let cert = pki
+        .server_cert(&["localhost", "127.0.0.1"], Validity::Current)
+        .expect("cert");
+    let group = SentinelGroup::builder("cli-sentinel-tls")
+        .tls(&cert)
+        .start()
+        .await
+        .expect("TLS sentinels");
+    let sentinels = group.sentinel_tls_urls().join(",");
+    assert!(sentinels.starts_with("rediss://"), "{sentinels}");
+    let dir = workdir("cli-topo-sentinel-tls");
+    let ca = pki.ca_file().to_str().expect("utf-8 path").to_owned();
+    let topology = [
+        "--sentinel",
+        &sentinels,
+        "--service",
+        group.name(),
+        "--tls-ca",
+        &ca,
+    ];
+    let nowhere = "redis://127.0.0.1:1/";
+    one_leader(dir.path(), "cli-sentinel-tls-run", &topology, nowhere, true).await;
+
+    let key = "cli-sentinel-tls-lock";
+    let channel = notice_channel(key, Kind::Standalone);
+    let primary = group.primary().await.expect("primary");
+    let conn = primary.connection().await.expect("primary");
+    let subscribed = move || -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
+        Box::pin(count(conn.clone(), "NUMSUB", channel.clone()))
+    };
+    lock_round(dir.path(), &topology, nowhere, key, Some(&subscribed)).await;
+
+    let out = output({
+        let mut c = redlease(nowhere, dir.path());
+        c.env("SSL_CERT_FILE", other.ca_file()).args([
+            "--sentinel",
+            &sentinels,
+            "--service",
+            group.name(),
+            "status",
+            "--name",
+            "cli-sentinel-tls-run",
+        ]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert_one_line(&out);
 }
