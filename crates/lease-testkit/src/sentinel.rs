@@ -162,7 +162,9 @@ impl SentinelGroupBuilder {
         };
         group.wait_links_up(0, SETTLE_DEADLINE).await?;
         let primary_port = match &self.tls {
-            Some(_) => group.servers[0].tls_port().unwrap_or(group.servers[0].port()),
+            Some(_) => group.servers[0]
+                .tls_port()
+                .unwrap_or(group.servers[0].port()),
             None => group.servers[0].port(),
         };
         for _ in 0..self.sentinels {
@@ -209,17 +211,18 @@ impl Sentinel {
                 ),
                 _ => String::new(),
             };
-            let text = tls + &format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+            let text = tls
+                + &format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
                  sentinel monitor {name} 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds {name} {down}\n\
                  sentinel failover-timeout {name} {failover}\n\
                  sentinel parallel-syncs {name} 2\n",
-                dir = dir.path().display(),
-                name = opts.name,
-                down = opts.down_after.as_millis(),
-                failover = opts.failover_timeout.as_millis(),
-            );
+                    dir = dir.path().display(),
+                    name = opts.name,
+                    down = opts.down_after.as_millis(),
+                    failover = opts.failover_timeout.as_millis(),
+                );
             std::fs::write(&conf, text)
                 .map_err(|e| Error::io(format!("writing {}", conf.display()), e))?;
             let log = dir.path().join("sentinel.log");

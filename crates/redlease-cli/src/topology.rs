@@ -143,7 +143,10 @@ impl Topology {
             Topology::Standalone => ctx.shown_url.clone(),
             Topology::Cluster(urls) => format!("the cluster at {}", shown(urls)),
             Topology::Sentinel { sentinels, service } => {
-                format!("primary {service:?} of the sentinels at {}", shown(sentinels))
+                format!(
+                    "primary {service:?} of the sentinels at {}",
+                    shown(sentinels)
+                )
             }
             Topology::Redlock(urls) => format!("a Redlock quorum of {}", shown(urls)),
         }
@@ -220,7 +223,10 @@ pub(crate) async fn standalone_managed(
 }
 
 /// The TLS certificates for `rediss://` seeds or sentinels (`--tls-*`, the system's roots).
-fn certificates(ctx: &Ctx, urls: &[String]) -> Result<Option<redlease::redis::client::TlsCertificates>, Failure> {
+fn certificates(
+    ctx: &Ctx,
+    urls: &[String],
+) -> Result<Option<redlease::redis::client::TlsCertificates>, Failure> {
     let tls = urls.iter().filter(|u| conn::is_tls(u)).count();
     if tls == 0 {
         if ctx.tls_given {
@@ -304,7 +310,9 @@ struct SentinelSecurity {
     db: i64,
 }
 
-fn sentinel_security(sentinels: &[String]) -> Result<(Vec<ConnectionAddr>, SentinelSecurity), Failure> {
+fn sentinel_security(
+    sentinels: &[String],
+) -> Result<(Vec<ConnectionAddr>, SentinelSecurity), Failure> {
     let mut addrs = Vec::new();
     let mut first: Option<(bool, Option<String>, Option<String>, i64)> = None;
     for s in sentinels {
@@ -333,7 +341,10 @@ fn sentinel_security(sentinels: &[String]) -> Result<(Vec<ConnectionAddr>, Senti
         addrs.push(info.addr().clone());
     }
     let Some((tls, username, password, db)) = first else {
-        return Err(Failure::new(INVALID, "invalid value: --sentinel names no sentinel"));
+        return Err(Failure::new(
+            INVALID,
+            "invalid value: --sentinel names no sentinel",
+        ));
     };
     Ok((
         addrs,
@@ -356,7 +367,7 @@ pub(crate) async fn sentinel(
 ) -> Result<RedisBackend<SentinelConnection>, Failure> {
     let (addrs, security) = sentinel_security(sentinels)?;
     let certs = certificates(ctx, sentinels)?;
-    let mut builder = SentinelClientBuilder::new(addrs, service.to_owned(), SentinelServerType::Master)
+    let mut builder = SentinelClientBuilder::new(addrs, service, SentinelServerType::Master)
         .map_err(|e| Failure::invalid("--sentinel", e))?;
     if security.tls {
         builder = builder
@@ -442,7 +453,9 @@ pub(crate) async fn sentinel(
     if let Some(password) = &security.password {
         redis = redis.set_password(password);
     }
-    let info = addr.into_connection_info().map(|i| i.set_redis_settings(redis));
+    let info = addr
+        .into_connection_info()
+        .map(|i| i.set_redis_settings(redis));
     let client = match (info, certs) {
         (Ok(info), Some(certs)) => redlease::redis::client::Client::build_with_tls(info, certs),
         (Ok(info), None) => redlease::redis::client::Client::open(info),

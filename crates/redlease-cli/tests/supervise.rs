@@ -134,7 +134,10 @@ async fn cmd_and_its_children_die_with_a_sigkilled_supervisor() {
         gone_within(child, bound.saturating_sub(killed.elapsed())).await,
         "CMD's background child (pid {child}) outlived the SIGKILLed supervisor by {bound:?}"
     );
-    eprintln!("CMD and its child gone {:?} after the supervisor's SIGKILL", killed.elapsed());
+    eprintln!(
+        "CMD and its child gone {:?} after the supervisor's SIGKILL",
+        killed.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -65,13 +65,25 @@ async fn one_leader(dir: &Path, name: &str, topology: &[&str], url: &str, fence:
     .await;
     assert_eq!(code(&out), 0, "status: {}", stderr(&out));
     let shown = stdout(&out);
-    assert_eq!(json_field(&shown, "holder").as_deref(), Some("a"), "{shown}");
+    assert_eq!(
+        json_field(&shown, "holder").as_deref(),
+        Some("a"),
+        "{shown}"
+    );
     if fence {
-        assert_eq!(json_field(&shown, "token"), Some(token.to_string()), "{shown}");
+        assert_eq!(
+            json_field(&shown, "token"),
+            Some(token.to_string()),
+            "{shown}"
+        );
     } else {
         // Redlock: the counter is the highest over the nodes (a follower's attempt may have
         // raised one), not the holder's token: shown as unknown, the counter as last_token.
-        assert_eq!(json_field(&shown, "token").as_deref(), Some("null"), "{shown}");
+        assert_eq!(
+            json_field(&shown, "token").as_deref(),
+            Some("null"),
+            "{shown}"
+        );
         let last: u64 = json_field(&shown, "last_token")
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("last_token: {shown}"));
@@ -125,13 +137,14 @@ async fn lock_round(
     key: &str,
     subscribed: Option<&Subscribed>,
 ) {
-    let holder = Proc::spawn({
-        let mut c = redlease(url, dir);
-        c.args(topology)
+    let holder =
+        Proc::spawn({
+            let mut c = redlease(url, dir);
+            c.args(topology)
             .args(["lock", key, "--ttl", "30s", "--fence", "--wait", "0", "--", "sh", "-c"])
             .arg("echo \"$REDLEASE_TOKEN\" > holder.token; while [ ! -e go ]; do sleep 0.02; done");
-        c
-    });
+            c
+        });
     let token = wait_file(&dir.join("holder.token")).await;
     assert!(
         token.parse::<u64>().is_ok_and(|t| t > 0),
@@ -140,7 +153,8 @@ async fn lock_round(
     );
     let out = output({
         let mut c = redlease(url, dir);
-        c.args(topology).args(["lock", key, "--wait", "0", "--", "true"]);
+        c.args(topology)
+            .args(["lock", key, "--wait", "0", "--", "true"]);
         c
     })
     .await;
@@ -149,7 +163,9 @@ async fn lock_round(
     let mut waiter = Proc::spawn({
         let mut c = redlease(url, dir);
         c.args(topology)
-            .args(["lock", key, "--ttl", "30s", "--wait", "25s", "--", "sh", "-c"])
+            .args([
+                "lock", key, "--ttl", "30s", "--wait", "25s", "--", "sh", "-c",
+            ])
             .arg("echo got > waiter.got");
         c
     });
@@ -168,7 +184,12 @@ async fn lock_round(
     std::fs::write(dir.join("go"), "").expect("go");
     let released = Instant::now();
     let mut holder = holder;
-    assert_eq!(holder.wait_exit().await.code(), Some(0), "{:#?}", holder.lines());
+    assert_eq!(
+        holder.wait_exit().await.code(),
+        Some(0),
+        "{:#?}",
+        holder.lines()
+    );
     let bound = if subscribed.is_some() {
         Duration::from_secs(2)
     } else {
@@ -185,7 +206,12 @@ async fn lock_round(
         "{topology:?}: the waiter ran CMD {:?} after the holder's release",
         released.elapsed()
     );
-    assert_eq!(waiter.wait_exit().await.code(), Some(0), "{:#?}", waiter.lines());
+    assert_eq!(
+        waiter.wait_exit().await.code(),
+        Some(0),
+        "{:#?}",
+        waiter.lines()
+    );
 }
 
 async fn count(mut conn: Conn, cmd: &'static str, channel: String) -> usize {
@@ -229,7 +255,17 @@ async fn every_subcommand_on_a_redis_cluster() {
     // A key without a hash tag: its lease's keys span slots; refused before any write.
     let out = output({
         let mut c = redlease(&seeds, dir.path());
-        c.args(["--cluster", "fence", "set", "--name", "{cli-cluster}", "--token", "5", "other", "v"]);
+        c.args([
+            "--cluster",
+            "fence",
+            "set",
+            "--name",
+            "{cli-cluster}",
+            "--token",
+            "5",
+            "other",
+            "v",
+        ]);
         c
     })
     .await;
@@ -244,7 +280,14 @@ async fn every_subcommand_through_sentinels() {
     let sentinels = group.sentinel_urls().join(",");
     let dir = workdir("cli-topo-sentinel");
     let topology = ["--sentinel", &sentinels, "--service", group.name()];
-    one_leader(dir.path(), "cli-sentinel-run", &topology, "redis://127.0.0.1:1/", true).await;
+    one_leader(
+        dir.path(),
+        "cli-sentinel-run",
+        &topology,
+        "redis://127.0.0.1:1/",
+        true,
+    )
+    .await;
 
     let key = "cli-sentinel-lock";
     let channel = notice_channel(key, Kind::Standalone);
@@ -253,12 +296,27 @@ async fn every_subcommand_through_sentinels() {
     let subscribed = move || -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
         Box::pin(count(conn.clone(), "NUMSUB", channel.clone()))
     };
-    lock_round(dir.path(), &topology, "redis://127.0.0.1:1/", key, Some(&subscribed)).await;
+    lock_round(
+        dir.path(),
+        &topology,
+        "redis://127.0.0.1:1/",
+        key,
+        Some(&subscribed),
+    )
+    .await;
 
     // A wrong service name: said so, exit 69 or 70 (the sentinels do not know it).
     let out = output({
         let mut c = redlease("redis://127.0.0.1:1/", dir.path());
-        c.args(["--sentinel", &sentinels, "--service", "no-such-service", "status", "--name", "x"]);
+        c.args([
+            "--sentinel",
+            &sentinels,
+            "--service",
+            "no-such-service",
+            "status",
+            "--name",
+            "x",
+        ]);
         c
     })
     .await;
@@ -283,7 +341,14 @@ async fn every_subcommand_on_a_redlock_quorum() {
         false,
     )
     .await;
-    lock_round(dir.path(), &["--redlock", &quorum], "redis://127.0.0.1:1/", "cli-redlock-lock", None).await;
+    lock_round(
+        dir.path(),
+        &["--redlock", &quorum],
+        "redis://127.0.0.1:1/",
+        "cli-redlock-lock",
+        None,
+    )
+    .await;
     // Two servers are not a quorum worth having: refused before connecting.
     let out = output({
         let mut c = redlease("redis://127.0.0.1:1/", dir.path());
@@ -377,8 +442,12 @@ async fn every_subcommand_on_a_tls_cluster() {
     let out = output({
         let mut c = redlease(&seeds, dir.path());
         // Another CA replaces the system's roots: the cluster's is not trusted.
-        c.env("SSL_CERT_FILE", other.ca_file())
-            .args(["--cluster", "status", "--name", "{cli-cluster-tls}"]);
+        c.env("SSL_CERT_FILE", other.ca_file()).args([
+            "--cluster",
+            "status",
+            "--name",
+            "{cli-cluster-tls}",
+        ]);
         c
     })
     .await;

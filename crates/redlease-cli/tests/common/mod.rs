@@ -252,7 +252,7 @@ pub fn job_script(dir: &Path) -> PathBuf {
     std::fs::write(
         &path,
         format!(
-        "#!/bin/sh\n\
+            "#!/bin/sh\n\
          tag=\"$1\"\n\
          echo $$ > \"$tag.pid\"\n\
          {WRITE_PGID}\
