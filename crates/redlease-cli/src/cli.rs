@@ -174,6 +174,10 @@ lock; 503 once lost, released or shutting down), GET /leader (JSON: key, state
 (obtaining|held|lost|released), held, token) and GET /metrics (Prometheus text:
 redlease_lock_* metrics). An address that cannot be bound: exit 74.
 
+On a Redis Cluster (--cluster) the key must carry a hash tag ('{backup}'); through
+--sentinel or on a --redlock quorum it works as on one server (waiters on Cluster and
+Sentinel are woken by the holder's release notice; on Redlock they poll).
+
 Example:
   redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh
 
