@@ -368,7 +368,8 @@ pub(crate) struct Child {
 }
 
 impl Child {
-    /// CMD's pid (= its process group id).
+    /// The trampoline's pid: CMD's process group id (progress lines print it as such, and as
+    /// `pid` and `pgid` in JSON).
     pub(crate) fn id(&self) -> u32 {
         self.inner.id()
     }

@@ -152,8 +152,15 @@ async fn lock_on<B: LeaseBackend + 'static>(
     };
     progress.event(
         "cmd_started",
-        &format!("started CMD (pid {}): {}", child.id(), cmd.display()),
-        &[("pid", Json::from(u64::from(child.id())))],
+        &format!(
+            "started CMD (process group {}): {}",
+            child.id(),
+            cmd.display()
+        ),
+        &[
+            ("pid", Json::from(u64::from(child.id()))),
+            ("pgid", Json::from(u64::from(child.id()))),
+        ],
     );
 
     let lease = Lease {

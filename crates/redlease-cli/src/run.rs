@@ -358,12 +358,13 @@ impl<B: LeaseBackend> Work<B> {
         self.progress.event(
             "cmd_started",
             &format!(
-                "started CMD (pid {}) with REDLEASE_TOKEN={token}: {}",
+                "started CMD (process group {}) with REDLEASE_TOKEN={token}: {}",
                 child.id(),
                 self.cmd.display()
             ),
             &[
                 ("pid", Json::from(u64::from(child.id()))),
+                ("pgid", Json::from(u64::from(child.id()))),
                 ("token", Json::from(token.get())),
             ],
         );
