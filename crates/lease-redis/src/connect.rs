@@ -18,6 +18,7 @@ use redis::{ErrorKind, RedisError};
 
 use crate::RedisBackend;
 use crate::healing::HealingConnection;
+use crate::healing_cluster::HealingCluster;
 use crate::notify::ReleaseNotices;
 #[cfg(feature = "tls")]
 use crate::tls::{TlsConfig, TlsConfigError};
@@ -209,6 +210,49 @@ pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, Conne
     let client = redis::Client::open(url).map_err(|e| ConnectError::InvalidUrl(e.to_string()))?;
     let tls = is_tls_url(&client);
     managed(client, tls).await
+}
+
+/// Connects to the Redis Cluster whose seed nodes are `urls` (`redis://`, or `rediss://` with
+/// the `tls` feature; credentials as given in the URLs) with a self-healing [`HealingCluster`]
+/// (a silent slot's node makes it rebuild from the seeds, see [`crate::healing_cluster`]) and
+/// wraps it in a cluster [`RedisBackend`] (hash slots checked before any round trip), with
+/// [`ReleaseNotices`] over sharded pub/sub. The same timeout policy as [`connect`]; building
+/// the first connection (seeds, `CLUSTER SLOTS`, the nodes) is bounded by three seconds.
+///
+/// For TLS with your own CA, or other client settings, build a `ClusterClientBuilder`, give it
+/// to [`HealingCluster::connect`] and [`ReleaseNotices::cluster`], and use
+/// [`RedisBackend::cluster`].
+pub async fn connect_cluster<S: AsRef<str>>(
+    urls: &[S],
+) -> Result<RedisBackend<HealingCluster>, ConnectError> {
+    use redis::IntoConnectionInfo;
+    if urls.is_empty() {
+        return Err(ConnectError::InvalidUrl(
+            "a Redis Cluster needs at least one seed URL".to_owned(),
+        ));
+    }
+    let mut infos = Vec::with_capacity(urls.len());
+    for url in urls {
+        infos.push(
+            url.as_ref()
+                .into_connection_info()
+                .map_err(|e| ConnectError::InvalidUrl(e.to_string()))?,
+        );
+    }
+    let tls = infos
+        .iter()
+        .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
+    let builder = || redis::cluster::ClusterClientBuilder::new(infos.clone());
+    let notices =
+        ReleaseNotices::cluster(builder()).map_err(|e| ConnectError::InvalidUrl(e.to_string()))?;
+    match HealingCluster::connect(builder()).await {
+        Ok(conn) => Ok(RedisBackend::cluster(conn).with_release_notices(notices)),
+        Err(e) => {
+            let e = connect_failure(e, tls);
+            tracing::debug!(error = %e, "connecting to the Redis Cluster failed");
+            Err(e)
+        }
+    }
 }
 
 /// Connects to the Redis at `url`, which must be `rediss://`, with the CA and client

@@ -105,7 +105,7 @@ struct Shared {
     /// The silence bound, in milliseconds.
     silence_ms: AtomicU64,
     /// One dial at a time.
-    dial: tokio::sync::Mutex<()>,
+    dial: SingleFlight<(u64, MultiplexedConnection)>,
     state: Mutex<State>,
 }
 
@@ -113,10 +113,8 @@ struct Shared {
 struct State {
     generation: u64,
     conn: Option<MultiplexedConnection>,
-    /// When the current connection last delivered a reply.
-    last_reply: Option<Instant>,
-    /// The send time of the oldest request abandoned unanswered with no reply since.
-    silent_since: Option<Instant>,
+    /// The silence rule's bookkeeping for the current connection.
+    silence: Silence,
     dials: u64,
     given_up: u64,
 }
@@ -142,7 +140,95 @@ impl fmt::Debug for HealingConnection {
     }
 }
 
-/// Counters of a [`HealingConnection`] (shared by its clones).
+/// The silence rule's bookkeeping for one path (a connection, or one slot of a cluster): when
+/// it last delivered a reply, and the send time of the oldest request abandoned unanswered
+/// with no reply since.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Silence {
+    last_reply: Option<Instant>,
+    silent_since: Option<Instant>,
+}
+
+impl Silence {
+    /// A reply arrived at `now`: the path works.
+    pub(crate) fn replied(&mut self, now: Instant) {
+        self.last_reply = Some(now);
+        self.silent_since = None;
+    }
+
+    /// A request sent at `sent` was abandoned unanswered; it counts unless a reply came after
+    /// it was sent.
+    pub(crate) fn abandoned(&mut self, sent: Instant) {
+        if self.last_reply.is_some_and(|r| r >= sent) {
+            return;
+        }
+        self.silent_since = Some(self.silent_since.map_or(sent, |s| s.min(sent)));
+    }
+
+    /// Whether a request was abandoned with no reply since.
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.silent_since.is_some()
+    }
+
+    /// Whether the path has been silent for `bound` at `now`.
+    pub(crate) fn is_silent(&self, now: Instant, bound: Duration) -> bool {
+        self.silent_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= bound)
+    }
+}
+
+/// One connection attempt at a time, shared by every caller that needs it, and owned by the
+/// connection rather than by a call: the attempt runs as a task, so a caller dropped at its
+/// deadline (shorter than a slow dial) does not cancel it, and callers arriving meanwhile wait
+/// for the same attempt instead of starting (or queueing) their own. At most one task per
+/// connection exists.
+pub(crate) struct SingleFlight<T> {
+    current: Mutex<Option<tokio::sync::watch::Receiver<Option<RedisResult<T>>>>>,
+}
+
+impl<T> Default for SingleFlight<T> {
+    fn default() -> Self {
+        SingleFlight {
+            current: Mutex::new(None),
+        }
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> SingleFlight<T> {
+    /// Joins the attempt in flight, or starts `start()` as one; its result.
+    pub(crate) async fn run<F, Fut>(&self, start: F) -> RedisResult<T>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>> + Send + 'static,
+    {
+        let mut rx = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            match &*current {
+                Some(rx) if rx.borrow().is_none() => rx.clone(),
+                _ => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    let attempt = start();
+                    tokio::spawn(async move {
+                        let _ = tx.send(Some(attempt.await));
+                    });
+                    *current = Some(rx.clone());
+                    rx
+                }
+            }
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map(|done| done.clone());
+        match outcome {
+            Ok(Some(result)) => result,
+            // The task ended without a result (the runtime is shutting down).
+            _ => Err(RedisError::from(std::io::Error::other(
+                "the connection attempt was abandoned",
+            ))),
+        }
+    }
+}
+
+/// Counters of a [`HealingConnection`] or a [`HealingCluster`](crate::HealingCluster) (shared
+/// by its clones).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HealingStats {
@@ -152,13 +238,19 @@ pub struct HealingStats {
     pub given_up: u64,
 }
 
+impl HealingStats {
+    pub(crate) fn new(dials: u64, given_up: u64) -> HealingStats {
+        HealingStats { dials, given_up }
+    }
+}
+
 impl HealingConnection {
     /// Opens the first connection to `client`'s server, so a wrong address or password is
     /// reported here. Each connection attempt is bounded by [`CONNECT_TIMEOUT`]; the connection
     /// has no response timeout (the library bounds every call) and the [`tcp_settings`].
     pub async fn connect(client: redis::Client) -> RedisResult<HealingConnection> {
         let conn = HealingConnection::lazy(client)?;
-        conn.shared.dial_raw().await?;
+        Shared::dial_raw(&conn.shared).await?;
         Ok(conn)
     }
 
@@ -173,7 +265,7 @@ impl HealingConnection {
                 client,
                 config,
                 silence_ms: AtomicU64::new(DEFAULT_SILENCE.as_millis() as u64),
-                dial: tokio::sync::Mutex::new(()),
+                dial: SingleFlight::default(),
                 state: Mutex::new(State::default()),
             }),
             pinned: None,
@@ -217,7 +309,7 @@ impl HealingConnection {
         self.shared.give_up_if_silent(Instant::now());
         let pinned = match self.shared.current() {
             Some(found) => found,
-            None => self.shared.dial().await?,
+            None => Shared::dial(&self.shared).await?,
         };
         self.pinned = Some(pinned.clone());
         Ok(pinned)
@@ -252,8 +344,7 @@ impl Shared {
     fn replied(&self, generation: u64) {
         let mut state = self.state();
         if state.generation == generation {
-            state.last_reply = Some(Instant::now());
-            state.silent_since = None;
+            state.silence.replied(Instant::now());
         }
     }
 
@@ -262,10 +353,10 @@ impl Shared {
         let now = Instant::now();
         {
             let mut state = self.state();
-            if state.generation != generation || state.last_reply.is_some_and(|r| r >= sent) {
+            if state.generation != generation {
                 return;
             }
-            state.silent_since = Some(state.silent_since.map_or(sent, |s| s.min(sent)));
+            state.silence.abandoned(sent);
         }
         self.give_up_if_silent(now);
     }
@@ -273,12 +364,10 @@ impl Shared {
     fn give_up_if_silent(&self, now: Instant) {
         let generation = {
             let state = self.state();
-            match state.silent_since {
-                Some(since) if now.saturating_duration_since(since) >= self.silence() => {
-                    state.generation
-                }
-                _ => return,
+            if !state.silence.is_silent(now, self.silence()) {
+                return;
             }
+            state.generation
         };
         self.give_up(
             generation,
@@ -300,16 +389,23 @@ impl Shared {
             );
             state.conn = None;
             state.generation += 1;
-            state.silent_since = None;
-            state.last_reply = None;
+            state.silence = Silence::default();
             state.given_up += 1;
         }
     }
 
-    /// Opens a connection unless another caller did meanwhile (one dial at a time); a failure
-    /// is redis-rs's own error (for the first connection, whose errors are classified).
-    async fn dial_raw(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        let _one = self.dial.lock().await;
+    /// Opens a connection unless another caller did meanwhile, as the one attempt in flight
+    /// ([`SingleFlight`]); a failure is redis-rs's own error (for the first connection, whose
+    /// errors are classified).
+    async fn dial_raw(this: &Arc<Shared>) -> RedisResult<(u64, MultiplexedConnection)> {
+        let shared = Arc::clone(this);
+        this.dial
+            .run(move || async move { shared.open().await })
+            .await
+    }
+
+    /// One dial, bounded by twice [`CONNECT_TIMEOUT`].
+    async fn open(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         if let Some(found) = self.current() {
             return Ok(found);
         }
@@ -331,15 +427,18 @@ impl Shared {
         state.generation += 1;
         state.dials += 1;
         state.conn = Some(conn.clone());
-        state.silent_since = None;
-        state.last_reply = None;
+        state.silence = Silence::default();
         Ok((state.generation, conn))
     }
 
     /// [`dial_raw`](Self::dial_raw) for a call: a failure means nothing of the call was sent,
     /// so it is not applied (server refusals such as `WRONGPASS` keep their kind).
-    async fn dial(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        self.dial_raw().await.map_err(|e| {
+    ///
+    /// The dial belongs to the connection, not to the call ([`SingleFlight`]): a caller whose
+    /// deadline is shorter than the dial does not cancel it, and the next call finds the
+    /// connection ready.
+    async fn dial(this: &Arc<Shared>) -> RedisResult<(u64, MultiplexedConnection)> {
+        Shared::dial_raw(this).await.map_err(|e| {
             if is_refusal(&e) || e.kind() == ErrorKind::InvalidClientConfig {
                 e
             } else {
@@ -355,7 +454,7 @@ fn is_refusal(e: &RedisError) -> bool {
 }
 
 /// A connection could not be opened: nothing was sent, so the call did not apply.
-fn not_connected(detail: &str) -> RedisError {
+pub(crate) fn not_connected(detail: &str) -> RedisError {
     RedisError::from((
         ErrorKind::Client,
         "cannot connect to Redis",
@@ -447,7 +546,7 @@ mod tests {
             client,
             config: AsyncConnectionConfig::new(),
             silence_ms: AtomicU64::new(100),
-            dial: tokio::sync::Mutex::new(()),
+            dial: SingleFlight::default(),
             state: Mutex::new(State::default()),
         }
     }
@@ -465,14 +564,24 @@ mod tests {
         fake_connected(&s);
         let t0 = Instant::now();
         s.abandoned(1, t0);
-        assert_eq!(s.state().silent_since, Some(t0));
+        assert!(s.state().silence.is_suspect());
         // A reply after the send proves the path: not silent.
         s.replied(1);
-        assert_eq!(s.state().silent_since, None);
+        assert!(!s.state().silence.is_suspect());
         // A request abandoned after a reply that came before it was sent is suspect again.
         let t1 = Instant::now() + Duration::from_millis(1);
         s.abandoned(1, t1);
-        assert_eq!(s.state().silent_since, Some(t1));
+        assert!(s.state().silence.is_suspect());
+        assert!(
+            !s.state()
+                .silence
+                .is_silent(t1 + Duration::from_millis(50), Duration::from_millis(100))
+        );
+        assert!(
+            s.state()
+                .silence
+                .is_silent(t1 + Duration::from_millis(100), Duration::from_millis(100))
+        );
         s.give_up_if_silent(t1 + Duration::from_millis(50));
         assert_eq!(s.state().generation, 1, "not before the bound");
     }
@@ -482,7 +591,7 @@ mod tests {
         let s = shared();
         fake_connected(&s);
         s.abandoned(0, Instant::now());
-        assert_eq!(s.state().silent_since, None);
+        assert!(!s.state().silence.is_suspect());
     }
 
     #[test]

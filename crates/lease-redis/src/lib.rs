@@ -77,6 +77,7 @@ pub mod connect;
 pub mod error;
 mod fence;
 pub mod healing;
+pub mod healing_cluster;
 pub mod notify;
 mod preflight;
 pub mod replica;
@@ -93,7 +94,8 @@ mod topology;
 
 pub use backend::{DEFAULT_DRIFT_FACTOR, RedisBackend};
 pub use connect::{
-    CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
+    CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_cluster, connect_failure,
+    tls_failure,
 };
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
@@ -104,6 +106,7 @@ pub use error::{CORRUPT, RedisLeaseError, TRANSIENT_CODES, backend_error};
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite, RedisFencer};
 pub use healing::{HealingConnection, HealingStats};
+pub use healing_cluster::HealingCluster;
 pub use notify::{NoticeStats, ReleaseNotices};
 pub use preflight::{MIN_REDIS, MIN_VALKEY};
 pub use replica::{MAX_ACK_TIMEOUT, NotAcknowledged, ReplicaAck};

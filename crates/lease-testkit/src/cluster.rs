@@ -34,6 +34,8 @@ const SLOTS: u32 = 16384;
 #[must_use]
 pub struct RedisClusterBuilder {
     primaries: usize,
+    replicas: usize,
+    node_timeout: Option<Duration>,
     tls: Option<(ServerCert, ClientCert)>,
 }
 
@@ -41,6 +43,8 @@ impl Default for RedisClusterBuilder {
     fn default() -> Self {
         RedisClusterBuilder {
             primaries: 3,
+            replicas: 0,
+            node_timeout: None,
             tls: None,
         }
     }
@@ -50,6 +54,20 @@ impl RedisClusterBuilder {
     /// Number of primaries (default 3, minimum 3 as required by `redis-cli`).
     pub fn primaries(mut self, primaries: usize) -> Self {
         self.primaries = primaries;
+        self
+    }
+
+    /// Replicas per primary (default 0): with replicas, the cluster promotes one when its
+    /// primary is unreachable for the node timeout (a failover).
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// `cluster-node-timeout` (default 5 s): how long a node may be unreachable before the
+    /// others flag it as failing (and, with replicas, fail it over). At least 100 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout.max(Duration::from_millis(100)));
         self
     }
 
@@ -83,18 +101,27 @@ impl RedisClusterBuilder {
             &[],
             "install redis-tools (Debian/Ubuntu: `apt-get install redis-tools`, or run scripts/install-deps.sh)",
         )?;
-        let mut nodes = Vec::with_capacity(self.primaries);
-        for _ in 0..self.primaries {
+        let count = self.primaries * (1 + self.replicas);
+        let mut nodes = Vec::with_capacity(count);
+        for _ in 0..count {
             let mut opts = match &self.tls {
                 Some((cert, bus)) => RedisServer::builder()
                     .tls(cert)
                     .config("tls-cluster", "yes")
+                    .config("tls-replication", "yes")
                     .config("tls-client-cert-file", path_str(bus.cert_file())?)
                     .config("tls-client-key-file", path_str(bus.key_file())?)
                     .into_options(),
                 None => RedisOptions::default(),
             };
             opts.cluster = true;
+            if let Some(timeout) = self.node_timeout {
+                opts.push_config("cluster-node-timeout", &timeout.as_millis().to_string());
+            }
+            if self.replicas > 0 {
+                // A replica's first sync starts at once (the default waits 5 s for more).
+                opts.push_config("repl-diskless-sync-delay", "0");
+            }
             nodes.push(RedisServer::start_with(opts).await?);
         }
         let mut cmd = Command::new(redis_cli);
@@ -108,7 +135,8 @@ impl RedisClusterBuilder {
                 _ => cmd.arg(node.addr().to_string()),
             };
         }
-        cmd.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = self.replicas.to_string();
+        cmd.args(["--cluster-replicas", &replicas, "--cluster-yes"]);
         let shown = display_command(&cmd);
         let out = run_with_timeout_async(cmd, CLUSTER_DEADLINE).await?;
         if !out.status.success() {
@@ -184,7 +212,8 @@ impl RedisCluster {
     }
 
     /// Waits until every node reports `cluster_state:ok`, all slots ok and knows
-    /// every other node (also usable after restarting a node).
+    /// every other node, and every replica's link to its primary is up (a replica that never
+    /// synced cannot be promoted); also usable after restarting a node.
     pub async fn wait_ready(&self, deadline: Duration) -> Result<()> {
         let started = Instant::now();
         loop {
@@ -206,6 +235,31 @@ impl RedisCluster {
                 });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `Ok` for a primary, or a replica whose link to its primary is up.
+    async fn replica_linked(&self, node: &RedisServer) -> std::result::Result<(), String> {
+        let reply = resp::probe(
+            node.addr(),
+            &node.probe_auth(),
+            &["INFO", "replication"],
+            Duration::from_secs(2),
+        )
+        .await?;
+        let text = reply
+            .text()
+            .ok_or_else(|| format!("unexpected INFO reply {reply:?}"))?;
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        match (field("role"), field("master_link_status")) {
+            (Some("slave"), Some(status)) if status != "up" => {
+                Err(format!("replica link to its primary: {status}"))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -234,7 +288,7 @@ impl RedisCluster {
         let slots_ok = field("cluster_slots_ok");
         let known = field("cluster_known_nodes");
         if state == "ok" && slots_ok == SLOTS.to_string() && known == self.nodes.len().to_string() {
-            Ok(())
+            self.replica_linked(node).await
         } else {
             Err(format!(
                 "cluster_state:{state} cluster_slots_ok:{slots_ok} cluster_known_nodes:{known}"

@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use redlease::redis::client::aio::MultiplexedConnection;
 use redlease::redis::client::cluster::ClusterClientBuilder;
-use redlease::redis::client::cluster_async::ClusterConnection;
 use redlease::redis::client::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redlease::redis::client::{ConnectionAddr, IntoConnectionInfo, TlsMode};
-use redlease::redis::{HealingConnection, RedisBackend, ReleaseNotices, SentinelConnection};
+use redlease::redis::{
+    HealingCluster, HealingConnection, RedisBackend, ReleaseNotices, SentinelConnection,
+};
 use redlease::redlock::{RedisNode, RedlockBackend, RedlockConfig};
 
 use crate::Ctx;
@@ -264,18 +265,21 @@ fn cluster_builder(ctx: &Ctx, urls: &[String]) -> Result<ClusterClientBuilder, F
     Ok(builder)
 }
 
-/// A Redis Cluster connection (slots discovered from the seeds), with release notices over
-/// sharded pub/sub when `notices`.
+/// A Redis Cluster connection (slots discovered from the seeds), rebuilt from the seeds when
+/// a slot's node goes silent ([`HealingCluster`]), with release notices over sharded pub/sub
+/// when `notices`.
 pub(crate) async fn cluster(
     ctx: &Ctx,
     urls: &[String],
     notices: bool,
-) -> Result<RedisBackend<ClusterConnection>, Failure> {
-    let client = cluster_builder(ctx, urls)?
-        .build()
-        .map_err(|e| Failure::invalid("--redis URL", e))?;
-    let backend = match tokio::time::timeout(OP_TIMEOUT, client.get_async_connection()).await {
+) -> Result<RedisBackend<HealingCluster>, Failure> {
+    let builder = cluster_builder(ctx, urls)?;
+    let attempt = HealingCluster::connect(builder);
+    let backend = match tokio::time::timeout(OP_TIMEOUT, attempt).await {
         Ok(Ok(conn)) => RedisBackend::cluster(conn),
+        Ok(Err(e)) if e.kind() == redlease::redis::client::ErrorKind::InvalidClientConfig => {
+            return Err(Failure::invalid("--redis URL", e));
+        }
         Ok(Err(e)) => {
             return Err(conn::connect_error(
                 &urls[0],

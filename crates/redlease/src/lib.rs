@@ -155,13 +155,14 @@ pub mod redis {
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub use lease_redis::SentinelConnection;
     pub use lease_redis::healing;
+    pub use lease_redis::healing_cluster;
     pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
         CORRUPT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite,
-        HealingConnection, HealingStats, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged,
-        NoticeStats, RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck,
-        TRANSIENT_CODES, Topology, backend_error,
+        HealingCluster, HealingConnection, HealingStats, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY,
+        NotAcknowledged, NoticeStats, RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices,
+        ReplicaAck, TRANSIENT_CODES, Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).
@@ -200,10 +201,36 @@ pub mod redis {
     /// fallback.
     ///
     /// A failure is a [`ConnectError`]; a plain URL that reached a TLS port says so
-    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, build a
-    /// `client::cluster_async::ClusterConnection` and use [`RedisBackend::cluster`].
+    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, use [`connect_cluster`].
     pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, ConnectError> {
         lease_redis::connect(url).await
+    }
+
+    /// Connects to the Redis Cluster whose seed nodes are `urls` with a self-healing
+    /// [`HealingCluster`] and wraps it in a cluster [`RedisBackend`] (hash tags checked before
+    /// any round trip), with release notices over sharded pub/sub. The same timeout policy as
+    /// [`connect`]; when a slot's node goes silent (a request abandoned unanswered and no
+    /// reply for that slot for [`healing::DEFAULT_SILENCE`]), the connection is built again
+    /// from the seeds, with a fresh slot map (see [`healing_cluster`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redlease::{ElectionConfig, Elector};
+    ///
+    /// let backend = redlease::redis::connect_cluster(&[
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .await?;
+    /// // On a cluster, an election's name carries a hash tag.
+    /// let elector = Elector::new(backend, ElectionConfig::builder("{jobs}", "host-a").build()?);
+    /// # let _ = elector;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster<S: AsRef<str>>(
+        urls: &[S],
+    ) -> Result<RedisBackend<HealingCluster>, ConnectError> {
+        lease_redis::connect_cluster(urls).await
     }
 
     /// Connects to the Redis at `url` (`rediss://`) over TLS, trusting the CA and presenting

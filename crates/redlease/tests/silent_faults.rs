@@ -8,7 +8,9 @@
 //!   The negative control runs the same fault on redis-rs's `ConnectionManager` (how
 //!   `redis::connect` connected before): no leader within that bound, because the socket sits
 //!   in TCP's retransmission backoff.
-//! - The same for a Redlock election with two of its three nodes blackholed.
+//! - The same for a Redlock election with two of its three nodes blackholed, and for a Redis
+//!   Cluster election whose slot's node is blackholed (with a plain `ClusterConnection` as
+//!   the negative control).
 //! - Sentinel: the primary blackholed (not killed) and a replica promoted at a new address: a
 //!   leader within the same bound after the promotion.
 //! - Dropping `Elector::run` while leading ends the term: the work's token is cancelled and
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::EVENTUALLY;
-use lease_testkit::{Blackhole, RedisServer};
+use lease_testkit::{Blackhole, RedisCluster, RedisServer};
 use redlease::redis::RedisBackend;
 use redlease::{
     CancellationToken, ElectionConfig, Elector, LeaseBackend, LockError, LockOptions, Locker,
@@ -217,6 +219,173 @@ async fn negative_control_a_connection_manager_waits_for_tcp() {
     assert_eq!(
         gap, None,
         "the connection manager recovered within {bound:?}: the blackhole test no longer shows the fault"
+    );
+}
+
+/// The node of `cluster` that serves `key`'s slot (the others answer `MOVED`).
+async fn slot_owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
+    slot_owner_besides(cluster, key, None)
+        .await
+        .unwrap_or_else(|| panic!("no node serves {key}'s slot"))
+}
+
+/// The node of `cluster`, other than `besides`, that serves `key`'s slot, if any.
+async fn slot_owner_besides<'a>(
+    cluster: &'a RedisCluster,
+    key: &str,
+    besides: Option<u16>,
+) -> Option<&'a RedisServer> {
+    for node in cluster.nodes() {
+        if Some(node.port()) == besides {
+            continue;
+        }
+        let mut conn = node
+            .client()
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("node connection");
+        let reply: redis::RedisResult<Option<String>> = tokio::time::timeout(
+            EVENTUALLY,
+            redis::cmd("GET").arg(key).query_async(&mut conn),
+        )
+        .await
+        .expect("a node answered GET in time");
+        if reply.is_ok() {
+            return Some(node);
+        }
+    }
+    None
+}
+
+/// Redis Cluster: the node serving the election's slot is blackholed (its client port; the
+/// cluster bus stays up, so the cluster keeps the slot there): after the heal a leader within
+/// the bound, because [`redlease::redis::HealingCluster`] rebuilds the connection from its
+/// seeds once the slot went silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_election_recovers_within_the_lease_bound_after_its_node_is_blackholed() {
+    let cluster = RedisCluster::start().await.expect("cluster");
+    let name = "{bhk}";
+    let owner = slot_owner(&cluster, name).await;
+    let a = redlease::redis::connect_cluster(&cluster.urls())
+        .await
+        .expect("a");
+    let b = redlease::redis::connect_cluster(&cluster.urls())
+        .await
+        .expect("b");
+    let bound = election_bound();
+    let gap = leader_gap_after_blackhole(&[owner], [a.clone(), b], name, bound * 3).await;
+    let gap = gap.expect("no leader within three times the bound after the heal");
+    eprintln!(
+        "Cluster, the slot's node blackholed {:?}: leader {gap:?} after the heal (bound {bound:?}); {:?}",
+        blackhole_len(),
+        a.connection().stats()
+    );
+    assert!(
+        gap <= bound,
+        "leader {gap:?} after the heal, bound TTL + acquire interval + 1 s = {bound:?}"
+    );
+    assert!(
+        a.connection().stats().given_up >= 1,
+        "{:?}",
+        a.connection().stats()
+    );
+}
+
+/// Redis Cluster with a replica per primary: the node serving the election's slot vanishes
+/// without a reset, as a VM that is gone: its client port blackholed and the process frozen
+/// (SIGSTOP, so its outgoing cluster-bus links fall silent too and the cluster fails it over;
+/// a blackhole of its bus port alone does not, since it keeps pinging out on its own links).
+/// The cluster promotes its replica, at another address. A new term within the bound after
+/// the promotion, the old primary still blackholed: the connection rebuilt from the seeds
+/// has the new slot map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_election_follows_a_failover_while_the_old_primary_is_blackholed() {
+    let cluster = RedisCluster::builder()
+        .replicas(1)
+        .node_timeout(ms(1_000))
+        .start()
+        .await
+        .expect("cluster with replicas");
+    let name = "{bhf}";
+    let old = slot_owner(&cluster, name).await;
+    let a = redlease::redis::connect_cluster(&cluster.urls())
+        .await
+        .expect("a");
+    let b = redlease::redis::connect_cluster(&cluster.urls())
+        .await
+        .expect("b");
+    let (electors, shutdown, runs) = start_electors([a.clone(), b], name);
+    assert!(until_leader(&electors, EVENTUALLY).await.is_some());
+    let before: Vec<_> = electors.iter().filter_map(|e| e.token()).collect();
+    let hole = Blackhole::port(old.port()).expect("blackhole (needs root and iptables)");
+    old.pause().await.expect("SIGSTOP the old primary");
+    // The cluster's own failover: poll the other nodes (no signal exists for it).
+    let promoted = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(node) = slot_owner_besides(&cluster, name, Some(old.port())).await {
+                return node.port();
+            }
+            tokio::time::sleep(ms(100)).await;
+        }
+    })
+    .await
+    .expect("the cluster promoted the replica within 30 s");
+    let at = Instant::now();
+    let bound = election_bound();
+    let new_term = tokio::time::timeout(bound * 3, async {
+        loop {
+            if electors
+                .iter()
+                .filter_map(|e| e.token())
+                .any(|t| !before.contains(&t))
+            {
+                return at.elapsed();
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    })
+    .await;
+    eprintln!(
+        "Cluster failover: {} blackholed, {promoted} promoted; new term {new_term:?} after (bound {bound:?}); {:?}",
+        old.port(),
+        a.connection().stats()
+    );
+    assert!(hole.is_active(), "the old primary stayed blackholed");
+    let gap = new_term.expect("no new term within three times the bound after the promotion");
+    assert!(
+        gap <= bound,
+        "new term {gap:?} after the promotion, bound TTL + acquire interval + 1 s = {bound:?}"
+    );
+    shutdown.cancel();
+    for r in runs {
+        let _ = tokio::time::timeout(EVENTUALLY, r).await;
+    }
+}
+
+/// Negative control: the same fault on a plain redis-rs `ClusterConnection` (no response
+/// timeout, as the library's own connections): its node connection sits in TCP's backoff, so
+/// no leader within the bound after the heal. Proves the test above can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_plain_cluster_connection_waits_for_tcp() {
+    let cluster = RedisCluster::start().await.expect("cluster");
+    let name = "{bhkc}";
+    let owner = slot_owner(&cluster, name).await;
+    let mut backends = Vec::new();
+    for _ in 0..2 {
+        let client = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+            .connection_timeout(ms(1_000))
+            .build()
+            .expect("client");
+        let conn = client.get_async_connection().await.expect("cluster");
+        backends.push(RedisBackend::cluster(conn));
+    }
+    let backends: [_; 2] = backends.try_into().expect("two");
+    let bound = election_bound();
+    let gap = leader_gap_after_blackhole(&[owner], backends, name, bound).await;
+    assert_eq!(
+        gap, None,
+        "a plain cluster connection recovered within {bound:?}: the test no longer shows the fault"
     );
 }
 

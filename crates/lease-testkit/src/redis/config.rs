@@ -61,6 +61,14 @@ pub(crate) struct RedisOptions {
     pub(crate) tls: Option<TlsOptions>,
 }
 
+impl RedisOptions {
+    /// Adds a `redis.conf` setting (after the kit's own, so it overrides them).
+    pub(crate) fn push_config(&mut self, name: &str, value: &str) {
+        self.extra
+            .push(ConfigEntry::Pair(name.to_owned(), value.to_owned()));
+    }
+}
+
 /// Builder for a [`RedisServer`]; see [`RedisServer::builder`].
 #[derive(Debug, Clone, Default)]
 #[must_use]
