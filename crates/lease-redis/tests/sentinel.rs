@@ -408,6 +408,12 @@ const CHILD_DONE: &str = "tls sentinel child: done";
 async fn rediss_sentinel_urls_give_tls_and_credentials_to_the_primary() {
     use lease_testkit::tls::{TestPki, Validity};
 
+    if !lease_testkit::server::has_tls() {
+        eprintln!(
+            "SKIP rediss_sentinel_urls_give_tls_and_credentials_to_the_primary: the server is built without TLS"
+        );
+        return;
+    }
     let pki = TestPki::new().expect("test CA");
     let cert = pki
         .server_cert(&["localhost", "127.0.0.1"], Validity::Current)

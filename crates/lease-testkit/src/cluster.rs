@@ -21,6 +21,7 @@ use crate::mode::ServerMode;
 use crate::process::{describe_output, display_command, require_program, run_with_timeout_async};
 use crate::redis::{RedisOptions, RedisServer};
 use crate::resp::{self, Reply};
+use crate::tls::{ClientCert, ServerCert};
 use crate::{Error, Result};
 
 /// How long to wait for `cluster_state:ok` on every node.
@@ -35,6 +36,7 @@ pub struct RedisClusterBuilder {
     primaries: usize,
     replicas: usize,
     node_timeout: Option<Duration>,
+    tls: Option<(ServerCert, ClientCert)>,
 }
 
 impl Default for RedisClusterBuilder {
@@ -43,6 +45,7 @@ impl Default for RedisClusterBuilder {
             primaries: 3,
             replicas: 0,
             node_timeout: None,
+            tls: None,
         }
     }
 }
@@ -65,6 +68,15 @@ impl RedisClusterBuilder {
     /// others flag it as failing (and, with replicas, fail it over). At least 100 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout.max(Duration::from_millis(100)));
+        self
+    }
+
+    /// Every node also serves TLS with `cert` (`tls-cluster yes`: the cluster bus runs over
+    /// TLS, and TLS clients are told the nodes' TLS ports); see [`RedisCluster::tls_urls`].
+    /// The bus asks for client certificates whatever `tls-auth-clients` says: the nodes
+    /// present `bus` (a client certificate of the same CA) to each other.
+    pub fn tls(mut self, cert: &ServerCert, bus: &ClientCert) -> Self {
+        self.tls = Some((cert.clone(), bus.clone()));
         self
     }
 
@@ -92,7 +104,16 @@ impl RedisClusterBuilder {
         let count = self.primaries * (1 + self.replicas);
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
-            let mut opts = RedisOptions::default();
+            let mut opts = match &self.tls {
+                Some((cert, bus)) => RedisServer::builder()
+                    .tls(cert)
+                    .config("tls-cluster", "yes")
+                    .config("tls-replication", "yes")
+                    .config("tls-client-cert-file", path_str(bus.cert_file())?)
+                    .config("tls-client-key-file", path_str(bus.key_file())?)
+                    .into_options(),
+                None => RedisOptions::default(),
+            };
             opts.cluster = true;
             if let Some(timeout) = self.node_timeout {
                 opts.push_config("cluster-node-timeout", &timeout.as_millis().to_string());
@@ -104,9 +125,15 @@ impl RedisClusterBuilder {
             nodes.push(RedisServer::start_with(opts).await?);
         }
         let mut cmd = Command::new(redis_cli);
+        if let Some((cert, _)) = &self.tls {
+            cmd.arg("--tls").arg("--cacert").arg(cert.ca_file());
+        }
         cmd.args(["--cluster", "create"]);
         for node in &nodes {
-            cmd.arg(node.addr().to_string());
+            match (&self.tls, node.tls_addr()) {
+                (Some(_), Some(addr)) => cmd.arg(addr.to_string()),
+                _ => cmd.arg(node.addr().to_string()),
+            };
         }
         let replicas = self.replicas.to_string();
         cmd.args(["--cluster-replicas", &replicas, "--cluster-yes"]);
@@ -122,6 +149,12 @@ impl RedisClusterBuilder {
         cluster.wait_ready(CLUSTER_DEADLINE).await?;
         Ok(cluster)
     }
+}
+
+fn path_str(p: &std::path::Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::Config(format!("path {} is not UTF-8", p.display())))
 }
 
 /// A Redis Cluster owned by the test; dropping it kills every node.
@@ -145,6 +178,12 @@ impl RedisCluster {
     /// `redis://127.0.0.1:<port>/` per node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` per node (clusters built with
+    /// [`RedisClusterBuilder::tls`]; empty otherwise).
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().filter_map(RedisServer::tls_url).collect()
     }
 
     /// The nodes' addresses.

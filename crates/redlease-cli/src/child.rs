@@ -1,20 +1,32 @@
-//! CMD as a child process: started in its own process group through a trampoline that sets
-//! its parent-death signal, watched by a thread (`waitid` without reaping), signalled as a group through `kill(2)`
-//! (rustix's safe wrappers: the workspace forbids `unsafe`, and no external `kill` program is
-//! needed, so the supervisor works in distroless and scratch images).
+//! CMD as a child process: started in its own process group under a tiny trampoline that
+//! stays its parent (like `tini`), watched by a thread (`waitid` without reaping), signalled as
+//! a group through `kill(2)` (rustix's safe wrappers: the workspace forbids `unsafe`, and no
+//! external `kill` program is needed, so the supervisor works in distroless and scratch
+//! images).
 //!
-//! - **The trampoline**: CMD is started as `/proc/self/exe __redlease-exec <supervisor pid> --
-//!   CMD...`: that process (already leading its own process group) sets
-//!   `PR_SET_PDEATHSIG = SIGKILL`, checks that its parent is still the supervisor (else exits:
-//!   nobody would stop it), and `exec`s CMD. The parent-death signal survives `exec` (except for
-//!   set-user-ID programs), so CMD is killed when the supervisor dies, even by SIGKILL or the
-//!   OOM killer. It reaches CMD itself, not CMD's own children: a shell CMD should `exec` its
-//!   program, or stop its children when it is killed (documented in `docs/cli.md`).
-//! - **Exit is seen before the reap**: a thread per CMD waits for its exit with
-//!   `waitid(WEXITED | WNOWAIT)`, which does not reap it; CMD stays a zombie until
-//!   [`Child::reap`], so its pid, which is its group id, cannot be reused while the group is
-//!   signalled. Every path that ends CMD signals the whole group (SIGKILL to what
-//!   is left) before reaping it: a background child CMD left behind does not outlive it.
+//! - **The trampoline** (`/proc/self/exe __redlease-exec <supervisor pid> -- CMD...`, see
+//!   [`trampoline`]): it leads CMD's process group (the group redlease signals; its pid is the
+//!   group's id), sets `PR_SET_PDEATHSIG`, checks that its parent is still the supervisor
+//!   (else exits: nobody would stop CMD), and starts CMD as its child in that group (through
+//!   [`exec_cmd`], which sets CMD's own parent-death signal, SIGKILL, before `exec`). It then
+//!   waits for CMD and exits with CMD's status (killed by signal N: it dies by signal N too,
+//!   through [`exit_by_signal`]), so redlease sees CMD's status as before.
+//! - **Supervisor death**: when the supervisor dies (SIGKILL, the OOM killer, a crash), the
+//!   trampoline gets its parent-death signal and SIGKILLs CMD's whole process group at once
+//!   (itself included): CMD and every child that stayed in its group. No grace: nobody renews
+//!   the lease any more, so nothing may run on (fail closed). Processes that left the group
+//!   (`setsid`, `setpgid`, a daemon's double fork) are not covered: run redlease in a cgroup
+//!   (a container, a systemd unit) for those.
+//! - **Signals**: redlease signals the whole group, so CMD and its children get each signal
+//!   directly from the kernel; the trampoline, a member of the group, catches the terminating
+//!   signals (HUP, INT, QUIT, TERM, USR1, USR2, ALRM) and does not resend them (CMD has them
+//!   already): it survives to report CMD's status. A signal sent to the trampoline's pid alone
+//!   reaches only it: signal the group (`kill -s TERM -- -PGID`) or redlease itself.
+//! - **Exit is seen before the reap**: a thread per CMD waits for the trampoline's exit with
+//!   `waitid(WEXITED | WNOWAIT)`, which does not reap it; it stays a zombie until
+//!   [`Child::reap`], so its pid, which is the group's id, cannot be reused while the group is
+//!   signalled. Every path that ends CMD signals the whole group (SIGKILL to what is left)
+//!   before reaping it: a background child CMD left behind does not outlive it.
 
 use std::ffi::{OsStr, OsString};
 use std::process::{ExitCode, ExitStatus, Stdio};
@@ -25,8 +37,13 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, SOFTWARE};
 
-/// The hidden first argument that turns `redlease` into CMD's trampoline.
+/// The hidden first argument that turns `redlease` into CMD's trampoline (CMD's parent).
 pub(crate) const EXEC_ARG: &str = "__redlease-exec";
+/// The hidden first argument of the trampoline's child: sets CMD's parent-death signal and
+/// `exec`s CMD.
+pub(crate) const EXEC_CMD_ARG: &str = "__redlease-exec-cmd";
+/// The hidden first argument that ends the trampoline by the signal that killed CMD.
+pub(crate) const EXIT_BY_SIGNAL_ARG: &str = "__redlease-exit-by-signal";
 
 /// The program to run and its arguments.
 #[derive(Clone, Debug)]
@@ -154,29 +171,177 @@ impl Cmd {
     }
 }
 
-/// The trampoline (`redlease __redlease-exec <supervisor pid> -- CMD...`): sets the
-/// parent-death signal and `exec`s CMD. Returns only when that fails (126/127, one line on
-/// stderr, as a shell would).
-pub(crate) fn exec_trampoline(args: &[OsString]) -> ExitCode {
-    use std::os::unix::process::CommandExt as _;
-    let supervisor = args
+/// `<parent pid> -- CMD...` from the hidden arguments.
+fn parent_and_cmd(args: &[OsString]) -> Option<(i32, &OsString, &[OsString])> {
+    let parent = args
         .first()
         .and_then(|a| a.to_str())
-        .and_then(|a| a.parse::<i32>().ok());
+        .and_then(|a| a.parse::<i32>().ok())?;
     let cmd = match args.get(1) {
         Some(sep) if sep == OsStr::new("--") => &args[2..],
         _ => &[],
     };
-    let (Some(supervisor), Some((program, rest))) = (supervisor, cmd.split_first()) else {
+    let (program, rest) = cmd.split_first()?;
+    Some((parent, program, rest))
+}
+
+/// The signals the trampoline catches: the terminating ones a process group is sent (by
+/// redlease, an operator, a terminal). Caught, they do not end it (CMD got them directly, as a
+/// member of the same group); each wakes it to check that the supervisor is still alive.
+const CAUGHT: [Signal; 7] = [
+    Signal::HUP,
+    Signal::INT,
+    Signal::QUIT,
+    Signal::TERM,
+    Signal::USR1,
+    Signal::USR2,
+    Signal::ALARM,
+];
+
+/// The trampoline (`redlease __redlease-exec <supervisor pid> -- CMD...`, the leader of CMD's
+/// process group): parent-death signal, CMD as its child in its group, CMD's status as its
+/// own. On the supervisor's death, SIGKILL to the whole group at once. See the module docs.
+pub(crate) fn trampoline(args: &[OsString]) -> ExitCode {
+    let Some((supervisor, _, _)) = parent_and_cmd(args) else {
         eprintln!("redlease: {EXEC_ARG} is internal to redlease");
+        return ExitCode::from(crate::exit::USAGE);
+    };
+    // SIGTERM wakes the loop below, which then finds the supervisor gone (before the handler
+    // is installed, it simply ends the trampoline: CMD is not started yet).
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::TERM)) {
+        eprintln!("redlease: cannot set the trampoline's parent-death signal: {e}");
+        return ExitCode::from(SOFTWARE);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("redlease: cannot start CMD's trampoline: {e}");
+            return ExitCode::from(SOFTWARE);
+        }
+    };
+    // CMD is started from this (the main) thread: a parent-death signal follows the thread
+    // that forked, and this one lives as long as the process.
+    runtime.block_on(trampoline_main(supervisor, &args[2..]))
+}
+
+async fn trampoline_main(supervisor: i32, cmd: &[OsString]) -> ExitCode {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (woken_tx, mut woken) = tokio::sync::mpsc::channel::<()>(CAUGHT.len());
+    for sig in CAUGHT {
+        match signal(SignalKind::from_raw(sig.as_raw())) {
+            Ok(mut stream) => {
+                let tx = woken_tx.clone();
+                tokio::spawn(async move {
+                    while stream.recv().await.is_some() {
+                        let _ = tx.try_send(());
+                    }
+                });
+            }
+            Err(e) => {
+                eprintln!("redlease: cannot watch {sig:?} in CMD's trampoline: {e}");
+                return ExitCode::from(SOFTWARE);
+            }
+        }
+    }
+    drop(woken_tx);
+    let orphaned = || rustix::process::getppid().map(Pid::as_raw_pid) != Some(supervisor);
+    // The supervisor may have died before the parent-death signal was set: nobody would stop
+    // CMD then.
+    if orphaned() {
+        return ExitCode::from(SOFTWARE);
+    }
+    let me = rustix::process::getpid();
+    let spawned = tokio::process::Command::new("/proc/self/exe")
+        .arg(EXEC_CMD_ARG)
+        .arg(me.as_raw_pid().to_string())
+        .arg("--")
+        .args(cmd)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("redlease: cannot start CMD: {e}");
+            return ExitCode::from(CANNOT_EXECUTE);
+        }
+    };
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => exit_like(status),
+                    Err(e) => {
+                        eprintln!("redlease: cannot wait for CMD: {e}");
+                        let _ = rustix::process::kill_process_group(me, Signal::KILL);
+                        ExitCode::from(SOFTWARE)
+                    }
+                };
+            }
+            Some(()) = woken.recv() => {
+                if orphaned() {
+                    // Fail closed: nobody renews the lease any more. The group includes this
+                    // process; CMD and every child left in its group die with it.
+                    let _ = rustix::process::kill_process_group(me, Signal::KILL);
+                }
+            }
+        }
+    }
+}
+
+/// Ends the trampoline as CMD ended: its exit code, or death by the same signal (through a
+/// fresh image without the trampoline's handlers, [`exit_by_signal`]).
+fn exit_like(status: ExitStatus) -> ExitCode {
+    use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+    if let Some(code) = status.code() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    let Some(signo) = status.signal() else {
+        return ExitCode::from(1);
+    };
+    // `exec` keeps the pid (the group's id, the supervisor's child) and resets caught signals
+    // to their default action.
+    let _ = std::process::Command::new("/proc/self/exe")
+        .arg(EXIT_BY_SIGNAL_ARG)
+        .arg(signo.to_string())
+        .exec();
+    ExitCode::from(u8::try_from(128 + signo).unwrap_or(255))
+}
+
+/// `redlease __redlease-exit-by-signal N`: dies by signal N (no core dump), or exits 128+N
+/// when N cannot end it (an inherited ignored disposition).
+pub(crate) fn exit_by_signal(args: &[OsString]) -> ExitCode {
+    let signo = args
+        .first()
+        .and_then(|a| a.to_str())
+        .and_then(|a| a.parse::<i32>().ok())
+        .unwrap_or(0);
+    let code = u8::try_from(128 + signo).unwrap_or(255);
+    if let Some(sig) = Signal::from_named_raw(signo) {
+        let mut core = rustix::process::getrlimit(rustix::process::Resource::Core);
+        core.current = Some(0);
+        let _ = rustix::process::setrlimit(rustix::process::Resource::Core, core);
+        let _ = rustix::process::kill_process(rustix::process::getpid(), sig);
+    }
+    ExitCode::from(code)
+}
+
+/// The trampoline's child (`redlease __redlease-exec-cmd <trampoline pid> -- CMD...`): sets
+/// CMD's parent-death signal (SIGKILL: CMD dies if the trampoline does) and `exec`s CMD.
+/// Returns only when that fails (126/127, one line on stderr, as a shell would).
+pub(crate) fn exec_cmd(args: &[OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
+    let Some((parent, program, rest)) = parent_and_cmd(args) else {
+        eprintln!("redlease: {EXEC_CMD_ARG} is internal to redlease");
         return ExitCode::from(crate::exit::USAGE);
     };
     if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
         eprintln!("redlease: cannot set CMD's parent-death signal: {e}");
         return ExitCode::from(SOFTWARE);
     }
-    // The supervisor may have died before the signal was set: nobody would stop CMD then.
-    if rustix::process::getppid().map(Pid::as_raw_pid) != Some(supervisor) {
+    // The trampoline may have died before the signal was set: nobody would stop CMD then.
+    if rustix::process::getppid().map(Pid::as_raw_pid) != Some(parent) {
         return ExitCode::from(SOFTWARE);
     }
     let e = std::process::Command::new(program).args(rest).exec();
@@ -203,7 +368,8 @@ pub(crate) struct Child {
 }
 
 impl Child {
-    /// CMD's pid (= its process group id).
+    /// The trampoline's pid: CMD's process group id (progress lines print it as such, and as
+    /// `pid` and `pgid` in JSON).
     pub(crate) fn id(&self) -> u32 {
         self.inner.id()
     }

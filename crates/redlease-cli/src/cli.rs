@@ -51,13 +51,14 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "REDLEASE_TLS_KEY", value_name = "FILE")]
     pub(crate) tls_key: Option<PathBuf>,
 
-    /// `run`: --redis lists the seed URLs (comma-separated) of a Redis Cluster; the election's
-    /// keys must share a slot: give a hash-tagged --name such as '{jobs}'
+    /// --redis lists the seed URLs (comma-separated) of a Redis Cluster (run, lock, status,
+    /// fence); an election's or lock's keys must share a slot: give a hash-tagged name such as
+    /// '{jobs}'
     #[arg(long, global = true, env = "REDLEASE_CLUSTER", conflicts_with_all = ["sentinel", "redlock"])]
     pub(crate) cluster: bool,
 
-    /// `run`: find the primary through these sentinels (HOST:PORT or redis:// URLs,
-    /// comma-separated); needs --service
+    /// Find the primary through these sentinels (HOST:PORT, redis:// or rediss:// URLs,
+    /// comma-separated; run, lock, status, fence); needs --service
     #[arg(
         long,
         global = true,
@@ -72,8 +73,9 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "REDLEASE_SERVICE", value_name = "NAME")]
     pub(crate) service: Option<String>,
 
-    /// `run`: a Redlock quorum over these independent primaries (comma-separated URLs, an
-    /// odd number, at least 3; rediss:// URLs use the --tls-* options)
+    /// A Redlock quorum over these independent primaries (comma-separated URLs, an odd
+    /// number, at least 3; rediss:// URLs use the --tls-* options; run, lock, status; fence
+    /// is refused)
     #[arg(long, global = true, env = "REDLEASE_REDLOCK", value_name = "URLS")]
     pub(crate) redlock: Option<String>,
 
@@ -130,8 +132,8 @@ pub(crate) enum Command {
 const RUN_HELP: &str = "\
 CMD gets REDLEASE_TOKEN (the term's fencing token), REDLEASE_NAME, REDLEASE_INSTANCE_ID and
 REDLEASE_REDIS_URL (without its password unless --export-redis-password) in its environment,
-stdin /dev/null (unless --stdin), and runs in its own process group; it is killed if redlease
-dies. CMD is stopped before the lease can pass to anyone else: when renewals fail and only
+stdin /dev/null (unless --stdin), and runs in its own process group; if redlease dies, the
+whole group is killed at once. CMD is stopped before the lease can pass to anyone else: when renewals fail and only
 --grace (default TTL/3) is left of the lease, the group gets SIGTERM; at the lease's deadline,
 or when the lease is found held by another, SIGKILL; redlease then exits with 72 (or contends
 again with --keep-running). When CMD exits, what it left in its group is stopped, the lease is
@@ -171,6 +173,10 @@ picks a free port, printed on stderr): GET /healthz (200 while obtaining or hold
 lock; 503 once lost, released or shutting down), GET /leader (JSON: key, state
 (obtaining|held|lost|released), held, token) and GET /metrics (Prometheus text:
 redlease_lock_* metrics). An address that cannot be bound: exit 74.
+
+On a Redis Cluster (--cluster) the key must carry a hash tag ('{backup}'); through
+--sentinel or on a --redlock quorum it works as on one server (waiters on Cluster and
+Sentinel are woken by the holder's release notice; on Redlock they poll).
 
 Example:
   redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh

@@ -61,7 +61,7 @@ pub(crate) fn client_for(ctx: &Ctx, url: &str) -> Result<redlease::redis::client
 }
 
 /// A failed connection attempt: a TLS failure is named (exit 69), anything else as before.
-fn connect_error(url: &str, context: &str, e: RedisError) -> Failure {
+pub(crate) fn connect_error(url: &str, context: &str, e: RedisError) -> Failure {
     match connect_failure(e, is_tls(url)) {
         ConnectError::Tls { failure, source } => {
             Failure::new(UNAVAILABLE, format!("{context}: TLS: {failure}: {source}"))

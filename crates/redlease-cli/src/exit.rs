@@ -14,7 +14,9 @@ pub(crate) const USAGE: u8 = 2;
 pub(crate) const STALE: u8 = 3;
 /// A value was refused: name, key or instance id empty, too long or with a NUL byte; TTL or
 /// interval out of range; token outside `1..=2^53`; malformed Redis URL; an unreadable or
-/// unusable TLS file, `--tls-cert` without `--tls-key`, a `--tls-*` option with `redis://`.
+/// unusable TLS file, `--tls-cert` without `--tls-key`, a `--tls-*` option with `redis://`;
+/// a subcommand the topology cannot offer soundly (`topology::Unsupported`: `fence` with
+/// `--redlock`).
 pub(crate) const INVALID: u8 = 64;
 /// Redis cannot be reached (connection refused or timed out, name resolution, no reply), or
 /// the TLS handshake failed (unknown CA, expired certificate, wrong host name, client
@@ -54,7 +56,9 @@ Exit codes:
   3        fence: refused, the token is stale (a newer term exists); nothing was written
   64       invalid value: name/key/instance id empty, too long or with NUL; TTL or interval
            out of range; token not in 1..=2^53; malformed Redis URL; unusable TLS file,
-           --tls-cert without --tls-key (or the reverse), --tls-* with a redis:// URL
+           --tls-cert without --tls-key (or the reverse), --tls-* with a redis:// URL;
+           fence with --redlock (not offered on a quorum); a key outside the election's
+           slot on a cluster
   69       Redis unreachable (refused, timed out after ~1 s, unknown host, no reply), or
            TLS failed (unknown CA, expired certificate, wrong host name, client
            certificate required, not a TLS port)

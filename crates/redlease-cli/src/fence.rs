@@ -1,12 +1,14 @@
 //! `redlease fence`: fenced writes from a shell leader.
 
-use redlease::redis::{RedisFencer, RedisLeaseError};
+use redlease::redis::client::aio::ConnectionLike;
+use redlease::redis::{RedisBackend, RedisLeaseError};
 use redlease::{ElectionConfig, FenceOutcome, Token};
 use std::time::Duration;
 
 use crate::cli::{FenceCommand, FenceTarget};
 use crate::exit::{self, Failure};
 use crate::output::{Json, object, print_stdout};
+use crate::topology::{self, Topology, Unsupported};
 use crate::{Ctx, conn};
 
 pub(crate) async fn fence(ctx: &Ctx, command: FenceCommand) -> Result<u8, Failure> {
@@ -18,13 +20,49 @@ pub(crate) async fn fence(ctx: &Ctx, command: FenceCommand) -> Result<u8, Failur
         FenceCommand::Del { target, keys } => (target, format!("DEL {}", keys.join(" "))),
     };
     let token = validate(target)?;
-    let connection = conn::connect(ctx).await?;
+    match Topology::of(ctx)? {
+        // Refused before connecting: see `Unsupported::FenceOnRedlock`.
+        Topology::Redlock(_) => Err(Unsupported::FenceOnRedlock.into()),
+        Topology::Standalone => {
+            let backend = topology::standalone_once(ctx, false).await?;
+            fence_on(ctx, &command, backend, token, &what).await
+        }
+        Topology::Cluster(urls) => {
+            let backend = topology::cluster(ctx, &urls, false).await?;
+            fence_on(ctx, &command, backend, token, &what).await
+        }
+        Topology::Sentinel { sentinels, service } => {
+            let backend = topology::sentinel(ctx, &sentinels, &service, false).await?;
+            fence_on(ctx, &command, backend, token, &what).await
+        }
+    }
+}
+
+/// The fenced write on a single server, a Sentinel-managed primary or a Redis Cluster.
+async fn fence_on<C>(
+    ctx: &Ctx,
+    command: &FenceCommand,
+    backend: RedisBackend<C>,
+    token: Token,
+    what: &str,
+) -> Result<u8, Failure>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let target = match command {
+        FenceCommand::Set { target, .. }
+        | FenceCommand::HSet { target, .. }
+        | FenceCommand::Del { target, .. } => target,
+    };
     // The fencer bounds the write itself (its error then says "outcome unknown"); the outer
-    // timeout below only guards against a hang elsewhere.
-    let fencer =
-        RedisFencer::for_election(connection, &target.name, token).with_timeout(conn::OP_TIMEOUT);
+    // timeout below only guards against a hang elsewhere. On a cluster the election's name
+    // must carry a hash tag, and every key its slot (refused before the round trip).
+    let fencer = backend
+        .election_fencer(&target.name, token)
+        .map_err(|e| Failure::invalid("--name", e))?
+        .with_timeout(conn::OP_TIMEOUT);
     let write = async {
-        match &command {
+        match command {
             FenceCommand::Set { key, value, .. } => fencer.set(key.clone(), value.as_str()).await,
             FenceCommand::HSet {
                 key, field, value, ..

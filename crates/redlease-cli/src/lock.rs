@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use redlease::redis::RedisBackend;
-use redlease::{CancellationToken, LockError, LockOptions, Locker, RetryStrategy};
+use redlease::{CancellationToken, LeaseBackend, LockError, LockOptions, Locker, RetryStrategy};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::child::Cmd;
@@ -15,7 +14,7 @@ use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
 use crate::run::OtherSignals;
 use crate::supervise::{Ended, Lease, supervise};
-use crate::{Ctx, conn, duration, health};
+use crate::{Ctx, duration, health};
 
 pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     Cmd {
@@ -60,8 +59,44 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     // The health address is checked and bound before connecting: a bad one fails fast.
     let sidecar = health::prepare(args.health_addr.as_deref(), &progress).await?;
 
-    let connection = conn::connect_managed(ctx).await?;
-    let locker = Locker::new(conn::with_notices(ctx, RedisBackend::new(connection))?);
+    let prepared = Prepared {
+        progress,
+        view,
+        signals,
+        grace,
+        options,
+        sidecar,
+    };
+    crate::topology::with_backend!(ctx, managed, true, |backend, _topology| {
+        lock_on(ctx, &args, Locker::new(backend), prepared).await
+    })
+}
+
+/// What `lock` prepared before connecting.
+struct Prepared {
+    progress: Arc<Progress>,
+    view: Arc<health::LockSource>,
+    signals: Signals,
+    grace: Duration,
+    options: LockOptions,
+    sidecar: Option<health::Pending>,
+}
+
+/// `lock` on any backend (standalone, Cluster, Sentinel, Redlock).
+async fn lock_on<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: &LockArgs,
+    locker: Locker<B>,
+    prepared: Prepared,
+) -> Result<u8, Failure> {
+    let Prepared {
+        progress,
+        view,
+        signals,
+        grace,
+        options,
+        sidecar,
+    } = prepared;
     if let Some(sidecar) = sidecar {
         sidecar.serve(view.clone());
     }
@@ -80,7 +115,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         () = signals.stop.cancelled() => return Ok(128 + signals.signo()),
     };
     let lock = obtained
-        .map_err(|e| not_obtained(&args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e)))?;
+        .map_err(|e| not_obtained(args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e)))?;
     let token = lock.fence_token();
     view.set(health::LockPhase::Held {
         token,
@@ -117,8 +152,15 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     };
     progress.event(
         "cmd_started",
-        &format!("started CMD (pid {}): {}", child.id(), cmd.display()),
-        &[("pid", Json::from(u64::from(child.id())))],
+        &format!(
+            "started CMD (process group {}): {}",
+            child.id(),
+            cmd.display()
+        ),
+        &[
+            ("pid", Json::from(u64::from(child.id()))),
+            ("pgid", Json::from(u64::from(child.id()))),
+        ],
     );
 
     let lease = Lease {

@@ -3,12 +3,11 @@
 //!
 //! ```text
 //! redlease [--redis URL] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--json] [-v]
-//!          [--export-redis-password] <command>
+//!          [--export-redis-password]
+//!          [--cluster | --sentinel ADDRS --service NAME | --redlock URL,URL,URL] <command>
 //!
 //!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace TTL/3] [--keep-running]
-//!          [--require-durable-store] [--stdin] [--health-addr ADDR]
-//!          [--cluster | --sentinel ADDRS --service NAME | --redlock URL,URL,URL]
-//!          -- CMD [ARGS...]
+//!          [--require-durable-store] [--stdin] [--health-addr ADDR] -- CMD [ARGS...]
 //!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace TTL/3] [--stdin]
 //!          [--health-addr ADDR] -- CMD [ARGS...]
 //!   status --name NAME
@@ -20,6 +19,9 @@
 //!
 //! - `--redis` defaults to `redis://127.0.0.1:6379`, or `REDLEASE_REDIS_URL`. A connection
 //!   attempt gives up after about one second.
+//! - `--cluster`, `--sentinel ... --service NAME`, `--redlock URL,URL,URL`: `run`, `lock`,
+//!   `status` and `fence` on a Redis Cluster, a Sentinel-managed primary or a Redlock quorum
+//!   (`topology.rs`), with TLS for each; `fence` on Redlock is refused (exit 64).
 //! - `rediss://` URLs connect over TLS, trusting the system's roots (or the bundle named by
 //!   `SSL_CERT_FILE` / `SSL_CERT_DIR`, which replace them, as with OpenSSL) plus `--tls-ca`
 //!   (`REDLEASE_TLS_CA`); `--tls-cert` and `--tls-key` (`REDLEASE_TLS_CERT`,
@@ -32,7 +34,8 @@
 //! - `run`: while elected leader of NAME, CMD runs with `REDLEASE_TOKEN` (the term's fencing
 //!   token), `REDLEASE_NAME`, `REDLEASE_INSTANCE_ID` and `REDLEASE_REDIS_URL` in its
 //!   environment (the URL without its password unless `--export-redis-password`), stdin
-//!   `/dev/null` unless `--stdin`, in its own process group, killed if redlease dies. Renewals
+//!   `/dev/null` unless `--stdin`, in its own process group under a trampoline that kills the
+//!   whole group if redlease dies. Renewals
 //!   failing with only `--grace` (default TTL/3) left: SIGTERM to the group; at the lease's
 //!   deadline, or when it is found held by another: SIGKILL; exit 72 (or contend again with
 //!   `--keep-running`). CMD exited: its leftovers stopped, release, exit with its status (or
@@ -56,7 +59,7 @@
 //! | 1–255 | `run`/`lock`: CMD's own exit status, passed through; 128+N when CMD was killed by signal N |
 //! | 2 | usage: unknown option, missing argument, missing `--` or CMD, malformed duration |
 //! | 3 | `fence`: refused, the token is stale (a newer term exists); nothing was written |
-//! | 64 | invalid value: name/key/instance id empty, too long or with NUL; TTL or interval out of range; token not in 1..=2^53; malformed Redis URL; an unusable TLS file, `--tls-cert` without `--tls-key` (or the reverse), a `--tls-*` option with `redis://` |
+//! | 64 | invalid value: name/key/instance id empty, too long or with NUL; TTL or interval out of range; token not in 1..=2^53; malformed Redis URL; an unusable TLS file, `--tls-cert` without `--tls-key` (or the reverse), a `--tls-*` option with `redis://`; a subcommand a topology cannot offer (`fence` with `--redlock`); a key outside the election's slot on a cluster |
 //! | 69 | Redis unreachable (refused, timed out after ~1 s, unknown host, no reply), or TLS failed (unknown CA, expired certificate, wrong host name, client certificate required, not a TLS port) |
 //! | 70 | Redis error or unexpected reply (authentication, WRONGTYPE, script error) |
 //! | 71 | `lock`: not obtained within `--wait` |
@@ -138,8 +141,11 @@ fn main() -> ExitCode {
 fn supervisor_main() -> ExitCode {
     // CMD's trampoline (see `child.rs`): nothing else of the command runs in that process.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == child::EXEC_ARG) {
-        return child::exec_trampoline(&argv[2..]);
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some(child::EXEC_ARG) => return child::trampoline(&argv[2..]),
+        Some(child::EXEC_CMD_ARG) => return child::exec_cmd(&argv[2..]),
+        Some(child::EXIT_BY_SIGNAL_ARG) => return child::exit_by_signal(&argv[2..]),
+        _ => {}
     }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
@@ -247,10 +253,11 @@ fn tls_config(cli: &Cli) -> Result<(TlsConfig, bool), Failure> {
 
 async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
     let topology = ctx.cluster || ctx.sentinel.is_some() || ctx.redlock.is_some();
-    if topology && !matches!(command, Command::Run(_)) {
+    if topology && matches!(command, Command::Demo(_)) {
         return Err(Failure::new(
             exit::INVALID,
-            "--cluster, --sentinel and --redlock are supported by `run` only (for now)",
+            "--cluster, --sentinel and --redlock do not apply to `demo` (a single server or \
+             the in-memory store)",
         ));
     }
     match command {

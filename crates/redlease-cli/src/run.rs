@@ -4,7 +4,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlease::Op;
-use redlease::redis::RedisBackend;
 use redlease::{
     BackendError, CancellationToken, ElectionConfig, Elector, ElectorError, LeaseBackend, Observer,
     StepDownReason, Term, Token,
@@ -17,7 +16,7 @@ use crate::cli::RunArgs;
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress, Sink};
 use crate::supervise::{Ended, Lease, supervise};
-use crate::{Ctx, conn, duration, health};
+use crate::{Ctx, duration, health};
 
 /// How a term's work ended.
 #[derive(Debug)]
@@ -69,25 +68,9 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
         other,
         sidecar,
     };
-    match crate::topology::Topology::of(ctx)? {
-        crate::topology::Topology::Standalone => {
-            let connection = conn::connect_managed(ctx).await?;
-            let backend = conn::with_notices(ctx, RedisBackend::new(connection))?;
-            run_on(ctx, args, backend, env).await
-        }
-        crate::topology::Topology::Cluster(urls) => {
-            let backend = crate::topology::cluster(ctx, &urls).await?;
-            run_on(ctx, args, backend, env).await
-        }
-        crate::topology::Topology::Sentinel { sentinels, service } => {
-            let backend = crate::topology::sentinel(ctx, &sentinels, &service).await?;
-            run_on(ctx, args, backend, env).await
-        }
-        crate::topology::Topology::Redlock(urls) => {
-            let backend = crate::topology::redlock(ctx, &urls).await?;
-            run_on(ctx, args, backend, env).await
-        }
-    }
+    crate::topology::with_backend!(ctx, managed, true, |backend, topology| {
+        run_on(ctx, args, backend, &topology.shown(ctx), env).await
+    })
 }
 
 /// What `run` prepared before connecting.
@@ -107,6 +90,7 @@ async fn run_on<B: LeaseBackend + 'static>(
     ctx: &Ctx,
     args: RunArgs,
     backend: B,
+    place: &str,
     env: Prelude,
 ) -> Result<u8, Failure> {
     let Prelude {
@@ -130,7 +114,7 @@ async fn run_on<B: LeaseBackend + 'static>(
             args.name,
             duration::show(args.ttl),
             duration::show(grace),
-            ctx.shown_url
+            place
         ),
         &[
             ("name", Json::from(args.name.as_str())),
@@ -374,12 +358,13 @@ impl<B: LeaseBackend> Work<B> {
         self.progress.event(
             "cmd_started",
             &format!(
-                "started CMD (pid {}) with REDLEASE_TOKEN={token}: {}",
+                "started CMD (process group {}) with REDLEASE_TOKEN={token}: {}",
                 child.id(),
                 self.cmd.display()
             ),
             &[
                 ("pid", Json::from(u64::from(child.id()))),
+                ("pgid", Json::from(u64::from(child.id()))),
                 ("token", Json::from(token.get())),
             ],
         );

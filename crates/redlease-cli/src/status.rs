@@ -3,7 +3,6 @@
 
 use redlease::StoreReport;
 use redlease::core::LeaseSpec;
-use redlease::redis::RedisBackend;
 use redlease::{ElectionConfig, LeaderWatch, LeaseBackend};
 
 use crate::cli::StatusArgs;
@@ -18,16 +17,28 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
             .build()
             .map_err(|e| Failure::config(&e))?;
     }
-    let connection = conn::connect(ctx).await?;
-    let backend = RedisBackend::new(connection);
+    crate::topology::with_backend!(ctx, once, args.watch, |backend, topology| {
+        // On Redlock the counter is the highest over the answers, which a follower's failed
+        // attempt may have raised: not the holder's token.
+        let counter_is_token = !matches!(topology, crate::topology::Topology::Redlock(_));
+        status_on(ctx, &args, backend, counter_is_token).await
+    })
+}
+
+/// `status` on any backend (standalone, Cluster, Sentinel, Redlock).
+async fn status_on<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: &StatusArgs,
+    backend: B,
+    counter_is_token: bool,
+) -> Result<u8, Failure> {
     if args.watch
         && let Some(name) = &args.name
     {
-        let backend = conn::with_notices(ctx, backend)?;
         return watch(ctx, backend, name, args.every).await;
     }
     if let Some(name) = &args.name {
-        election(ctx, &backend, name).await?;
+        election(ctx, &backend, name, counter_is_token).await?;
     }
     if args.check {
         return check(ctx, &backend).await;
@@ -35,12 +46,10 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     Ok(exit::OK)
 }
 
-type Backend = RedisBackend<redlease::redis::client::aio::MultiplexedConnection>;
-
 /// Prints the store's report; `UNSAFE_STORE` unless it is confirmed safe: a known risk, a
 /// setting the server did not disclose ("cannot confirm persistence"), an unsupported server
 /// or a clock skew above the limit all fail the check (an asynchronous replica does not).
-async fn check(ctx: &Ctx, backend: &Backend) -> Result<u8, Failure> {
+async fn check<B: LeaseBackend>(ctx: &Ctx, backend: &B) -> Result<u8, Failure> {
     let report = match tokio::time::timeout(conn::OP_TIMEOUT, backend.preflight()).await {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => return Err(Failure::backend("status --check", &e)),
@@ -110,9 +119,9 @@ fn print_report(ctx: &Ctx, report: &StoreReport) {
 /// Prints each change of leader of election `name` until SIGINT or SIGTERM: at once on a
 /// release notice, else at the next poll. A failed poll is reported on stderr and polling
 /// goes on (Redis may come back).
-async fn watch(
+async fn watch<B: LeaseBackend + 'static>(
     ctx: &Ctx,
-    backend: Backend,
+    backend: B,
     name: &str,
     every: std::time::Duration,
 ) -> Result<u8, Failure> {
@@ -157,7 +166,14 @@ async fn watch(
 }
 
 /// Prints who leads election `name`.
-async fn election(ctx: &Ctx, backend: &Backend, name: &str) -> Result<(), Failure> {
+/// `counter_is_token`: whether the fence counter is the holder's token while the lease is held
+/// (not on Redlock: the token is then unknown, `null`, and the counter is `last_token`).
+async fn election<B: LeaseBackend>(
+    ctx: &Ctx,
+    backend: &B,
+    name: &str,
+    counter_is_token: bool,
+) -> Result<(), Failure> {
     let spec = LeaseSpec::election(name);
     let info = match tokio::time::timeout(conn::OP_TIMEOUT, backend.inspect(&spec)).await {
         Ok(Ok(info)) => info,
@@ -171,7 +187,11 @@ async fn election(ctx: &Ctx, backend: &Backend, name: &str) -> Result<(), Failur
     };
     let held = info.holder.is_some();
     // The counter is the latest token minted: the holder's while the lease is held.
-    let token = if held { info.counter } else { None };
+    let token = if held && counter_is_token {
+        info.counter
+    } else {
+        None
+    };
     let remaining_ms = info
         .remaining
         .filter(|_| held)
@@ -207,7 +227,9 @@ async fn election(ctx: &Ctx, backend: &Backend, name: &str) -> Result<(), Failur
             "mark:       {}",
             mark.map_or_else(none, |t| t.to_string())
         ));
-        if !held && let Some(last) = info.counter {
+        if (!held || !counter_is_token)
+            && let Some(last) = info.counter
+        {
             print_stdout(&format!("last token: {last}"));
         }
     }

@@ -87,13 +87,56 @@ async fn cmd_dies_with_a_sigkilled_supervisor() {
         c
     });
     let pid: u32 = wait_file(&d.join("k.pid")).await.parse().unwrap();
-    wait_file(&d.join("k.child")).await;
     assert!(alive(pid));
+    let child: u32 = wait_file(&d.join("k.child")).await.parse().unwrap();
     p.signal("KILL");
     p.wait_exit().await;
     assert!(
         gone_within(pid, Duration::from_secs(5)).await,
         "CMD (pid {pid}) outlived its SIGKILLed supervisor"
+    );
+    assert!(
+        gone_within(child, Duration::from_secs(1)).await,
+        "CMD's background child (pid {child}) outlived its SIGKILLed supervisor"
+    );
+}
+
+/// The supervisor SIGKILLed while CMD (a shell) waits for a background child: the trampoline
+/// (CMD's parent, in CMD's process group) gets its parent-death signal and SIGKILLs the whole
+/// group at once, so neither CMD nor its child outlives the supervisor (here under `lock`; `run`
+/// starts CMD the same way).
+#[tokio::test(flavor = "multi_thread")]
+async fn cmd_and_its_children_die_with_a_sigkilled_supervisor() {
+    let server = redis().await;
+    let dir = workdir("cli-sup-kill-tree");
+    let d = dir.path();
+    let _cleanup = KillOnDrop(vec![d.join("child.pid"), d.join("cmd.pid")]);
+    let mut p = Proc::spawn({
+        let mut c = redlease(&server.url(), d);
+        c.args(["lock", "sup-kill-tree", "--wait", "0", "--", "sh", "-c"])
+            .arg("echo $$ > cmd.pid; sleep 300 & echo $! > child.pid; wait");
+        c
+    });
+    let cmd: u32 = wait_file(&d.join("cmd.pid")).await.parse().unwrap();
+    let child: u32 = wait_file(&d.join("child.pid")).await.parse().unwrap();
+    assert!(alive(cmd) && alive(child));
+    p.signal("KILL");
+    let killed = Instant::now();
+    p.wait_exit().await;
+    // Bounded: the parent-death signal is delivered at once, and the trampoline's group kill
+    // is one system call.
+    let bound = Duration::from_secs(2);
+    assert!(
+        gone_within(cmd, bound).await,
+        "CMD (pid {cmd}) outlived its SIGKILLed supervisor by {bound:?}"
+    );
+    assert!(
+        gone_within(child, bound.saturating_sub(killed.elapsed())).await,
+        "CMD's background child (pid {child}) outlived the SIGKILLed supervisor by {bound:?}"
+    );
+    eprintln!(
+        "CMD and its child gone {:?} after the supervisor's SIGKILL",
+        killed.elapsed()
     );
 }
 

@@ -154,6 +154,11 @@ impl RedisServerBuilder {
         self
     }
 
+    /// The options built so far (for a cluster's nodes).
+    pub(crate) fn into_options(self) -> RedisOptions {
+        self.opts
+    }
+
     /// Starts the server and waits until it answers PING.
     pub async fn start(self) -> Result<RedisServer> {
         RedisServer::start_with(self.opts).await

@@ -175,18 +175,19 @@ impl Drop for Proc {
             let _ = child.wait();
         }
         for f in &self.pgid_files {
-            if let Ok(pid) = std::fs::read_to_string(f)
-                && let Ok(pid) = pid.trim().parse::<u32>()
-            {
-                if is_our_job(pid) {
-                    signal(format!("-{pid}"), "KILL");
-                } else if let Some(dir) = f.parent() {
-                    // The job's shell is gone (it died with a SIGKILLed supervisor: the
-                    // parent-death signal reaches CMD, not its children), but what it started
-                    // may still run in its group: kill those that run in the test's directory.
-                    for member in group_members_in(pid, dir) {
-                        signal(member.to_string(), "KILL");
-                    }
+            let Some(dir) = f.parent() else { continue };
+            // CMD's process group: the `.pgid` file its script wrote next to the pid file (CMD
+            // runs under redlease's trampoline, which leads the group), else the pid itself.
+            let group = std::fs::read_to_string(f.with_extension("pgid"))
+                .or_else(|_| std::fs::read_to_string(f))
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok());
+            if let Some(pgid) = group {
+                // Whatever is left in CMD's group and runs in the test's directory (a job
+                // whose supervisor was SIGKILLed is killed with its group by the trampoline;
+                // this is a safety net).
+                for member in group_members_in(pgid, dir) {
+                    signal(member.to_string(), "KILL");
                 }
             }
         }
@@ -216,19 +217,6 @@ fn group_members_in(pgid: u32, dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is still one of our job scripts leading its own group (pids are reused:
-/// never signal a group that is not ours).
-fn is_our_job(pid: u32) -> bool {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name: state, ppid, pgrp.
-    let pgrp = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-        .and_then(|p| p.parse::<u32>().ok());
-    String::from_utf8_lossy(&cmdline).contains("job.sh") && pgrp == Some(pid)
-}
-
 /// Waits (bounded) until `path` exists and is non-empty; returns its trimmed content.
 pub async fn wait_file(path: &Path) -> String {
     wait_file_within(path, EVENTUALLY)
@@ -252,20 +240,27 @@ pub async fn wait_file_within(path: &Path, within: Duration) -> Option<String> {
     }
 }
 
-/// Writes an executable script: it records `$$` (its process group, as redlease starts CMD
-/// in a group of its own) in `<tag>.pid` and `$REDLEASE_TOKEN` in `<tag>.token`, notes a
-/// SIGTERM in `<tag>.term`, and sleeps.
+/// The shell lines that write the script's process group (CMD's group, led by redlease's
+/// trampoline) in `<tag>.pgid`, for [`Proc`]'s cleanup.
+pub const WRITE_PGID: &str = "set -- $(cat /proc/$$/stat); echo \"$5\" > \"$tag.pgid\"\n";
+
+/// Writes an executable script: it records `$$` in `<tag>.pid`, its process group in
+/// `<tag>.pgid` and `$REDLEASE_TOKEN` in `<tag>.token`, notes a SIGTERM in `<tag>.term`, and
+/// sleeps.
 pub fn job_script(dir: &Path) -> PathBuf {
     let path = dir.join("job.sh");
     std::fs::write(
         &path,
-        "#!/bin/sh\n\
+        format!(
+            "#!/bin/sh\n\
          tag=\"$1\"\n\
          echo $$ > \"$tag.pid\"\n\
+         {WRITE_PGID}\
          trap 'echo term > \"$tag.term\"; exit 143' TERM\n\
-         echo \"${REDLEASE_TOKEN:-none}\" > \"$tag.token\"\n\
+         echo \"${{REDLEASE_TOKEN:-none}}\" > \"$tag.token\"\n\
          sleep 600 &\n\
-         wait\n",
+         wait\n"
+        ),
     )
     .expect("write job.sh");
     use std::os::unix::fs::PermissionsExt;
@@ -306,11 +301,14 @@ pub fn stubborn_job_script(dir: &Path) -> PathBuf {
     let path = dir.join("stubborn-job.sh");
     std::fs::write(
         &path,
-        "#!/bin/sh\n\
-         tag=\"$1\"\n\
-         trap 'echo term >> \"$tag.term\"' TERM\n\
-         echo $$ > \"$tag.pid\"\n\
-         while :; do sleep 0.05; done\n",
+        format!(
+            "#!/bin/sh\n\
+             tag=\"$1\"\n\
+             trap 'echo term >> \"$tag.term\"' TERM\n\
+             echo $$ > \"$tag.pid\"\n\
+             {WRITE_PGID}\
+             while :; do sleep 0.05; done\n"
+        ),
     )
     .expect("write stubborn-job.sh");
     use std::os::unix::fs::PermissionsExt;
