@@ -439,8 +439,8 @@ pub enum BackendError {
         minted: Token,
     },
     /// An adapter-specific failure whose effect is unknown. Adapters that know a failure was
-    /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error as
-    /// its source) instead.
+    /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error in
+    /// its message) instead.
     #[error(transparent)]
     Other(BoxError),
 }
@@ -704,4 +704,36 @@ pub trait Fencing {
     /// A fencer for writes under `token` against the applied mark stored at `mark_key`
     /// (for a lease, [`LeaseSpec::mark_key`]; for an election `<name>:fence:applied`).
     fn fencer(&self, mark_key: &str, token: Token) -> Self::Fencer;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = || std::io::Error::other("wire cut");
+        for e in [
+            BackendError::Unavailable(Box::new(io())),
+            BackendError::OutcomeUnknown(Box::new(io())),
+            BackendError::Other(Box::new(io())),
+        ] {
+            assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
+        }
+        // A quorum error inside, and a configuration error wrapping another.
+        let e = crate::ConfigError::from(crate::quorum::QuorumConfigError::Even(4));
+        assert_eq!(count_in_chain(&e, "got 4"), 1, "{e}");
+    }
 }

@@ -29,8 +29,9 @@ use crate::topology::{Topology, check_mark_key};
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 
 /// A [`LeaseBackend`] on one Redis server or one Redis Cluster, over any redis-rs async
-/// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or
-/// [`redis::cluster_async::ClusterConnection`] (use [`RedisBackend::cluster`] for the latter).
+/// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or,
+/// with feature `cluster`, redis-rs's `cluster_async::ClusterConnection` (use
+/// `RedisBackend::cluster` for the latter).
 ///
 /// Each operation is one script (see [`crate::scripts`]) with the semantics of lease-core's
 /// in-memory backend. Nothing is retried here: timeouts and retries are the driver's (note
@@ -97,7 +98,9 @@ where
 
     /// A backend on a Redis Cluster: leases touching several keys must carry a hash tag, and
     /// every script's keys must share a slot; violations are refused with
-    /// [`BackendError::Invalid`] before any round trip.
+    /// [`BackendError::Invalid`] before any round trip (feature `cluster`).
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster(conn: C) -> RedisBackend<C> {
         RedisBackend::with_topology(conn, Topology::Cluster)
     }

@@ -5,7 +5,8 @@
 //!   exactly the semantics of lease-core's in-memory backend (same-owner takeover with a fresh
 //!   token, counter healing from the mark, exact owner match, all-or-nothing multi-key locks,
 //!   tokens refused past 2^53). It works over [`HealingConnection`] (what [`connect()`] builds),
-//!   `MultiplexedConnection`, `ConnectionManager` and `cluster_async::ClusterConnection`.
+//!   `MultiplexedConnection`, `ConnectionManager` and, with feature `cluster`,
+//!   `cluster_async::ClusterConnection`.
 //! - [`HealingConnection`] is rebuilt when the server goes silent (a request abandoned
 //!   unanswered and no reply for a second), not only on hard errors, so recovery after a
 //!   blackhole is bounded by the lease, not by TCP's retransmission backoff; see [`healing`].
@@ -22,6 +23,10 @@
 //!   a failure is a [`ConnectError`] that names TLS failures ([`TlsFailure`]).
 //! - [`slot`] computes Redis Cluster hash slots locally: on a cluster, keys that cannot share a
 //!   slot are refused before any round trip.
+//! - Feature `cluster` (off by default): Redis Cluster through redis-rs's cluster client
+//!   (`redis/cluster-async`): `RedisBackend::cluster`, `RedisFencer::new_cluster` and
+//!   `ReleaseNotices::cluster` (sharded pub/sub). Without it none of redis-rs's cluster code is
+//!   compiled; [`slot`] and [`Topology`] (pure computation) are always there.
 //! - [`scripts`] holds the Lua sources: one file per script in `scripts/`, each documenting its
 //!   KEYS, ARGV and replies, composed at compile time behind one shared prelude (the fenced
 //!   writes also share one guard and one mark advance); fenced Eval bodies run through one fixed
@@ -90,6 +95,19 @@ pub mod slot;
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 mod topology;
+
+// Redis Cluster (feature `cluster`): everything that names redis-rs's cluster client
+// (`redis::cluster`, `redis::cluster_async`) is behind `#[cfg(feature = "cluster")]`, because the
+// workspace's redis dependency does not enable `cluster-async`; only this feature does. A module
+// about Redis Cluster connections is declared here, gated as a whole at its boundary:
+//
+//     #[cfg(feature = "cluster")]
+//     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+//     pub mod <module>;
+//
+// (and its re-exports below under the same two attributes). The items gated one by one in other
+// modules: `RedisBackend::cluster`, `RedisFencer::new_cluster`, `ReleaseNotices::cluster` and
+// its `Source::Cluster` / `Conn::Cluster` arms in notify.rs.
 
 pub use backend::{DEFAULT_DRIFT_FACTOR, RedisBackend};
 pub use connect::{

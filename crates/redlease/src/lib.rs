@@ -9,7 +9,8 @@
 //!
 //! | feature | what |
 //! |---|---|
-//! | `redis` (default) | `redlease::redis`: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
+//! | `redis` (default) | `redlease::redis`: the Redis backend and fencer, on a single server (or a primary with replicas) |
+//! | `cluster` | Redis Cluster: `RedisBackend::cluster`, `RedisFencer::new_cluster`, `ReleaseNotices::cluster` and redis-rs's cluster client (`redlease::redis::client::cluster_async`); names need a hash tag (`{jobs}`). Off by default: most deployments are one server, and a build without it compiles none of redis-rs's cluster code |
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
 //! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
 //! | `tls` | `rediss://` URLs over rustls: `redlease::redis::connect_tls` and `TlsConfig` (a custom CA, client certificates for mutual TLS) |
@@ -200,8 +201,8 @@ pub mod redis {
     /// fallback.
     ///
     /// A failure is a [`ConnectError`]; a plain URL that reached a TLS port says so
-    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, build a
-    /// `client::cluster_async::ClusterConnection` and use [`RedisBackend::cluster`].
+    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster (feature `cluster`), build a
+    /// `client::cluster_async::ClusterConnection` and use `RedisBackend::cluster`.
     pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, ConnectError> {
         lease_redis::connect(url).await
     }
