@@ -42,18 +42,16 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::{sync::Arc, time::Duration};
-/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Owner, Ttl};
 /// use lease_redis::RedisBackend;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?);
-/// let req = AcquireRequest {
-///     spec: Arc::new(LeaseSpec::election("{jobs}")),
-///     owner: Owner::new("host-a-1")?,
-///     ttl: Ttl::new(Duration::from_secs(5))?,
-///     metadata: Metadata::default(),
-///     floor: None,
-/// };
+/// let req = AcquireRequest::new(
+///     Arc::new(LeaseSpec::election("{jobs}")),
+///     Owner::new("host-a-1")?,
+///     Ttl::new(Duration::from_secs(5))?,
+/// );
 /// if let AcquireOutcome::Acquired { token, .. } = backend.acquire(&req).await? {
 ///     println!("leader with token {token:?}");
 /// }

@@ -52,19 +52,17 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::{sync::Arc, time::Duration};
-//! use lease_core::{AcquireOutcome, AcquireRequest, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+//! use lease_core::{AcquireOutcome, AcquireRequest, Fencing, LeaseBackend, LeaseSpec, Owner, Ttl};
 //! use lease_redis::RedisBackend;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?);
 //! let spec = Arc::new(LeaseSpec::election("{jobs}"));
-//! let req = AcquireRequest {
-//!     spec: spec.clone(),
-//!     owner: Owner::new("host-a-1")?,
-//!     ttl: Ttl::new(Duration::from_secs(5))?,
-//!     metadata: Metadata::default(),
-//!     floor: None,
-//! };
+//! let req = AcquireRequest::new(
+//!     spec.clone(),
+//!     Owner::new("host-a-1")?,
+//!     Ttl::new(Duration::from_secs(5))?,
+//! );
 //! if let AcquireOutcome::Acquired { token: Some(token), .. } = backend.acquire(&req).await? {
 //!     let fencer = backend.fencer(&LeaseSpec::election_mark_key("{jobs}"), token);
 //!     let outcome = fencer.hset("{jobs}:state", "owner", "host-a-1").await?;
