@@ -123,7 +123,7 @@ impl HeldLease {
     /// use std::time::Duration;
     /// use lease_core::{Instant, Ttl};
     /// use lease_core::lease::{HeldLease, LeaseTiming};
-    /// let timing = LeaseTiming { ttl: Ttl::new(Duration::from_secs(3))?, renew_interval: Duration::from_secs(1), operation_timeout: None, margin: Duration::ZERO };
+    /// let timing = LeaseTiming::new(Ttl::new(Duration::from_secs(3))?, Duration::from_secs(1));
     /// let t0 = Instant::ZERO;
     /// let now = t0 + Duration::from_millis(20);
     /// let mut lease = HeldLease::new(timing, None, t0, now);
@@ -190,7 +190,7 @@ impl HeldLease {
     /// use lease_core::{Instant, RenewOutcome, Ttl};
     /// use lease_core::lease::{HeldLease, LeaseTiming};
     /// let ms = Duration::from_millis;
-    /// let timing = LeaseTiming { ttl: Ttl::new(ms(3000))?, renew_interval: ms(1000), operation_timeout: None, margin: Duration::ZERO };
+    /// let timing = LeaseTiming::new(Ttl::new(ms(3000))?, ms(1000));
     /// let mut lease = HeldLease::new(timing, None, Instant::ZERO, Instant::ZERO);
     /// let first = lease.poll_renew(Instant::ZERO).expect("due at once");
     /// lease.handle_renew(Instant::ZERO + ms(1), Ok(RenewOutcome::Renewed));

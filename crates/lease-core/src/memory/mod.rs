@@ -26,7 +26,8 @@
 //! let first = backend.acquire_now(&req)?;
 //! assert!(matches!(first, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 1));
 //! clock.advance(Duration::from_secs(2)); // the lease expires
-//! let second = backend.acquire_now(&AcquireRequest { owner: Owner::new("b")?, ..req })?;
+//! let other = AcquireRequest::new(req.spec.clone(), Owner::new("b")?, req.ttl);
+//! let second = backend.acquire_now(&other)?;
 //! assert!(matches!(second, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 2));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
