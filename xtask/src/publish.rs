@@ -197,7 +197,7 @@ impl Ctx {
         let mut missing = Vec::new();
         for (page, feature) in BADGES {
             let text = std::fs::read_to_string(doc.join(page)).unwrap_or_default();
-            if !text.contains(&format!("<code>{feature}</code>")) {
+            if !has_badge(&text, feature) {
                 missing.push(format!("{page} has no `{feature}` badge"));
             }
         }
@@ -222,6 +222,18 @@ const BADGES: &[(&str, &str)] = &[
     ("redlease/redis/fn.connect_sentinel.html", "sentinel"),
     ("lease_redis/struct.RedisBackend.html", "cluster"),
 ];
+
+/// Whether a rustdoc page shows a `doc(cfg)` badge naming `feature`: on the item ("Available
+/// on <strong>crate feature <code>f</code></strong> only") or in a module's list ("Available on
+/// crate feature `f` only"). Mentions of the feature in prose do not count.
+fn has_badge(page: &str, feature: &str) -> bool {
+    page.split("Available on").skip(1).any(|rest| {
+        let badge = rest.split(" only").next().unwrap_or("");
+        badge.contains("crate feature")
+            && (badge.contains(&format!("<code>{feature}</code>"))
+                || badge.contains(&format!("`{feature}`")))
+    })
+}
 
 /// The features named in `cargo tree --format "{p} {f}"` lines of the `redis` package.
 fn redis_features_of(tree: &str) -> Vec<String> {
@@ -277,6 +289,22 @@ mod tests {
         assert_eq!(feature_sets(&features(manifest)).len(), 3);
         assert!(unpublished("[package]\npublish = false\n"));
         assert!(!unpublished("[package]\n"));
+    }
+
+    #[test]
+    fn badges_are_told_from_prose() {
+        let item =
+            "<span>Available on <strong>crate feature <code>cluster</code></strong> only.</span>";
+        assert!(has_badge(item, "cluster"));
+        assert!(!has_badge(item, "tls"));
+        let listed = r#"<span title="Available on crate feature `tls` only"><code>tls</code>"#;
+        assert!(has_badge(listed, "tls"));
+        let both = "Available on <strong>crate features <code>redis</code> and <code>tls</code></strong> only";
+        assert!(has_badge(both, "tls") && has_badge(both, "redis"));
+        assert!(!has_badge(
+            "with feature <code>cluster</code>, redis-rs",
+            "cluster"
+        ));
     }
 
     #[test]

@@ -166,16 +166,12 @@ pub mod redis {
     };
 
     // Connecting, and TLS (feature `tls`).
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub use lease_redis::{
-        CONNECT_TIMEOUT, ConnectError, TlsConfig, TlsConfigError, TlsFailure, connect_failure,
-        is_plain_redis, tls_client, tls_failure,
-    };
-    #[cfg(not(feature = "tls"))]
     pub use lease_redis::{
         CONNECT_TIMEOUT, ConnectError, TlsFailure, connect_failure, tls_failure,
     };
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub use lease_redis::{TlsConfig, TlsConfigError, is_plain_redis, tls_client};
 
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;
