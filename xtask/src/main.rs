@@ -18,7 +18,11 @@
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
 //! * `package` — `cargo package --no-verify` of every published crate ([`publish`]).
-//! * `features` — `cargo check` of each published crate with no features, then each alone.
+//! * `features` — `cargo check` of each published crate with no features, then each alone;
+//!   and a `cargo tree` check that the facade compiles redis-rs's cluster code only with its
+//!   `cluster` feature.
+//! * `docsrs` — docs.rs's build locally (`--cfg docsrs`, all features, `RUSTC_BOOTSTRAP=1`),
+//!   and a check that feature-gated items show their feature's badge.
 //! * `jepsen` — build the `lease-jepsen` package and run its harness (`jepsen`) with the
 //!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`, `--workload`);
 //!   needs root.
@@ -66,7 +70,9 @@ commands:
   package                  cargo package --no-verify of every published crate (a dry run),
                            and a check that each package holds its README and licences
   features                 cargo check of each published crate with no features and with
-                           each feature alone
+                           each feature alone; redis-rs's cluster code only with `cluster`
+  docsrs                   cargo doc of the published crates as docs.rs builds them (--cfg
+                           docsrs, all features) into target/docsrs; checks feature badges
   help                     this text
 
 environment:
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
         Some("jepsen") => ctx.jepsen(&rest),
         Some("package") => ctx.package(),
         Some("features") => ctx.features(),
+        Some("docsrs") => ctx.docsrs(),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
             return if command.is_some() {

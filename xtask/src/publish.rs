@@ -110,12 +110,140 @@ impl Ctx {
                 failures.extend(self.step(&name, cmd).err());
             }
         }
+        failures.extend(self.cluster_is_opt_in().err());
         if failures.is_empty() {
             Ok(())
         } else {
             Err(failures.join("; "))
         }
     }
+
+    /// Redis Cluster is the facade's `cluster` feature: with every other feature on (and the
+    /// defaults), `cargo tree` must show no redis-rs cluster feature; with `cluster` it must
+    /// (the control: the check can fail).
+    fn cluster_is_opt_in(&mut self) -> Result<(), String> {
+        let start = std::time::Instant::now();
+        let manifest = read_manifest(&self.root, "redlease")?;
+        let others: Vec<String> = features(&manifest)
+            .into_iter()
+            .filter(|f| f != "cluster")
+            .collect();
+        let without = self.redis_features("redlease", &others.join(","))?;
+        let with = self.redis_features("redlease", "cluster")?;
+        let cluster = |fs: &[String]| fs.iter().any(|f| f.starts_with("cluster"));
+        let verdict = match (cluster(&without), cluster(&with)) {
+            (false, true) => Ok(()),
+            (true, _) => Err(format!(
+                "redlease without `cluster` still enables redis-rs's cluster code: {without:?}"
+            )),
+            (false, false) => Err(format!(
+                "redlease --features cluster does not enable redis-rs's cluster code: {with:?}"
+            )),
+        };
+        let status = if verdict.is_ok() { "ok" } else { "FAILED" };
+        self.note(
+            "cluster is opt-in (cargo tree: redis features)",
+            status,
+            start.elapsed(),
+        );
+        verdict
+    }
+
+    /// The features of the `redis` package that `krate` (defaults plus `features`, no
+    /// dev-dependencies) enables.
+    fn redis_features(&self, krate: &str, features: &str) -> Result<Vec<String>, String> {
+        let out = self
+            .cargo(&[
+                "tree",
+                "-p",
+                krate,
+                "--features",
+                features,
+                "-e",
+                "no-dev,features",
+                "-i",
+                "redis",
+                "--prefix",
+                "none",
+                "--format",
+                "{p} {f}",
+            ])
+            .output()
+            .map_err(|e| format!("cargo tree: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo tree -p {krate} --features {features}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(redis_features_of(&String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// docs.rs's build, locally: `cargo doc --no-deps --all-features` of every published
+    /// library with `--cfg docsrs` (`RUSTC_BOOTSTRAP=1`: `doc(cfg)` is a nightly feature, as
+    /// on docs.rs), then a check that feature-gated items carry their badge.
+    pub(crate) fn docsrs(&mut self) -> Result<(), String> {
+        let mut args = vec!["doc", "--no-deps", "--all-features"];
+        for krate in PUBLISHED.iter().filter(|k| **k != "redlease-cli") {
+            args.extend(["-p", krate]);
+        }
+        let mut cmd = self.cargo(&args);
+        cmd.env("RUSTC_BOOTSTRAP", "1")
+            .env("RUSTDOCFLAGS", "--cfg docsrs -Dwarnings")
+            // Its own directory: the docs.rs flags would otherwise rebuild the normal docs.
+            .env("CARGO_TARGET_DIR", self.root.join("target").join("docsrs"));
+        self.step("cargo doc --cfg docsrs (published crates)", cmd)?;
+        let doc = self.root.join("target").join("docsrs").join("doc");
+        let mut missing = Vec::new();
+        for (page, feature) in BADGES {
+            let text = std::fs::read_to_string(doc.join(page)).unwrap_or_default();
+            if !has_badge(&text, feature) {
+                missing.push(format!("{page} has no `{feature}` badge"));
+            }
+        }
+        if missing.is_empty() {
+            self.note("docs.rs badges", "ok", std::time::Duration::ZERO);
+            Ok(())
+        } else {
+            self.note("docs.rs badges", "FAILED", std::time::Duration::ZERO);
+            Err(missing.join("; "))
+        }
+    }
+}
+
+/// Pages of the docs.rs build and the feature whose badge each must show (one item per
+/// feature of the facade).
+const BADGES: &[(&str, &str)] = &[
+    ("redlease/redis/index.html", "redis"),
+    ("redlease/redlock/index.html", "redlock"),
+    ("redlease/postgres/index.html", "postgres"),
+    ("redlease/fn.describe_metrics.html", "metrics"),
+    ("redlease/redis/fn.connect_tls.html", "tls"),
+    ("redlease/redis/fn.connect_sentinel.html", "sentinel"),
+    ("lease_redis/struct.RedisBackend.html", "cluster"),
+];
+
+/// Whether a rustdoc page shows a `doc(cfg)` badge naming `feature`: on the item ("Available
+/// on <strong>crate feature <code>f</code></strong> only") or in a module's list ("Available on
+/// crate feature `f` only"). Mentions of the feature in prose do not count.
+fn has_badge(page: &str, feature: &str) -> bool {
+    page.split("Available on").skip(1).any(|rest| {
+        let badge = rest.split(" only").next().unwrap_or("");
+        badge.contains("crate feature")
+            && (badge.contains(&format!("<code>{feature}</code>"))
+                || badge.contains(&format!("`{feature}`")))
+    })
+}
+
+/// The features named in `cargo tree --format "{p} {f}"` lines of the `redis` package.
+fn redis_features_of(tree: &str) -> Vec<String> {
+    tree.lines()
+        .filter_map(|l| l.strip_prefix("redis v"))
+        .filter_map(|l| l.split_once(' ').map(|(_, f)| f))
+        .flat_map(|f| f.split(','))
+        .map(|f| f.trim().to_owned())
+        .filter(|f| !f.is_empty())
+        .collect()
 }
 
 fn read_manifest(root: &Path, krate: &str) -> Result<String, String> {
@@ -161,5 +289,32 @@ mod tests {
         assert_eq!(feature_sets(&features(manifest)).len(), 3);
         assert!(unpublished("[package]\npublish = false\n"));
         assert!(!unpublished("[package]\n"));
+    }
+
+    #[test]
+    fn badges_are_told_from_prose() {
+        let item =
+            "<span>Available on <strong>crate feature <code>cluster</code></strong> only.</span>";
+        assert!(has_badge(item, "cluster"));
+        assert!(!has_badge(item, "tls"));
+        let listed = r#"<span title="Available on crate feature `tls` only"><code>tls</code>"#;
+        assert!(has_badge(listed, "tls"));
+        let both = "Available on <strong>crate features <code>redis</code> and <code>tls</code></strong> only";
+        assert!(has_badge(both, "tls") && has_badge(both, "redis"));
+        assert!(!has_badge(
+            "with feature <code>cluster</code>, redis-rs",
+            "cluster"
+        ));
+    }
+
+    #[test]
+    fn redis_features_are_read_from_cargo_tree() {
+        let tree =
+            "redis v1.8.1 aio,cluster,cluster-async,script\nlease-redis v0.1.0 (/x) cluster\n";
+        assert_eq!(
+            redis_features_of(tree),
+            vec!["aio", "cluster", "cluster-async", "script"]
+        );
+        assert!(redis_features_of("lease-redis v0.1.0 (/x) \n").is_empty());
     }
 }

@@ -236,8 +236,24 @@ impl Metadata {
     }
 }
 
-/// Acquire (or take over, for the same owner) a lease.
+/// Acquire (or take over, for the same owner) a lease. Built with [`AcquireRequest::new`]
+/// (fields may be added: the struct is `#[non_exhaustive]`).
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use lease_core::{AcquireRequest, LeaseSpec, Metadata, Owner, Token, Ttl};
+/// let req = AcquireRequest::new(
+///     Arc::new(LeaseSpec::election("{jobs}")),
+///     Owner::new("host-a-1")?,
+///     Ttl::new(Duration::from_secs(5))?,
+/// )
+/// .with_metadata(Metadata::new("10.0.0.7:8080")?)
+/// .with_floor(Some(Token::new(41)?));
+/// assert_eq!(req.floor, Some(Token::new(41)?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AcquireRequest {
     /// The lease's keys.
     pub spec: Arc<LeaseSpec>,
@@ -254,8 +270,9 @@ pub struct AcquireRequest {
     pub floor: Option<Token>,
 }
 
-/// Extend a lease this owner holds.
+/// Extend a lease this owner holds. Built with [`RenewRequest::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RenewRequest {
     /// The lease's keys.
     pub spec: Arc<LeaseSpec>,
@@ -265,8 +282,9 @@ pub struct RenewRequest {
     pub ttl: Ttl,
 }
 
-/// Release a lease this owner holds (compare-and-delete).
+/// Release a lease this owner holds (compare-and-delete). Built with [`ReleaseRequest::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReleaseRequest {
     /// The lease's keys.
     pub spec: Arc<LeaseSpec>,
@@ -276,6 +294,55 @@ pub struct ReleaseRequest {
     /// that arrives late never deletes a later term of the same owner. Backends that cannot
     /// check it (quorum backends) may ignore it.
     pub term_token: Option<Token>,
+}
+
+impl AcquireRequest {
+    /// An acquire of `spec` by `owner` for `ttl`, with no metadata and no floor.
+    pub fn new(spec: Arc<LeaseSpec>, owner: Owner, ttl: Ttl) -> AcquireRequest {
+        AcquireRequest {
+            spec,
+            owner,
+            ttl,
+            metadata: Metadata::default(),
+            floor: None,
+        }
+    }
+
+    /// With `metadata` stored next to the owner.
+    pub fn with_metadata(mut self, metadata: Metadata) -> AcquireRequest {
+        self.metadata = metadata;
+        self
+    }
+
+    /// With a token floor (see [`AcquireRequest::floor`]).
+    pub fn with_floor(mut self, floor: Option<Token>) -> AcquireRequest {
+        self.floor = floor;
+        self
+    }
+}
+
+impl RenewRequest {
+    /// A renewal of `spec` by `owner` to `ttl`.
+    pub fn new(spec: Arc<LeaseSpec>, owner: Owner, ttl: Ttl) -> RenewRequest {
+        RenewRequest { spec, owner, ttl }
+    }
+}
+
+impl ReleaseRequest {
+    /// A release of `spec` by `owner`, not scoped to a term.
+    pub fn new(spec: Arc<LeaseSpec>, owner: Owner) -> ReleaseRequest {
+        ReleaseRequest {
+            spec,
+            owner,
+            term_token: None,
+        }
+    }
+
+    /// Scoped to the term of `token` (see [`ReleaseRequest::term_token`]).
+    pub fn with_term_token(mut self, token: Option<Token>) -> ReleaseRequest {
+        self.term_token = token;
+        self
+    }
 }
 
 /// What an acquire found.
@@ -321,8 +388,10 @@ pub enum ReleaseOutcome {
     NotHeld,
 }
 
-/// What an inspection of a lease found.
+/// What an inspection of a lease found. An adapter builds it from
+/// `LeaseInfo::default()` and sets the fields it knows (the struct is `#[non_exhaustive]`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct LeaseInfo {
     /// The current holder of the first key, if any.
     pub holder: Option<String>,
@@ -439,8 +508,8 @@ pub enum BackendError {
         minted: Token,
     },
     /// An adapter-specific failure whose effect is unknown. Adapters that know a failure was
-    /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error as
-    /// its source) instead.
+    /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error in
+    /// its message) instead.
     #[error(transparent)]
     Other(BoxError),
 }
@@ -704,4 +773,36 @@ pub trait Fencing {
     /// A fencer for writes under `token` against the applied mark stored at `mark_key`
     /// (for a lease, [`LeaseSpec::mark_key`]; for an election `<name>:fence:applied`).
     fn fencer(&self, mark_key: &str, token: Token) -> Self::Fencer;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = || std::io::Error::other("wire cut");
+        for e in [
+            BackendError::Unavailable(Box::new(io())),
+            BackendError::OutcomeUnknown(Box::new(io())),
+            BackendError::Other(Box::new(io())),
+        ] {
+            assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
+        }
+        // A quorum error inside, and a configuration error wrapping another.
+        let e = crate::ConfigError::from(crate::quorum::QuorumConfigError::Even(4));
+        assert_eq!(count_in_chain(&e, "got 4"), 1, "{e}");
+    }
 }

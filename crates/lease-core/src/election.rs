@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Metadata, Owner, ReleaseOutcome,
-    ReleaseRequest, RenewOutcome, RenewRequest,
+    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest,
 };
 use crate::config::ElectionConfig;
 use crate::lease::{HeldLease, LeaseEvent, LeaseTiming, LossReason};
@@ -91,6 +91,7 @@ impl RequestKind {
 
 /// A request the machine asks the driver to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Request {
     /// Its id, to pass back with the reply.
     pub id: RequestId,
@@ -101,6 +102,18 @@ pub struct Request {
     /// When to stop waiting and report [`Reply::TimedOut`]. A reply that is ready when the
     /// deadline fires counts as the reply.
     pub deadline: Instant,
+}
+
+impl Request {
+    /// A request (the machine makes its own; a driver makes one to clean up after it).
+    pub fn new(id: RequestId, kind: RequestKind, sent_at: Instant, deadline: Instant) -> Request {
+        Request {
+            id,
+            kind,
+            sent_at,
+            deadline,
+        }
+    }
 }
 
 /// The reply to a request.
@@ -356,12 +369,9 @@ impl Election {
     }
 
     fn timing(&self) -> LeaseTiming {
-        LeaseTiming {
-            ttl: self.config.ttl(),
-            renew_interval: self.config.renew_interval(),
-            operation_timeout: self.config.operation_timeout(),
-            margin: self.margin,
-        }
+        LeaseTiming::new(self.config.ttl(), self.config.renew_interval())
+            .with_operation_timeout(self.config.operation_timeout())
+            .with_margin(self.margin)
     }
 
     fn next_request_id(&mut self) -> RequestId {
@@ -397,11 +407,10 @@ impl Election {
             self.release_in_flight = Some((id, term));
             return Some(Request {
                 id,
-                kind: RequestKind::Release(ReleaseRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: self.owner.clone(),
-                    term_token: term,
-                }),
+                kind: RequestKind::Release(
+                    ReleaseRequest::new(Arc::clone(&self.spec), self.owner.clone())
+                        .with_term_token(term),
+                ),
                 sent_at: now,
                 deadline: now + self.config.release_timeout(),
             });
@@ -415,11 +424,11 @@ impl Election {
             self.renew_in_flight = Some((id, token, order.sent_at));
             return Some(Request {
                 id,
-                kind: RequestKind::Renew(RenewRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: self.owner.clone(),
-                    ttl: self.config.ttl(),
-                }),
+                kind: RequestKind::Renew(RenewRequest::new(
+                    Arc::clone(&self.spec),
+                    self.owner.clone(),
+                    self.config.ttl(),
+                )),
                 sent_at: order.sent_at,
                 deadline: order.deadline,
             });
@@ -429,13 +438,14 @@ impl Election {
             self.acquire_in_flight = Some((id, now));
             return Some(Request {
                 id,
-                kind: RequestKind::Acquire(AcquireRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: self.owner.clone(),
-                    ttl: self.config.ttl(),
-                    metadata: Metadata::default(),
-                    floor: self.highest_seen,
-                }),
+                kind: RequestKind::Acquire(
+                    AcquireRequest::new(
+                        Arc::clone(&self.spec),
+                        self.owner.clone(),
+                        self.config.ttl(),
+                    )
+                    .with_floor(self.highest_seen),
+                ),
                 sent_at: now,
                 deadline: now + self.config.acquire_timeout(),
             });

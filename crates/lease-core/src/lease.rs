@@ -16,8 +16,10 @@ use crate::config::Ttl;
 use crate::time::Instant;
 use crate::token::Token;
 
-/// The timing of a held lease.
+/// The timing of a held lease. Built with [`LeaseTiming::new`] (the struct is
+/// `#[non_exhaustive]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseTiming {
     /// The TTL set by each acquire and renew.
     pub ttl: Ttl,
@@ -31,6 +33,28 @@ pub struct LeaseTiming {
 }
 
 impl LeaseTiming {
+    /// `ttl` renewed every `renew_interval`, with no operation timeout and no margin.
+    pub fn new(ttl: Ttl, renew_interval: Duration) -> LeaseTiming {
+        LeaseTiming {
+            ttl,
+            renew_interval,
+            operation_timeout: None,
+            margin: Duration::ZERO,
+        }
+    }
+
+    /// With an extra cap on each renewal round trip.
+    pub fn with_operation_timeout(mut self, timeout: Option<Duration>) -> LeaseTiming {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// With a clock-drift margin subtracted from every validity.
+    pub fn with_margin(mut self, margin: Duration) -> LeaseTiming {
+        self.margin = margin;
+        self
+    }
+
     /// The validity of a lease granted by a request sent at `sent_at`: `sent_at + ttl − margin`.
     pub fn valid_until(&self, sent_at: Instant) -> Instant {
         sent_at + self.ttl.get().saturating_sub(self.margin)
@@ -68,6 +92,7 @@ pub enum LeaseEvent {
 
 /// A renewal the machine asks the caller to send now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RenewOrder {
     /// When it is sent (the `now` it was polled at).
     pub sent_at: Instant,
@@ -98,7 +123,7 @@ impl HeldLease {
     /// use std::time::Duration;
     /// use lease_core::{Instant, Ttl};
     /// use lease_core::lease::{HeldLease, LeaseTiming};
-    /// let timing = LeaseTiming { ttl: Ttl::new(Duration::from_secs(3))?, renew_interval: Duration::from_secs(1), operation_timeout: None, margin: Duration::ZERO };
+    /// let timing = LeaseTiming::new(Ttl::new(Duration::from_secs(3))?, Duration::from_secs(1));
     /// let t0 = Instant::ZERO;
     /// let now = t0 + Duration::from_millis(20);
     /// let mut lease = HeldLease::new(timing, None, t0, now);
@@ -165,7 +190,7 @@ impl HeldLease {
     /// use lease_core::{Instant, RenewOutcome, Ttl};
     /// use lease_core::lease::{HeldLease, LeaseTiming};
     /// let ms = Duration::from_millis;
-    /// let timing = LeaseTiming { ttl: Ttl::new(ms(3000))?, renew_interval: ms(1000), operation_timeout: None, margin: Duration::ZERO };
+    /// let timing = LeaseTiming::new(Ttl::new(ms(3000))?, ms(1000));
     /// let mut lease = HeldLease::new(timing, None, Instant::ZERO, Instant::ZERO);
     /// let first = lease.poll_renew(Instant::ZERO).expect("due at once");
     /// lease.handle_renew(Instant::ZERO + ms(1), Ok(RenewOutcome::Renewed));

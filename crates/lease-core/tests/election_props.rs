@@ -41,8 +41,7 @@ use std::time::Duration;
 use common::{Command, Delivery, Elector, Ready, ensure};
 use lease_core::memory::{ManualClock, MemoryBackend};
 use lease_core::{
-    AcquireRequest, ElectionConfig, Instant, LeaseSpec, Metadata, Owner, ReleaseRequest,
-    RenewRequest, Ttl,
+    AcquireRequest, ElectionConfig, Instant, LeaseSpec, Owner, ReleaseRequest, RenewRequest, Ttl,
 };
 use proptest::prelude::*;
 
@@ -283,27 +282,24 @@ impl World {
                 let ttl = Ttl::new(self.ttl).map_err(|e| e.to_string())?;
                 match op {
                     RivalOp::Acquire => {
-                        let _ = self.backend.acquire_now(&AcquireRequest {
-                            spec: Arc::clone(&self.spec),
-                            owner: self.rival.clone(),
+                        let _ = self.backend.acquire_now(&AcquireRequest::new(
+                            Arc::clone(&self.spec),
+                            self.rival.clone(),
                             ttl,
-                            metadata: Metadata::default(),
-                            floor: None,
-                        });
+                        ));
                     }
                     RivalOp::Renew => {
-                        let _ = self.backend.renew_now(&RenewRequest {
-                            spec: Arc::clone(&self.spec),
-                            owner: self.rival.clone(),
+                        let _ = self.backend.renew_now(&RenewRequest::new(
+                            Arc::clone(&self.spec),
+                            self.rival.clone(),
                             ttl,
-                        });
+                        ));
                     }
                     RivalOp::Release => {
-                        let _ = self.backend.release_now(&ReleaseRequest {
-                            spec: Arc::clone(&self.spec),
-                            owner: self.rival.clone(),
-                            term_token: None,
-                        });
+                        let _ = self.backend.release_now(&ReleaseRequest::new(
+                            Arc::clone(&self.spec),
+                            self.rival.clone(),
+                        ));
                     }
                 }
             }

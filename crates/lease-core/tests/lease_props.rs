@@ -95,12 +95,7 @@ proptest! {
     #[test]
     fn held_lease_rules(s in setup(), steps in proptest::collection::vec(step(), 0..80)) {
         let ttl = ms(s.ttl_ms);
-        let timing = LeaseTiming {
-            ttl: Ttl::new(ttl).map_err(|e| TestCaseError::fail(e.to_string()))?,
-            renew_interval: ms(s.renew_ms),
-            operation_timeout: s.op_timeout_ms.map(ms),
-            margin: Duration::ZERO,
-        };
+        let timing = LeaseTiming::new(Ttl::new(ttl).map_err(|e| TestCaseError::fail(e.to_string()))?, ms(s.renew_ms)).with_operation_timeout(s.op_timeout_ms.map(ms));
         let sent_at = Instant::ZERO + ms(1000);
         let mut now = sent_at + ms(s.acquire_rtt_ms);
         let token = Token::new(7).ok();
@@ -301,12 +296,7 @@ proptest! {
 /// The step-down instant is the deadline itself, even with a renewal in flight.
 #[test]
 fn steps_down_exactly_at_the_deadline() {
-    let timing = LeaseTiming {
-        ttl: Ttl::new(ms(3000)).unwrap(),
-        renew_interval: ms(1000),
-        operation_timeout: None,
-        margin: Duration::ZERO,
-    };
+    let timing = LeaseTiming::new(Ttl::new(ms(3000)).unwrap(), ms(1000));
     let t0 = Instant::ZERO;
     let mut lease = HeldLease::new(timing, None, t0, t0 + ms(10));
     let order = lease.poll_renew(t0 + ms(10)).unwrap();
@@ -327,12 +317,7 @@ fn steps_down_exactly_at_the_deadline() {
 /// deadline it had when the reply arrived.
 #[test]
 fn a_reply_at_the_deadline_does_not_revive() {
-    let timing = LeaseTiming {
-        ttl: Ttl::new(ms(3000)).unwrap(),
-        renew_interval: ms(1000),
-        operation_timeout: None,
-        margin: Duration::ZERO,
-    };
+    let timing = LeaseTiming::new(Ttl::new(ms(3000)).unwrap(), ms(1000));
     let t0 = Instant::ZERO;
     let mut lease = HeldLease::new(timing, None, t0, t0);
     let order = lease.poll_renew(t0 + ms(100)).unwrap();

@@ -247,12 +247,9 @@ fn timing() -> impl Strategy<Value = (LeaseTiming, bool, bool)> {
         .prop_map(|(ttl, div, margin_pct, cap, auto, private)| {
             let ttl_d = ms(ttl);
             (
-                LeaseTiming {
-                    ttl: Ttl::new(ttl_d).expect("valid"),
-                    renew_interval: ttl_d / div as u32,
-                    operation_timeout: cap.map(ms),
-                    margin: ttl_d * margin_pct as u32 / 100,
-                },
+                LeaseTiming::new(Ttl::new(ttl_d).expect("valid"), ttl_d / div as u32)
+                    .with_operation_timeout(cap.map(ms))
+                    .with_margin(ttl_d * margin_pct as u32 / 100),
                 auto,
                 private,
             )

@@ -62,8 +62,8 @@ use lease_core::quorum::{
 };
 use lease_core::rng::SplitMix64;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, Instant, LeaseSpec, Metadata, Owner,
-    ReleaseRequest, Token, TokenScheme, Ttl,
+    AcquireOutcome, AcquireRequest, BackendError, Instant, LeaseSpec, Owner, ReleaseRequest, Token,
+    TokenScheme, Ttl,
 };
 
 const START: Instant = Instant::from_origin(Duration::from_secs(100));
@@ -666,13 +666,11 @@ impl Sim {
                 cl.attempt += 1;
                 cl.round += 1;
                 cl.owner = Owner::new(format!("c{c}-{}", cl.attempt)).expect("valid owner");
-                let req = AcquireRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: cl.owner.clone(),
-                    ttl: Ttl::new(self.p.ttl).expect("valid ttl"),
-                    metadata: Metadata::default(),
-                    floor: None,
-                };
+                let req = AcquireRequest::new(
+                    Arc::clone(&self.spec),
+                    cl.owner.clone(),
+                    Ttl::new(self.p.ttl).expect("valid ttl"),
+                );
                 let round = self.quorum.acquire(req, self.p.op_timeout, local);
                 self.clients[c].phase = Phase::Acquiring(Box::new(round));
                 self.pump(c);
@@ -684,11 +682,8 @@ impl Sim {
             }
             Phase::Holding => {
                 // Release everywhere (the shipped release round; nobody waits for it).
-                let req = ReleaseRequest {
-                    spec: Arc::clone(&self.spec),
-                    owner: self.clients[c].owner.clone(),
-                    term_token: None,
-                };
+                let req =
+                    ReleaseRequest::new(Arc::clone(&self.spec), self.clients[c].owner.clone());
                 let mut round = self.quorum.release(req, self.p.op_timeout, local);
                 self.clients[c].round += 1;
                 let n = self.clients[c].round;

@@ -29,7 +29,7 @@ use lease_core::quorum::{
     Round, RoundFailure, RoundInputError, Verdict, drift, quorum, validity,
 };
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceState, Instant, LeaseSpec, Metadata, Owner,
+    AcquireOutcome, AcquireRequest, BackendError, FenceState, Instant, LeaseSpec, Owner,
     ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token, Ttl,
 };
 use proptest::prelude::*;
@@ -72,13 +72,11 @@ fn spec(fenced: bool) -> Arc<LeaseSpec> {
 }
 
 fn acquire_req(spec: &Arc<LeaseSpec>, ttl: Duration) -> AcquireRequest {
-    AcquireRequest {
-        spec: Arc::clone(spec),
-        owner: Owner::new("me").expect("valid"),
-        ttl: Ttl::new(ttl).expect("valid"),
-        metadata: Metadata::default(),
-        floor: None,
-    }
+    AcquireRequest::new(
+        Arc::clone(spec),
+        Owner::new("me").expect("valid"),
+        Ttl::new(ttl).expect("valid"),
+    )
 }
 
 fn drain(round: &mut Round) -> Vec<NodeRequest> {
@@ -345,11 +343,7 @@ proptest! {
         let q = quorum(n);
         let m = machine(n, 0.01);
         let ttl = Duration::from_millis(ttl_ms);
-        let req = RenewRequest {
-            spec: spec(true),
-            owner: Owner::new("me").expect("valid"),
-            ttl: Ttl::new(ttl).expect("valid"),
-        };
+        let req = RenewRequest::new(spec(true), Owner::new("me").expect("valid"), Ttl::new(ttl).expect("valid"));
         let mut round = m.renew(req, BOUND, Instant::ZERO);
         let requests = drain(&mut round);
         prop_assert_eq!(requests.len(), n);
@@ -429,11 +423,7 @@ proptest! {
         let answers = &answers[..n];
         let q = quorum(n);
         let m = machine(n, 0.01);
-        let req = ReleaseRequest {
-            spec: spec(false),
-            owner: Owner::new("me").expect("valid"),
-            term_token: None,
-        };
+        let req = ReleaseRequest::new(spec(false), Owner::new("me").expect("valid"));
         let mut round = m.release(req, BOUND, Instant::ZERO);
         let requests = drain(&mut round);
         let order = take_order(&order, n);
@@ -567,12 +557,12 @@ proptest! {
         let mut rounds = vec![
             m.acquire(acquire_req(&s, Duration::from_secs(1)), BOUND, start),
             m.renew(
-                RenewRequest { spec: Arc::clone(&s), owner: me.clone(), ttl: Ttl::new(Duration::from_secs(1)).expect("valid") },
+                RenewRequest::new(Arc::clone(&s), me.clone(), Ttl::new(Duration::from_secs(1)).expect("valid")),
                 BOUND,
                 start,
             ),
             m.release(
-                ReleaseRequest { spec: Arc::clone(&s), owner: me.clone(), term_token: None },
+                ReleaseRequest::new(Arc::clone(&s), me.clone()),
                 BOUND,
                 start,
             ),

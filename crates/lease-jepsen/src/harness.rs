@@ -178,13 +178,13 @@ impl Ctx<'_> {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("node-{index}.log")))
-            .map_err(|source| JepsenError::Io {
+            .map_err(|error| JepsenError::Io {
                 path: self.dir.join(format!("node-{index}.log")),
-                source,
+                error,
             })?;
-        let log2 = log.try_clone().map_err(|source| JepsenError::Io {
+        let log2 = log.try_clone().map_err(|error| JepsenError::Io {
             path: self.dir.join(format!("node-{index}.log")),
-            source,
+            error,
         })?;
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &ns])
@@ -426,15 +426,15 @@ impl Ctx<'_> {
         .map_err(|_| JepsenError::Timeout("reading the log".to_owned()))??;
         let text: String = raw.iter().map(|l| format!("{l}\n")).collect();
         let path = self.dir.join("resource.log");
-        std::fs::write(&path, text).map_err(|source| JepsenError::Io { path, source })?;
+        std::fs::write(&path, text).map_err(|error| JepsenError::Io { path, error })?;
         raw.iter().map(|l| l.parse()).collect()
     }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> JepsenError + '_ {
-    move |source| JepsenError::Io {
+    move |error| JepsenError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

@@ -361,9 +361,9 @@ impl History {
     pub fn read_files(paths: &[PathBuf]) -> Result<History> {
         let mut lines = Vec::new();
         for path in paths {
-            let text = std::fs::read_to_string(path).map_err(|source| JepsenError::Io {
+            let text = std::fs::read_to_string(path).map_err(|error| JepsenError::Io {
                 path: path.clone(),
-                source,
+                error,
             })?;
             let complete = text.ends_with('\n');
             let all: Vec<&str> = text.lines().collect();
@@ -424,9 +424,9 @@ impl HistoryFile {
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|source| JepsenError::Io {
+            .map_err(|error| JepsenError::Io {
                 path: path.to_path_buf(),
-                source,
+                error,
             })?;
         Ok(HistoryFile {
             path: path.to_path_buf(),
@@ -439,9 +439,9 @@ impl HistoryFile {
         let text = format!("{line}\n");
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(text.as_bytes())
-            .map_err(|source| JepsenError::Io {
+            .map_err(|error| JepsenError::Io {
                 path: self.path.clone(),
-                source,
+                error,
             })
     }
 

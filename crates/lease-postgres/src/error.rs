@@ -116,3 +116,30 @@ impl PgFenceError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = PgFenceError::Connection(Box::new(std::io::Error::other("pool closed")));
+        assert_eq!(count_in_chain(&e, "pool closed"), 1, "{e}");
+        let e = PgFenceError::from(IdentError::Nul("a\0b".into()));
+        assert_eq!(count_in_chain(&e, "NUL byte"), 1, "{e}");
+        let e = PgFenceError::from(TokenError::Negative(-3));
+        assert_eq!(count_in_chain(&e, "-3"), 1, "{e}");
+    }
+}

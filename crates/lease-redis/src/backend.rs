@@ -31,8 +31,9 @@ use crate::topology::{Topology, check_mark_key};
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 
 /// A [`LeaseBackend`] on one Redis server or one Redis Cluster, over any redis-rs async
-/// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or
-/// [`redis::cluster_async::ClusterConnection`] (use [`RedisBackend::cluster`] for the latter).
+/// connection: [`redis::aio::MultiplexedConnection`], [`redis::aio::ConnectionManager`] or,
+/// with feature `cluster`, redis-rs's `cluster_async::ClusterConnection` (use
+/// `RedisBackend::cluster` for the latter).
 ///
 /// Each operation is one script (see [`crate::scripts`]) with the semantics of lease-core's
 /// in-memory backend. Nothing is retried here: timeouts and retries are the driver's (note
@@ -43,18 +44,16 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::{sync::Arc, time::Duration};
-/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Owner, Ttl};
 /// use lease_redis::RedisBackend;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1/")?;
 /// let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?);
-/// let req = AcquireRequest {
-///     spec: Arc::new(LeaseSpec::election("{jobs}")),
-///     owner: Owner::new("host-a-1")?,
-///     ttl: Ttl::new(Duration::from_secs(5))?,
-///     metadata: Metadata::default(),
-///     floor: None,
-/// };
+/// let req = AcquireRequest::new(
+///     Arc::new(LeaseSpec::election("{jobs}")),
+///     Owner::new("host-a-1")?,
+///     Ttl::new(Duration::from_secs(5))?,
+/// );
 /// if let AcquireOutcome::Acquired { token, .. } = backend.acquire(&req).await? {
 ///     println!("leader with token {token:?}");
 /// }
@@ -104,7 +103,9 @@ where
 
     /// A backend on a Redis Cluster: leases touching several keys must carry a hash tag, and
     /// every script's keys must share a slot; violations are refused with
-    /// [`BackendError::Invalid`] before any round trip.
+    /// [`BackendError::Invalid`] before any round trip (feature `cluster`).
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster(conn: C) -> RedisBackend<C> {
         RedisBackend::with_topology(conn, Topology::Cluster)
     }

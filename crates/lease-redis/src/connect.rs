@@ -18,6 +18,7 @@ use redis::{ErrorKind, RedisError};
 
 use crate::RedisBackend;
 use crate::healing::HealingConnection;
+#[cfg(feature = "cluster")]
 use crate::healing_cluster::HealingCluster;
 use crate::notify::ReleaseNotices;
 #[cfg(feature = "tls")]
@@ -92,34 +93,56 @@ impl fmt::Display for TlsFailure {
 
 /// A connection to Redis could not be made. Nothing was sent to the lease keys: every
 /// variant is "not applied".
-#[derive(Debug, thiserror::Error)]
+///
+/// The message names the cause once, and [`std::error::Error::source`] is `None` (the rule of
+/// every redlease error, [`BackendError`] included): the cause is in the message and in the
+/// variant's field, so a reporter that prints the source chain prints it once.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum ConnectError {
     /// The URL is malformed, or its scheme does not fit the call (a TLS connection needs a
     /// `rediss://` URL; `rediss://` needs the `tls` feature). Fix the URL. The URL itself is
     /// not repeated here: it may carry a password.
-    #[error("invalid Redis URL: {0}")]
     InvalidUrl(String),
     /// The TLS configuration (CA, client certificate or key) is unusable, found before any
     /// round trip. Fix the files it names.
     #[cfg(feature = "tls")]
-    #[error("invalid TLS configuration: {0}")]
-    TlsConfig(#[from] TlsConfigError),
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    TlsConfig(TlsConfigError),
     /// The TLS handshake failed (or a plain connection met a TLS port): `failure` says why,
     /// and what to check.
-    #[error("TLS: {failure}: {source}")]
     Tls {
         /// What went wrong, as far as the client can tell.
         failure: TlsFailure,
-        /// The error redis-rs reported.
-        #[source]
+        /// The error redis-rs reported (in the message; not repeated as `source()`).
         source: RedisError,
     },
     /// Any other failure: the server is unreachable (refused, timed out, unknown host), or it
     /// answered with an error (a wrong password: `WRONGPASS`). Check the address and the
     /// credentials; [`ConnectError::into_backend_error`] tells transient from permanent.
-    #[error("cannot connect to Redis: {0}")]
-    Redis(#[source] RedisError),
+    Redis(RedisError),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::InvalidUrl(m) => write!(f, "invalid Redis URL: {m}"),
+            #[cfg(feature = "tls")]
+            ConnectError::TlsConfig(e) => write!(f, "invalid TLS configuration: {e}"),
+            ConnectError::Tls { failure, source } => write!(f, "TLS: {failure}: {source}"),
+            ConnectError::Redis(e) => write!(f, "cannot connect to Redis: {e}"),
+        }
+    }
+}
+
+// No `source()`: each cause is in the message (see the type's documentation).
+impl StdError for ConnectError {}
+
+#[cfg(feature = "tls")]
+impl From<TlsConfigError> for ConnectError {
+    fn from(e: TlsConfigError) -> Self {
+        ConnectError::TlsConfig(e)
+    }
 }
 
 impl ConnectError {
@@ -222,6 +245,8 @@ pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, Conne
 /// For TLS with your own CA, or other client settings, build a `ClusterClientBuilder`, give it
 /// to [`HealingCluster::connect`] and [`ReleaseNotices::cluster`], and use
 /// [`RedisBackend::cluster`].
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub async fn connect_cluster<S: AsRef<str>>(
     urls: &[S],
 ) -> Result<RedisBackend<HealingCluster>, ConnectError> {
@@ -473,6 +498,43 @@ mod tests {
 
     fn io_wrapped(inner: impl StdError + Send + Sync + 'static) -> RedisError {
         RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, inner))
+    }
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = ConnectError::Redis(io_wrapped(std::io::Error::other("wire cut")));
+        assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
+        assert!(e.source().is_none());
+        let e = ConnectError::Tls {
+            failure: TlsFailure::UnknownCa,
+            source: io_wrapped(std::io::Error::other("bad issuer")),
+        };
+        assert_eq!(count_in_chain(&e, "bad issuer"), 1, "{e}");
+        // Wrapped again, as the driver sees it.
+        let b = e.into_backend_error();
+        assert_eq!(count_in_chain(&b, "bad issuer"), 1, "{b}");
+        #[cfg(feature = "tls")]
+        {
+            let e = ConnectError::from(TlsConfigError::Unreadable {
+                what: "CA certificate",
+                path: "/nowhere/ca.crt".into(),
+                source: std::io::Error::other("no such file"),
+            });
+            assert_eq!(count_in_chain(&e, "no such file"), 1, "{e}");
+            assert_eq!(count_in_chain(&e, "/nowhere/ca.crt"), 1, "{e}");
+        }
     }
 
     #[cfg(feature = "tls")]

@@ -187,6 +187,30 @@ impl From<RedisError> for RedisLeaseError {
 mod tests {
     use super::*;
 
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = RedisLeaseError::from(BackendError::Unavailable(Box::new(std::io::Error::other(
+            "wire cut",
+        ))));
+        assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
+        let e = RedisLeaseError::from(SlotError::NoHashTag { key: "jobs".into() });
+        assert_eq!(count_in_chain(&e, "\"jobs\""), 1, "{e}");
+        let e = crate::backend_error(RedisError::from(std::io::Error::other("reset by peer")));
+        assert_eq!(count_in_chain(&e, "reset by peer"), 1, "{e}");
+    }
+
     fn server(code: &str, detail: &str) -> RedisError {
         redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
     }

@@ -18,7 +18,7 @@ use crate::scripts::{
     Call, LuaScript, S_FENCE_DEL, S_FENCE_EVAL, S_FENCE_HSET, S_FENCE_MULTI, S_FENCE_SET,
 };
 use crate::slot::{self, SlotError};
-use crate::topology::{Topology, check_mark_key};
+use crate::topology::Topology;
 
 /// The default bound of one fenced write: 2 s. Connections carry no response timeout of
 /// their own (see the crate docs), so the fencer bounds each write itself; a write that gets
@@ -155,9 +155,9 @@ impl FencedWrite {
 /// [`FenceOutcome::Stale`]; a write that fails (e.g. `WRONGTYPE`) returns an error and leaves
 /// the mark unmoved.
 ///
-/// On Redis Cluster (a fencer from a [`RedisBackend::cluster`](crate::RedisBackend::cluster)
-/// backend, or [`RedisFencer::new_cluster`]) every target key must map to the mark key's hash
-/// slot; others are refused with [`RedisLeaseError::Slot`] before any round trip.
+/// On Redis Cluster (a fencer from a `RedisBackend::cluster` backend, or
+/// `RedisFencer::new_cluster`; feature `cluster`) every target key must map to the mark key's
+/// hash slot; others are refused with [`RedisLeaseError::Slot`] before any round trip.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -215,13 +215,15 @@ where
 
     /// A fencer on Redis Cluster: the mark key must carry a hash tag, and every target key
     /// must map to its slot.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn new_cluster(
         conn: C,
         mark_key: impl Into<String>,
         token: Token,
     ) -> Result<RedisFencer<C>, SlotError> {
         let mark_key = mark_key.into();
-        check_mark_key(&mark_key, Topology::Cluster)?;
+        crate::topology::check_mark_key(&mark_key, Topology::Cluster)?;
         Ok(RedisFencer::from_parts(
             conn,
             mark_key,

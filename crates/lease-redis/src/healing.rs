@@ -167,6 +167,7 @@ impl Silence {
     }
 
     /// Whether a request was abandoned with no reply since.
+    #[cfg_attr(not(any(feature = "cluster", test)), allow(dead_code))]
     pub(crate) fn is_suspect(&self) -> bool {
         self.silent_since.is_some()
     }
@@ -228,8 +229,8 @@ impl<T: Clone + Send + Sync + 'static> SingleFlight<T> {
     }
 }
 
-/// Counters of a [`HealingConnection`] or a [`HealingCluster`](crate::HealingCluster) (shared
-/// by its clones).
+/// Counters of a [`HealingConnection`] or a `HealingCluster` (feature `cluster`), shared by
+/// its clones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HealingStats {
@@ -240,6 +241,7 @@ pub struct HealingStats {
 }
 
 impl HealingStats {
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn new(dials: u64, given_up: u64) -> HealingStats {
         HealingStats { dials, given_up }
     }

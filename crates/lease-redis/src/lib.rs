@@ -5,7 +5,8 @@
 //!   exactly the semantics of lease-core's in-memory backend (same-owner takeover with a fresh
 //!   token, counter healing from the mark, exact owner match, all-or-nothing multi-key locks,
 //!   tokens refused past 2^53). It works over [`HealingConnection`] (what [`connect()`] builds),
-//!   `MultiplexedConnection`, `ConnectionManager` and `cluster_async::ClusterConnection`.
+//!   `MultiplexedConnection`, `ConnectionManager` and, with feature `cluster`,
+//!   `cluster_async::ClusterConnection`.
 //! - [`HealingConnection`] is rebuilt when the server goes silent (a request abandoned
 //!   unanswered and no reply for a second), not only on hard errors, so recovery after a
 //!   blackhole is bounded by the lease, not by TCP's retransmission backoff; see [`healing`].
@@ -22,6 +23,10 @@
 //!   a failure is a [`ConnectError`] that names TLS failures ([`TlsFailure`]).
 //! - [`slot`] computes Redis Cluster hash slots locally: on a cluster, keys that cannot share a
 //!   slot are refused before any round trip.
+//! - Feature `cluster` (off by default): Redis Cluster through redis-rs's cluster client
+//!   (`redis/cluster-async`): `RedisBackend::cluster`, `RedisFencer::new_cluster` and
+//!   `ReleaseNotices::cluster` (sharded pub/sub). Without it none of redis-rs's cluster code is
+//!   compiled; [`slot`] and [`Topology`] (pure computation) are always there.
 //! - [`scripts`] holds the Lua sources: one file per script in `scripts/`, each documenting its
 //!   KEYS, ARGV and replies, composed at compile time behind one shared prelude (the fenced
 //!   writes also share one guard and one mark advance); fenced Eval bodies run through one fixed
@@ -47,19 +52,17 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::{sync::Arc, time::Duration};
-//! use lease_core::{AcquireOutcome, AcquireRequest, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+//! use lease_core::{AcquireOutcome, AcquireRequest, Fencing, LeaseBackend, LeaseSpec, Owner, Ttl};
 //! use lease_redis::RedisBackend;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let backend = RedisBackend::new(client.get_multiplexed_async_connection().await?);
 //! let spec = Arc::new(LeaseSpec::election("{jobs}"));
-//! let req = AcquireRequest {
-//!     spec: spec.clone(),
-//!     owner: Owner::new("host-a-1")?,
-//!     ttl: Ttl::new(Duration::from_secs(5))?,
-//!     metadata: Metadata::default(),
-//!     floor: None,
-//! };
+//! let req = AcquireRequest::new(
+//!     spec.clone(),
+//!     Owner::new("host-a-1")?,
+//!     Ttl::new(Duration::from_secs(5))?,
+//! );
 //! if let AcquireOutcome::Acquired { token: Some(token), .. } = backend.acquire(&req).await? {
 //!     let fencer = backend.fencer(&LeaseSpec::election_mark_key("{jobs}"), token);
 //!     let outcome = fencer.hset("{jobs}:state", "owner", "host-a-1").await?;
@@ -77,6 +80,8 @@ pub mod connect;
 pub mod error;
 mod fence;
 pub mod healing;
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub mod healing_cluster;
 pub mod notify;
 mod preflight;
@@ -92,10 +97,25 @@ pub mod slot;
 pub mod tls;
 mod topology;
 
+// Redis Cluster (feature `cluster`): everything that names redis-rs's cluster client
+// (`redis::cluster`, `redis::cluster_async`) is behind `#[cfg(feature = "cluster")]`, because the
+// workspace's redis dependency does not enable `cluster-async`; only this feature does. A module
+// about Redis Cluster connections is declared here, gated as a whole at its boundary:
+//
+//     #[cfg(feature = "cluster")]
+//     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+//     pub mod <module>;
+//
+// (and its re-exports below under the same two attributes). The items gated one by one in other
+// modules: `RedisBackend::cluster`, `RedisFencer::new_cluster`, `ReleaseNotices::cluster` and
+// its `Source::Cluster` / `Conn::Cluster` arms in notify.rs.
+
 pub use backend::{DEFAULT_DRIFT_FACTOR, RedisBackend};
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub use connect::connect_cluster;
 pub use connect::{
-    CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_cluster, connect_failure,
-    tls_failure,
+    CONNECT_TIMEOUT, ConnectError, TlsFailure, connect, connect_failure, tls_failure,
 };
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
@@ -106,6 +126,8 @@ pub use error::{CORRUPT, RedisLeaseError, TRANSIENT_CODES, backend_error};
 pub use fence::describe_metrics;
 pub use fence::{DEFAULT_FENCE_TIMEOUT, FENCE_LABEL_LIMIT, FencedWrite, RedisFencer};
 pub use healing::{HealingConnection, HealingStats};
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use healing_cluster::HealingCluster;
 pub use notify::{NoticeStats, ReleaseNotices};
 pub use preflight::{MIN_REDIS, MIN_VALKEY};

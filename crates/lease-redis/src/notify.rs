@@ -21,8 +21,8 @@
 //!   every waiter once to re-check (notices published meanwhile were lost). An attempt never
 //!   waits for the subscriber.
 //!
-//! - **Redis Cluster.** [`ReleaseNotices::cluster`] subscribes with `SSUBSCRIBE` on a RESP3
-//!   cluster connection: each channel on the node that owns its slot.
+//! - **Redis Cluster** (feature `cluster`). `ReleaseNotices::cluster` subscribes with
+//!   `SSUBSCRIBE` on a RESP3 cluster connection: each channel on the node that owns its slot.
 //!
 //! - **Bounds.** The subscriber's memory follows the channels that have waiters, not every
 //!   channel ever waited on: a hub's entry goes with its last watch; the set of channels the
@@ -210,6 +210,8 @@ impl ReleaseNotices {
     /// owns its slot (redis-rs routes it, and subscribes again after reconnections and slot
     /// moves). Give it to a backend made with
     /// [`RedisBackend::cluster`](crate::RedisBackend::cluster).
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster(
         builder: redis::cluster::ClusterClientBuilder,
     ) -> Result<ReleaseNotices, redis::RedisError> {
@@ -323,6 +325,7 @@ enum Source {
     /// One server: `SUBSCRIBE` on a pub/sub connection.
     Standalone(Box<redis::Client>),
     /// Redis Cluster: `SSUBSCRIBE` on a RESP3 cluster connection, whose pushes arrive here.
+    #[cfg(feature = "cluster")]
     Cluster {
         client: Box<redis::cluster::ClusterClient>,
         pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
@@ -335,10 +338,13 @@ enum Conn {
         sink: redis::aio::PubSubSink,
         stream: redis::aio::PubSubStream,
     },
+    #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
-/// What arrived on a connection.
+/// What arrived on a connection (only a cluster connection reports confirmations and
+/// disconnections).
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 enum Incoming {
     /// A notice on this channel.
     Notice(String),
@@ -353,6 +359,7 @@ enum Incoming {
     Closed,
 }
 
+#[cfg(feature = "cluster")]
 fn channel_of(data: &[redis::Value]) -> Option<String> {
     match data.first() {
         Some(redis::Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
@@ -452,6 +459,7 @@ impl Subscriber {
                         })
                     })
             }
+            #[cfg(feature = "cluster")]
             Source::Cluster { client, pushes } => {
                 // Pushes of an earlier connection mean nothing now.
                 while pushes.try_recv().is_ok() {}
@@ -561,6 +569,7 @@ impl Subscriber {
                         Conn::Standalone { sink, .. } => {
                             bounded("SUBSCRIBE", sink.subscribe(channel)).await
                         }
+                        #[cfg(feature = "cluster")]
                         Conn::Cluster(c) => bounded("SSUBSCRIBE", c.ssubscribe(channel)).await,
                     };
                     match subscribed {
@@ -597,6 +606,7 @@ impl Subscriber {
                         Conn::Standalone { sink, .. } => {
                             bounded("UNSUBSCRIBE", sink.unsubscribe(channel)).await
                         }
+                        #[cfg(feature = "cluster")]
                         Conn::Cluster(c) => bounded("SUNSUBSCRIBE", c.sunsubscribe(channel)).await,
                     };
                     if let Err(Failed::Lost(why)) = done {
@@ -681,6 +691,7 @@ async fn next_incoming(conn: &mut Conn, source: &mut Source) -> Incoming {
                 None => Incoming::Closed,
             }
         }
+        #[cfg(feature = "cluster")]
         (Conn::Cluster(_), Source::Cluster { pushes, .. }) => match pushes.recv().await {
             Some(push) => match push.kind {
                 redis::PushKind::SMessage | redis::PushKind::Message => {
@@ -694,6 +705,7 @@ async fn next_incoming(conn: &mut Conn, source: &mut Source) -> Incoming {
             },
             None => Incoming::Closed,
         },
+        #[cfg(feature = "cluster")]
         (Conn::Cluster(_), Source::Standalone(_)) => std::future::pending().await,
     }
 }
@@ -709,6 +721,7 @@ async fn ping_conn(conn: &mut Conn) -> Result<(), String> {
                 Err(_) => Err(format!("no ping reply within {PING_TIMEOUT:?}")),
             }
         }
+        #[cfg(feature = "cluster")]
         Conn::Cluster(_) => Ok(()),
     }
 }

@@ -183,30 +183,27 @@ impl TlsConfig {
 }
 
 /// The TLS configuration is unusable; found before any round trip. Each variant names the
-/// file or part to fix.
-#[derive(Debug, thiserror::Error)]
+/// file or part to fix. The message names the cause once; `source()` is `None` (the cause is in
+/// the message and the field).
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum TlsConfigError {
     /// A file could not be read (missing, permissions): check the path.
-    #[error("cannot read the {what} file {}: {source}", .path.display())]
     Unreadable {
         /// Which file: "CA certificate", "client certificate" or "client key".
         what: &'static str,
         /// The path given.
         path: PathBuf,
-        /// The I/O error.
-        #[source]
+        /// The I/O error (in the message; not repeated as `source()`).
         source: std::io::Error,
     },
     /// The PEM document holds no `CERTIFICATE` block (a key, or a DER file, given as a
     /// certificate?): give a PEM certificate.
-    #[error("the {what} holds no PEM certificate")]
     NoCertificate {
         /// Which document.
         what: &'static str,
     },
     /// A certificate is malformed or cannot be used (as a trust anchor, for a CA): replace it.
-    #[error("the {what} is not usable: {detail}")]
     BadCertificate {
         /// Which document.
         what: &'static str,
@@ -216,20 +213,47 @@ pub enum TlsConfigError {
     /// The client key is missing, malformed, of an unsupported kind, or does not match the
     /// client certificate: give the key that belongs to the certificate (PEM: PKCS#8, PKCS#1
     /// or SEC1).
-    #[error("the client key is not usable: {0}")]
     BadKey(String),
     /// Nothing to trust: no CA given and the system's roots turned off (or the system has
     /// none). Give a CA, or turn the system's roots on.
-    #[error("no trusted CA: give a CA certificate or trust the system's roots")]
     NoTrustAnchors,
     /// The system's roots could not be loaded (an unreadable `SSL_CERT_FILE`, say) and none
     /// were found: fix the store, or give a CA and turn the system's roots off.
-    #[error("cannot load the system's root certificates: {0}")]
     SystemRoots(String),
     /// redis-rs refused the configuration: the detail says why.
-    #[error("redis-rs refused the TLS configuration: {0}")]
     Rejected(String),
 }
+
+impl std::fmt::Display for TlsConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TlsConfigError::Unreadable { what, path, source } => {
+                write!(
+                    f,
+                    "cannot read the {what} file {}: {source}",
+                    path.display()
+                )
+            }
+            TlsConfigError::NoCertificate { what } => {
+                write!(f, "the {what} holds no PEM certificate")
+            }
+            TlsConfigError::BadCertificate { what, detail } => {
+                write!(f, "the {what} is not usable: {detail}")
+            }
+            TlsConfigError::BadKey(d) => write!(f, "the client key is not usable: {d}"),
+            TlsConfigError::NoTrustAnchors => {
+                f.write_str("no trusted CA: give a CA certificate or trust the system's roots")
+            }
+            TlsConfigError::SystemRoots(d) => {
+                write!(f, "cannot load the system's root certificates: {d}")
+            }
+            TlsConfigError::Rejected(d) => write!(f, "redis-rs refused the TLS configuration: {d}"),
+        }
+    }
+}
+
+// No `source()`: the cause is in the message (see the type's documentation).
+impl std::error::Error for TlsConfigError {}
 
 /// Installs rustls's `ring` provider as the process default unless one is installed already
 /// (redis-rs builds its rustls configuration from the process default). Losing a race to
@@ -330,6 +354,31 @@ fn pem_encode(label: &str, der: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = TlsConfigError::Unreadable {
+            what: "client key",
+            path: "/nowhere/client.key".into(),
+            source: std::io::Error::other("permission denied"),
+        };
+        assert_eq!(count_in_chain(&e, "permission denied"), 1, "{e}");
+        assert!(std::error::Error::source(&e).is_none());
+        let e = TlsConfigError::BadKey("not a key".into());
+        assert_eq!(count_in_chain(&e, "not a key"), 1, "{e}");
+    }
 
     #[test]
     fn pem_encoding_round_trips() {

@@ -544,17 +544,12 @@ async fn expiry_case() -> Result<(), String> {
         last: vec![None; specs().len()],
     };
     let ttl = lease_core::Ttl::new(EXPIRY_TTL).unwrap();
-    let acquire = |spec: &Arc<LeaseSpec>, who: &str| lease_core::AcquireRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        ttl,
-        metadata: lease_core::Metadata::new("").unwrap(),
-        floor: None,
+    let acquire = |spec: &Arc<LeaseSpec>, who: &str| {
+        lease_core::AcquireRequest::new(spec.clone(), owner(who), ttl)
+            .with_metadata(lease_core::Metadata::new("").unwrap())
     };
-    let renew = |spec: &Arc<LeaseSpec>, who: &str| lease_core::RenewRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        ttl,
+    let renew = |spec: &Arc<LeaseSpec>, who: &str| {
+        lease_core::RenewRequest::new(spec.clone(), owner(who), ttl)
     };
     let remaining =
         |x: &Result<lease_core::LeaseInfo, BackendError>| x.as_ref().ok().and_then(|i| i.remaining);

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, Token, TokenScheme};
+use lease_core::{AcquireOutcome, LeaseBackend, Token, TokenScheme};
 use lease_redis::RedisBackend;
 
 fn now_us() -> u64 {
@@ -76,18 +76,12 @@ async fn the_plain_counter_restarts_after_a_flush_unless_a_floor_lifts_it() {
     let (t, _) = granted(&b.acquire(&acq(&spec, "a")).await.unwrap());
     assert_eq!(t.get(), 1, "without a floor the counter starts again");
     flushall(&mut raw).await;
-    let floored = AcquireRequest {
-        floor: Some(t2),
-        ..acq(&spec, "a")
-    };
+    let floored = acq(&spec, "a").with_floor(Some(t2));
     let (t, f) = granted(&b.acquire(&floored).await.unwrap());
     assert_eq!(t.get(), 3, "minted above the floor");
     assert_eq!(f.counter, None, "the store's own counter was gone");
     // A floor below the counter changes nothing.
-    let low = AcquireRequest {
-        floor: Some(token(1)),
-        ..acq(&spec, "a")
-    };
+    let low = acq(&spec, "a").with_floor(Some(token(1)));
     assert_eq!(granted(&b.acquire(&low).await.unwrap()).0.get(), 4);
 }
 

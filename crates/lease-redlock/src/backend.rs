@@ -134,20 +134,18 @@ impl RedlockConfig {
 /// ```
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::{sync::Arc, time::Duration};
-/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Metadata, Owner, Ttl};
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseBackend, LeaseSpec, Owner, Ttl};
 /// use lease_core::memory::{ManualClock, MemoryBackend};
 /// use lease_redlock::{Node, RedlockBackend, RedlockConfig};
 ///
 /// let clock = ManualClock::new();
 /// let nodes = ["a", "b", "c"].map(|id| Node::new(id, MemoryBackend::new(clock.clone())));
 /// let redlock = RedlockBackend::new(nodes.to_vec(), RedlockConfig::new())?;
-/// let req = AcquireRequest {
-///     spec: Arc::new(LeaseSpec::election("jobs")),
-///     owner: Owner::new("host-1")?,
-///     ttl: Ttl::new(Duration::from_secs(2))?,
-///     metadata: Metadata::default(),
-///     floor: None,
-/// };
+/// let req = AcquireRequest::new(
+///     Arc::new(LeaseSpec::election("jobs")),
+///     Owner::new("host-1")?,
+///     Ttl::new(Duration::from_secs(2))?,
+/// );
 /// let outcome = redlock.acquire(&req).await?;
 /// assert!(matches!(outcome, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 1));
 /// // In production: `Node::connect(redis::Client::open(url)?)` per primary.

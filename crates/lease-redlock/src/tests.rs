@@ -10,7 +10,7 @@ use lease_core::memory::{Faults, ManualClock, MemoryBackend};
 use lease_core::quorum::QuorumConfigError;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, ConfigError, LeaseBackend, LeaseInfo, LeaseSpec,
-    Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token, Ttl,
+    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token, Ttl,
 };
 
 use crate::{
@@ -65,29 +65,24 @@ impl Cluster {
 }
 
 fn acquire_req(spec: &Arc<LeaseSpec>, owner: &str, ttl_ms: u64) -> AcquireRequest {
-    AcquireRequest {
-        spec: Arc::clone(spec),
-        owner: Owner::new(owner).unwrap(),
-        ttl: Ttl::new(MS(ttl_ms)).unwrap(),
-        metadata: Metadata::default(),
-        floor: None,
-    }
+    AcquireRequest::new(
+        Arc::clone(spec),
+        Owner::new(owner).unwrap(),
+        Ttl::new(MS(ttl_ms)).unwrap(),
+    )
 }
 
 fn renew_req(spec: &Arc<LeaseSpec>, owner: &str, ttl_ms: u64) -> RenewRequest {
-    RenewRequest {
-        spec: Arc::clone(spec),
-        owner: Owner::new(owner).unwrap(),
-        ttl: Ttl::new(MS(ttl_ms)).unwrap(),
-    }
+    RenewRequest::new(
+        Arc::clone(spec),
+        Owner::new(owner).unwrap(),
+        Ttl::new(MS(ttl_ms)).unwrap(),
+    )
 }
 
 fn release_req(spec: &Arc<LeaseSpec>, owner: &str, term: Option<u64>) -> ReleaseRequest {
-    ReleaseRequest {
-        spec: Arc::clone(spec),
-        owner: Owner::new(owner).unwrap(),
-        term_token: term.map(|t| Token::new(t).unwrap()),
-    }
+    ReleaseRequest::new(Arc::clone(spec), Owner::new(owner).unwrap())
+        .with_term_token(term.map(|t| Token::new(t).unwrap()))
 }
 
 fn election() -> Arc<LeaseSpec> {
@@ -107,10 +102,7 @@ fn quorum_error(e: &BackendError) -> &QuorumError {
 
 /// Never answers (its delay is on a manual clock nobody moves).
 fn stall(store: &MemoryBackend) {
-    store.set_faults(Faults {
-        request_delay: Some(Duration::from_secs(3600)),
-        ..Faults::default()
-    });
+    store.set_faults(Faults::default().with_request_delay(Some(Duration::from_secs(3600))));
 }
 
 #[test]

@@ -113,9 +113,9 @@ fn iptables(op: &str, rule: &[String]) -> Result<()> {
         .arg(op)
         .args(rule)
         .output()
-        .map_err(|source| Error::Io {
+        .map_err(|error| Error::Io {
             context: "running iptables".to_owned(),
-            source,
+            error,
         })?;
     if out.status.success() {
         Ok(())

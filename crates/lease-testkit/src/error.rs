@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// Everything that can go wrong while starting, controlling or tearing down a
-/// test server.
+/// test server. Each message names its cause once; `source()` is `None` (the cause is in the
+/// message and the field), as for every redlease error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -16,13 +17,12 @@ pub enum Error {
         hint: String,
     },
     /// An I/O operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What the kit was doing.
         context: String,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A helper command (e.g. `redis-cli --cluster create`, `docker kill`) failed.
     #[error("command `{command}` failed: {output}")]
@@ -57,10 +57,10 @@ pub enum Error {
     Container(String),
     /// A Redis client error.
     #[error("redis error: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
     /// A Postgres client error.
     #[error("postgres error: {0}")]
-    Postgres(#[from] tokio_postgres::Error),
+    Postgres(tokio_postgres::Error),
     /// The operation is not valid in the server's current state (e.g. `pause()` on a
     /// stopped server).
     #[error("invalid state: {0}")]
@@ -70,6 +70,18 @@ pub enum Error {
     Config(String),
 }
 
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Error::Postgres(e)
+    }
+}
+
 /// The kit's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -77,7 +89,31 @@ impl Error {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
-            source,
+            error: source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it.
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = Error::io("reading x", std::io::Error::other("disk on fire"));
+        assert_eq!(count_in_chain(&e, "disk on fire"), 1, "{e}");
+        let e = Error::from(redis::RedisError::from(std::io::Error::other("wire cut")));
+        assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
     }
 }

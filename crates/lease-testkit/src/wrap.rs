@@ -232,8 +232,8 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use lease_core::Ttl;
     use lease_core::memory::{ManualClock, MemoryBackend};
-    use lease_core::{Metadata, Ttl};
 
     use super::*;
 
@@ -268,23 +268,13 @@ mod tests {
         let owner = Owner::new("a").unwrap();
         let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
         let bound = Duration::from_secs(5);
-        let acquire = AcquireRequest {
-            spec: spec.clone(),
-            owner: owner.clone(),
-            ttl,
-            metadata: Metadata::default(),
-            floor: None,
-        };
+        let acquire = AcquireRequest::new(spec.clone(), owner.clone(), ttl);
         let got = tokio::time::timeout(bound, backend.acquire(&acquire)).await;
         assert!(matches!(
             got.unwrap(),
             Ok(AcquireOutcome::Acquired { token: Some(_), .. })
         ));
-        let renew = RenewRequest {
-            spec: spec.clone(),
-            owner: owner.clone(),
-            ttl,
-        };
+        let renew = RenewRequest::new(spec.clone(), owner.clone(), ttl);
         let got = tokio::time::timeout(bound, backend.renew(&renew)).await;
         assert_eq!(got.unwrap().unwrap(), RenewOutcome::Renewed);
         let got = tokio::time::timeout(bound, backend.remaining(&spec, &owner)).await;
@@ -292,11 +282,7 @@ mod tests {
         let got = tokio::time::timeout(bound, backend.inspect(&spec)).await;
         assert_eq!(got.unwrap().unwrap().holder.as_deref(), Some("a"));
         memory.set_unavailable(true);
-        let release = ReleaseRequest {
-            spec: spec.clone(),
-            owner,
-            term_token: None,
-        };
+        let release = ReleaseRequest::new(spec.clone(), owner);
         let got = tokio::time::timeout(bound, backend.release(&release)).await;
         assert!(got.unwrap().is_err());
         assert_eq!(

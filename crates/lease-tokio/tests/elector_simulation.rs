@@ -573,10 +573,7 @@ async fn store_faults(world: Arc<World>, mem: MemoryBackend, p: Params, seed: u6
         }
         let (faults, window, what) = match rng.below_inclusive(4) {
             0 => (
-                Faults {
-                    unavailable: true,
-                    ..Faults::default()
-                },
+                Faults::default().with_unavailable(true),
                 between(&mut rng, ms(100), p.ttl * 3 / 2),
                 "store unavailable".to_owned(),
             ),
@@ -587,10 +584,7 @@ async fn store_faults(world: Arc<World>, mem: MemoryBackend, p: Params, seed: u6
                 continue;
             }
             2 => (
-                Faults {
-                    reply_delay: Some(p.ttl * 3),
-                    ..Faults::default()
-                },
+                Faults::default().with_reply_delay(Some(p.ttl * 3)),
                 between(&mut rng, ms(50), p.ttl),
                 "replies lost (applied, unknown)".to_owned(),
             ),
@@ -598,11 +592,9 @@ async fn store_faults(world: Arc<World>, mem: MemoryBackend, p: Params, seed: u6
                 let req = between(&mut rng, Duration::ZERO, p.ttl / 4);
                 let rep = between(&mut rng, Duration::ZERO, p.ttl / 4);
                 (
-                    Faults {
-                        request_delay: Some(req),
-                        reply_delay: Some(rep),
-                        ..Faults::default()
-                    },
+                    Faults::default()
+                        .with_request_delay(Some(req))
+                        .with_reply_delay(Some(rep)),
                     between(&mut rng, ms(100), p.ttl * 2),
                     format!("slow store: request +{req:?}, reply +{rep:?}"),
                 )
@@ -610,10 +602,7 @@ async fn store_faults(world: Arc<World>, mem: MemoryBackend, p: Params, seed: u6
             _ => {
                 let req = between(&mut rng, p.ttl / 4, p.max_request_delay());
                 (
-                    Faults {
-                        request_delay: Some(req),
-                        ..Faults::default()
-                    },
+                    Faults::default().with_request_delay(Some(req)),
                     between(&mut rng, ms(50), p.ttl),
                     format!("late requests: applied +{req:?}"),
                 )

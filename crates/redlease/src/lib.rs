@@ -9,7 +9,8 @@
 //!
 //! | feature | what |
 //! |---|---|
-//! | `redis` (default) | `redlease::redis`: the Redis backend and fencer (single node, or Redis Cluster with hash tags) |
+//! | `redis` (default) | `redlease::redis`: the Redis backend and fencer, on a single server (or a primary with replicas) |
+//! | `cluster` | Redis Cluster: `RedisBackend::cluster`, `RedisFencer::new_cluster`, `ReleaseNotices::cluster` and redis-rs's cluster client (`redlease::redis::client::cluster_async`); names need a hash tag (`{jobs}`). Off by default: most deployments are one server, and a build without it compiles none of redis-rs's cluster code |
 //! | `redlock` | `redlease::redlock`: quorum leases over N independent Redis primaries, with fenced quorum tokens |
 //! | `postgres` | `redlease::postgres`: the Postgres adapter (per-name marks, per-row fences) |
 //! | `tls` | `rediss://` URLs over rustls: `redlease::redis::connect_tls` and `TlsConfig` (a custom CA, client certificates for mutual TLS) |
@@ -151,32 +152,33 @@ pub mod memory {
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis {
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub use lease_redis::HealingCluster;
     #[cfg(feature = "sentinel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub use lease_redis::SentinelConnection;
     pub use lease_redis::healing;
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub use lease_redis::healing_cluster;
     pub use lease_redis::notify::notice_channel;
     pub use lease_redis::slot::{CrossSlot, SlotError, key_slot};
     pub use lease_redis::{
         CORRUPT, DEFAULT_ACK_CONNECTIONS, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT,
-        FENCE_LABEL_LIMIT, FencedWrite, HealingCluster, HealingConnection, HealingStats,
-        MAX_ACK_CONNECTIONS, MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged, NoticeStats,
-        RedisBackend, RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES,
-        Topology, backend_error,
+        FENCE_LABEL_LIMIT, FencedWrite, HealingConnection, HealingStats, MAX_ACK_CONNECTIONS,
+        MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged, NoticeStats, RedisBackend,
+        RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES, Topology,
+        backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub use lease_redis::{
-        CONNECT_TIMEOUT, ConnectError, TlsConfig, TlsConfigError, TlsFailure, connect_failure,
-        is_plain_redis, tls_client, tls_failure,
-    };
-    #[cfg(not(feature = "tls"))]
     pub use lease_redis::{
         CONNECT_TIMEOUT, ConnectError, TlsFailure, connect_failure, tls_failure,
     };
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub use lease_redis::{TlsConfig, TlsConfigError, is_plain_redis, tls_client};
 
     /// The redis-rs crate this backend is built on, for building connections.
     pub use ::redis as client;
@@ -202,7 +204,8 @@ pub mod redis {
     /// fallback.
     ///
     /// A failure is a [`ConnectError`]; a plain URL that reached a TLS port says so
-    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster, use [`connect_cluster`].
+    /// ([`TlsFailure::PlainTcpToTlsPort`]). For Redis Cluster (feature `cluster`), use
+    /// `connect_cluster`.
     pub async fn connect(url: &str) -> Result<RedisBackend<HealingConnection>, ConnectError> {
         lease_redis::connect(url).await
     }
@@ -228,6 +231,8 @@ pub mod redis {
     /// # let _ = elector;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<S: AsRef<str>>(
         urls: &[S],
     ) -> Result<RedisBackend<HealingCluster>, ConnectError> {

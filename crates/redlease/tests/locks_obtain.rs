@@ -159,20 +159,16 @@ async fn owner_match_is_exact() {
     for other in ["a", "abm", "ab m", "ab\u{1}m"] {
         let owner = Owner::new(other).unwrap();
         let released = backend
-            .release(&ReleaseRequest {
-                spec: spec.clone(),
-                owner: owner.clone(),
-                term_token: None,
-            })
+            .release(&ReleaseRequest::new(spec.clone(), owner.clone()))
             .await
             .unwrap();
         assert_eq!(released, ReleaseOutcome::NotHeld, "{other:?}");
         let renewed = backend
-            .renew(&RenewRequest {
-                spec: spec.clone(),
-                owner: owner.clone(),
-                ttl: Ttl::new(ms(60_000)).unwrap(),
-            })
+            .renew(&RenewRequest::new(
+                spec.clone(),
+                owner.clone(),
+                Ttl::new(ms(60_000)).unwrap(),
+            ))
             .await
             .unwrap();
         assert_eq!(renewed, RenewOutcome::NotHeld, "{other:?}");

@@ -17,7 +17,7 @@ use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
 use lease_testkit::wrap::{Answer, Call, Hooks, Wrapped};
 use redis::aio::MultiplexedConnection;
-use redlease::core::{AcquireRequest, LeaseSpec, Metadata, Owner, Ttl};
+use redlease::core::{AcquireRequest, LeaseSpec, Owner, Ttl};
 use redlease::redis::RedisBackend;
 use redlease::{
     BackendError, Effect, Fencing, LeaseBackend, LockError, LockOptions, Locker, Token,
@@ -258,13 +258,11 @@ async fn a_connection_reset_mid_request_is_unknown() {
     let backend = proxied(&server, &proxy, None).await;
     warm_up(&backend).await;
     let spec = Arc::new(LeaseSpec::lock(["{c}:lock"], Some("{c}:fence".into())).unwrap());
-    let req = AcquireRequest {
+    let req = AcquireRequest::new(
         spec,
-        owner: Owner::new("me").unwrap(),
-        ttl: Ttl::new(ms(10_000)).unwrap(),
-        metadata: Metadata::default(),
-        floor: None,
-    };
+        Owner::new("me").unwrap(),
+        Ttl::new(ms(10_000)).unwrap(),
+    );
     proxy.set_mode(Mode::DropReplies);
     let call = {
         let backend = backend.clone();

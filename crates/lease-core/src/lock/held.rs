@@ -97,7 +97,7 @@ pub enum RefreshReply {
 /// use lease_core::lease::LeaseTiming;
 /// use lease_core::lock::{HeldLock, RefreshReply, RefreshTurn};
 /// let s = Duration::from_secs;
-/// let timing = LeaseTiming { ttl: Ttl::new(s(10))?, renew_interval: s(10), operation_timeout: None, margin: Duration::ZERO };
+/// let timing = LeaseTiming::new(Ttl::new(s(10))?, s(10));
 /// let mut lock = HeldLock::new(timing, false, None, true, Instant::ZERO, Instant::ZERO);
 /// assert_eq!(lock.valid_until(), Instant::ZERO + s(10));
 /// // A refresh to a shorter TTL shortens the deadline before it is sent.
@@ -151,12 +151,9 @@ impl HeldLock {
     /// drift allowance for the plan's TTL.
     pub fn for_plan(plan: &ObtainPlan, obtained: Obtained, margin: Duration, now: Instant) -> Self {
         let ttl = plan.request.ttl;
-        let timing = LeaseTiming {
-            ttl,
-            renew_interval: plan.auto_renew.map_or(ttl.get(), |ar| ar.interval),
-            operation_timeout: plan.operation_timeout,
-            margin,
-        };
+        let timing = LeaseTiming::new(ttl, plan.auto_renew.map_or(ttl.get(), |ar| ar.interval))
+            .with_operation_timeout(plan.operation_timeout)
+            .with_margin(margin);
         HeldLock::new(
             timing,
             plan.auto_renew.is_some(),
@@ -442,11 +439,7 @@ impl HeldLock {
 /// A compare-and-delete of `owner`'s value on every key of `spec` (not term-scoped): what a
 /// lock's release, and every cleanup, sends.
 pub fn release_request(spec: &Arc<LeaseSpec>, owner: &Owner) -> ReleaseRequest {
-    ReleaseRequest {
-        spec: Arc::clone(spec),
-        owner: owner.clone(),
-        term_token: None,
-    }
+    ReleaseRequest::new(Arc::clone(spec), owner.clone())
 }
 
 /// The result of an explicit release: released, not ours any more, or the failure (a

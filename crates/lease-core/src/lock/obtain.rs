@@ -11,6 +11,7 @@ use crate::token::Token;
 
 /// An attempt the machine asks the driver to send now: the plan's acquire request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Attempt {
     /// When it is sent (the `now` it was polled at): the lock is dated from it.
     pub sent_at: Instant,

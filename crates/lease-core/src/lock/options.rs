@@ -142,13 +142,9 @@ impl LockOptions {
             check_operation_timeout(t)?;
         }
         Ok(ObtainPlan {
-            request: AcquireRequest {
-                spec,
-                owner,
-                ttl,
-                metadata,
-                floor: self.fence_floor,
-            },
+            request: AcquireRequest::new(spec, owner, ttl)
+                .with_metadata(metadata)
+                .with_floor(self.fence_floor),
             wait: self.wait.unwrap_or(ttl.get()),
             operation_timeout: self.operation_timeout,
             auto_renew: self.auto_renew,

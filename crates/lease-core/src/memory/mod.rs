@@ -13,22 +13,21 @@
 //! ```
 //! use std::time::Duration;
 //! use lease_core::memory::{ManualClock, MemoryBackend};
-//! use lease_core::{LeaseSpec, Owner, Ttl, AcquireRequest, AcquireOutcome, Metadata};
+//! use lease_core::{LeaseSpec, Owner, Ttl, AcquireRequest, AcquireOutcome};
 //! use std::sync::Arc;
 //!
 //! let clock = ManualClock::new();
 //! let backend = MemoryBackend::new(clock.clone());
-//! let req = AcquireRequest {
-//!     spec: Arc::new(LeaseSpec::election("jobs")),
-//!     owner: Owner::new("a")?,
-//!     ttl: Ttl::new(Duration::from_secs(1))?,
-//!     metadata: Metadata::default(),
-//!     floor: None,
-//! };
+//! let req = AcquireRequest::new(
+//!     Arc::new(LeaseSpec::election("jobs")),
+//!     Owner::new("a")?,
+//!     Ttl::new(Duration::from_secs(1))?,
+//! );
 //! let first = backend.acquire_now(&req)?;
 //! assert!(matches!(first, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 1));
 //! clock.advance(Duration::from_secs(2)); // the lease expires
-//! let second = backend.acquire_now(&AcquireRequest { owner: Owner::new("b")?, ..req })?;
+//! let other = AcquireRequest::new(req.spec.clone(), Owner::new("b")?, req.ttl);
+//! let second = backend.acquire_now(&other)?;
 //! assert!(matches!(second, AcquireOutcome::Acquired { token: Some(t), .. } if t.get() == 2));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -24,8 +24,17 @@ pub(super) struct Entry {
     pub(super) expires_at: Option<Instant>,
 }
 
-/// Fault switches of a [`MemoryBackend`](super::MemoryBackend).
+/// Fault switches of a [`MemoryBackend`](super::MemoryBackend): `Faults::default()` (none)
+/// and the `with_*` methods (the struct is `#[non_exhaustive]`).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::memory::Faults;
+/// let slow = Faults::default().with_reply_delay(Some(Duration::from_millis(300)));
+/// assert_eq!(slow.reply_delay, Some(Duration::from_millis(300)));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Faults {
     /// Fail this many next calls with [`BackendError::Unavailable`] (not applied).
     pub fail_next: u32,
@@ -35,6 +44,32 @@ pub struct Faults {
     pub request_delay: Option<Duration>,
     /// Wait this long on the manual clock after applying each call, before replying.
     pub reply_delay: Option<Duration>,
+}
+
+impl Faults {
+    /// Fail this many next calls (not applied).
+    pub fn with_fail_next(mut self, n: u32) -> Faults {
+        self.fail_next = n;
+        self
+    }
+
+    /// Fail every call while set (not applied).
+    pub fn with_unavailable(mut self, unavailable: bool) -> Faults {
+        self.unavailable = unavailable;
+        self
+    }
+
+    /// Wait this long on the manual clock before applying each call.
+    pub fn with_request_delay(mut self, delay: Option<Duration>) -> Faults {
+        self.request_delay = delay;
+        self
+    }
+
+    /// Wait this long on the manual clock after applying each call, before replying.
+    pub fn with_reply_delay(mut self, delay: Option<Duration>) -> Faults {
+        self.reply_delay = delay;
+        self
+    }
 }
 
 #[derive(Debug, Default)]

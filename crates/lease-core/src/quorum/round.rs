@@ -81,17 +81,15 @@
 //! use std::{sync::Arc, time::Duration};
 //! use lease_core::quorum::{NodeReply, NodeRequestKind, Quorum, Verdict};
 //! use lease_core::{
-//!     AcquireOutcome, AcquireRequest, FenceState, Instant, LeaseSpec, Metadata, Owner, Token, Ttl,
+//!     AcquireOutcome, AcquireRequest, FenceState, Instant, LeaseSpec, Owner, Token, Ttl,
 //! };
 //!
 //! let quorum = Quorum::new(&["a:6379", "b:6379", "c:6379"], 0.01)?;
-//! let req = AcquireRequest {
-//!     spec: Arc::new(LeaseSpec::election("jobs")),
-//!     owner: Owner::new("host-1")?,
-//!     ttl: Ttl::new(Duration::from_secs(1))?,
-//!     metadata: Metadata::default(),
-//!     floor: None,
-//! };
+//! let req = AcquireRequest::new(
+//!     Arc::new(LeaseSpec::election("jobs")),
+//!     Owner::new("host-1")?,
+//!     Ttl::new(Duration::from_secs(1))?,
+//! );
 //! let bound = Duration::from_millis(200);
 //! let mut round = quorum.acquire(req, bound, Instant::ZERO);
 //! let t = Instant::ZERO + Duration::from_millis(10);
@@ -327,6 +325,7 @@ pub enum NodeRequestKind {
 
 /// A request the round asks the driver to send to one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeRequest {
     /// Its id, to pass back with the reply.
     pub id: NodeRequestId,
@@ -393,6 +392,7 @@ impl NodeRequest {
 /// other at the node, as they are against other clients: their order is the ordinary
 /// concurrency the rules already allow for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct TurnKey {
     /// The node's index.
     pub node: usize,
@@ -1208,11 +1208,7 @@ impl Round {
             Kind::Acquire { cleanup, .. } | Kind::Renew { cleanup, .. } => cleanup,
             _ => return,
         };
-        let req = ReleaseRequest {
-            spec: Arc::clone(&cleanup.spec),
-            owner: cleanup.owner.clone(),
-            term_token: None,
-        };
+        let req = ReleaseRequest::new(Arc::clone(&cleanup.spec), cleanup.owner.clone());
         let kinds = self.quorum.every(|| NodeRequestKind::Release(req.clone()));
         self.stage = Stage::Cleanup { failure };
         self.start_phase(kinds, now);

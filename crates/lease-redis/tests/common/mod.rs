@@ -56,29 +56,16 @@ pub fn acq(spec: &Arc<LeaseSpec>, who: &str) -> AcquireRequest {
 }
 
 pub fn acq_meta(spec: &Arc<LeaseSpec>, who: &str, meta: &str) -> AcquireRequest {
-    AcquireRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        ttl: ttl_ms(LONG),
-        metadata: Metadata::new(meta).expect("metadata"),
-        floor: None,
-    }
+    AcquireRequest::new(spec.clone(), owner(who), ttl_ms(LONG))
+        .with_metadata(Metadata::new(meta).expect("metadata"))
 }
 
 pub fn renew(spec: &Arc<LeaseSpec>, who: &str) -> RenewRequest {
-    RenewRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        ttl: ttl_ms(LONG),
-    }
+    RenewRequest::new(spec.clone(), owner(who), ttl_ms(LONG))
 }
 
 pub fn release(spec: &Arc<LeaseSpec>, who: &str, term: Option<Token>) -> ReleaseRequest {
-    ReleaseRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        term_token: term,
-    }
+    ReleaseRequest::new(spec.clone(), owner(who)).with_term_token(term)
 }
 
 pub fn acquired_token(o: &AcquireOutcome) -> Option<Token> {

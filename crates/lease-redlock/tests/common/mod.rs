@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Metadata, Owner, ReleaseRequest,
-    RenewRequest, Token, Ttl,
+    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Owner, ReleaseRequest, RenewRequest,
+    Token, Ttl,
 };
 use lease_redis::RedisBackend;
 use lease_redlock::{Node, QuorumError, RedlockBackend, RedlockConfig};
@@ -120,29 +120,15 @@ pub fn fenced_lock(key: &str) -> Arc<LeaseSpec> {
 }
 
 pub fn acq(spec: &Arc<LeaseSpec>, who: &str, ttl_ms: u64) -> AcquireRequest {
-    AcquireRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        ttl: ttl(ttl_ms),
-        metadata: Metadata::default(),
-        floor: None,
-    }
+    AcquireRequest::new(spec.clone(), owner(who), ttl(ttl_ms))
 }
 
 pub fn renew(spec: &Arc<LeaseSpec>, who: &str, ttl_ms: u64) -> RenewRequest {
-    RenewRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        ttl: ttl(ttl_ms),
-    }
+    RenewRequest::new(spec.clone(), owner(who), ttl(ttl_ms))
 }
 
 pub fn release(spec: &Arc<LeaseSpec>, who: &str) -> ReleaseRequest {
-    ReleaseRequest {
-        spec: spec.clone(),
-        owner: owner(who),
-        term_token: None,
-    }
+    ReleaseRequest::new(spec.clone(), owner(who))
 }
 
 pub fn token_of(o: &AcquireOutcome) -> Token {

@@ -535,3 +535,33 @@ impl Drop for RunningGuard<'_> {
         self.0.store(false, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = ElectorError::from(BackendError::Unavailable(Box::new(std::io::Error::other(
+            "wire cut",
+        ))));
+        assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
+        let e = ElectorError::Refused {
+            op: Op::Acquire,
+            error: BackendError::Refused("NOPERM no eval".into()),
+        };
+        assert_eq!(count_in_chain(&e, "NOPERM no eval"), 1, "{e}");
+    }
+}

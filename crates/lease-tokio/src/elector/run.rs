@@ -424,16 +424,17 @@ impl<B: LeaseBackend, F> Drop for Run<'_, B, F> {
         }
         // Whatever this run may hold (a term, or an acquire in flight that may have been
         // granted): released by owner, which is harmless when nothing is held.
-        let req = Request {
-            id: RequestId(u64::MAX),
-            kind: RequestKind::Release(lease_core::ReleaseRequest {
-                spec: Arc::clone(self.machine.spec()),
-                owner: self.machine.owner().clone(),
-                term_token: term,
-            }),
-            sent_at: now,
-            deadline: now + inner.config.release_timeout(),
-        };
+        let release = lease_core::ReleaseRequest::new(
+            Arc::clone(self.machine.spec()),
+            self.machine.owner().clone(),
+        )
+        .with_term_token(term);
+        let req = Request::new(
+            RequestId(u64::MAX),
+            RequestKind::Release(release),
+            now,
+            now + inner.config.release_timeout(),
+        );
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let backend = Arc::clone(&inner.backend);
             let clock = self.clock;

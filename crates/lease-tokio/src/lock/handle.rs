@@ -171,11 +171,11 @@ impl<B: LeaseBackend> Lock<B> {
         );
         let shared = Arc::new_cyclic(|me| Shared {
             backend,
-            renew: RenewRequest {
-                spec: Arc::clone(&plan.request.spec),
-                owner: plan.request.owner.clone(),
+            renew: RenewRequest::new(
+                Arc::clone(&plan.request.spec),
+                plan.request.owner.clone(),
                 ttl,
-            },
+            ),
             spec: plan.request.spec,
             owner: plan.request.owner,
             clock,
@@ -309,11 +309,7 @@ impl<B: LeaseBackend> Lock<B> {
     async fn refresh_inner(&self, ttl: Duration) -> Result<(), LockError> {
         let ttl = Ttl::new(ttl)?;
         let shared = &self.shared;
-        let req = RenewRequest {
-            spec: Arc::clone(&shared.spec),
-            owner: shared.owner.clone(),
-            ttl,
-        };
+        let req = RenewRequest::new(Arc::clone(&shared.spec), shared.owner.clone(), ttl);
         let margin = shared.backend.validity_margin(ttl);
         let mut refresh = Refresh::new(ttl, self.retry.jittered_sequence(jitter_seed()));
         loop {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use redis::aio::MultiplexedConnection;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseSpec, Metadata, Owner, ReleaseRequest, RenewOutcome,
-    RenewRequest,
+    AcquireOutcome, AcquireRequest, LeaseSpec, Owner, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use redlease::redis::RedisBackend;
 use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
@@ -48,14 +47,8 @@ fn election_requests() -> (AcquireRequest, RenewRequest) {
     let owner = Owner::new("bench-instance").expect("owner");
     let ttl = Ttl::new(TTL).expect("ttl");
     (
-        AcquireRequest {
-            spec: Arc::clone(&spec),
-            owner: owner.clone(),
-            ttl,
-            metadata: Metadata::default(),
-            floor: None,
-        },
-        RenewRequest { spec, owner, ttl },
+        AcquireRequest::new(Arc::clone(&spec), owner.clone(), ttl),
+        RenewRequest::new(spec, owner, ttl),
     )
 }
 
@@ -76,11 +69,8 @@ pub(crate) async fn renewed(backend: &Backend, req: &RenewRequest) {
 /// Acquire (untimed), then a timed term-scoped release.
 pub(crate) async fn timed_release(backend: &Backend, acq: &AcquireRequest) -> Duration {
     let token = acquire(backend, acq).await;
-    let rel = ReleaseRequest {
-        spec: Arc::clone(&acq.spec),
-        owner: acq.owner.clone(),
-        term_token: Some(token),
-    };
+    let rel =
+        ReleaseRequest::new(Arc::clone(&acq.spec), acq.owner.clone()).with_term_token(Some(token));
     let start = Instant::now();
     backend.release(&rel).await.expect("release");
     start.elapsed()
@@ -209,18 +199,12 @@ fn bare_requests(key: &str) -> (AcquireRequest, ReleaseRequest) {
     let spec = Arc::new(LeaseSpec::lock([key], None).expect("spec"));
     let owner = Owner::new("bench-bare-owner").expect("owner");
     (
-        AcquireRequest {
-            spec: Arc::clone(&spec),
-            owner: owner.clone(),
-            ttl: Ttl::new(TTL).expect("ttl"),
-            metadata: Metadata::default(),
-            floor: None,
-        },
-        ReleaseRequest {
-            spec,
-            owner,
-            term_token: None,
-        },
+        AcquireRequest::new(
+            Arc::clone(&spec),
+            owner.clone(),
+            Ttl::new(TTL).expect("ttl"),
+        ),
+        ReleaseRequest::new(spec, owner),
     )
 }
 
