@@ -147,6 +147,39 @@ impl HeldLease {
         lease
     }
 
+    /// Like [`HeldLease::new`], but the first renewal is due one renew interval after the
+    /// acquiring request was sent (or at `now` if that is already past), not at once: the
+    /// acquisition itself set the TTL, so an earlier renewal is a wasted round trip. Locks use
+    /// this; an election renews at once (its first renewal confirms the new term).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Instant, Ttl};
+    /// use lease_core::lease::{HeldLease, LeaseTiming};
+    /// let timing = LeaseTiming::new(Ttl::new(Duration::from_secs(3))?, Duration::from_secs(1));
+    /// let t0 = Instant::ZERO;
+    /// let now = t0 + Duration::from_millis(20);
+    /// let mut lease = HeldLease::renewed_when_due(timing, None, t0, now);
+    /// assert!(lease.poll_renew(now).is_none(), "no renewal before one is due");
+    /// let due = t0 + Duration::from_secs(1);
+    /// assert_eq!(lease.poll_timeout(), Some(due));
+    /// assert!(lease.poll_renew(due).is_some(), "due one interval after the send");
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn renewed_when_due(
+        timing: LeaseTiming,
+        token: Option<Token>,
+        sent_at: Instant,
+        now: Instant,
+    ) -> Self {
+        let mut lease = HeldLease::new(timing, token, sent_at, now);
+        if lease.in_flight.is_none() && lease.lost.is_none() {
+            lease.next_renew = (sent_at + timing.renew_interval).max(now);
+            lease.handle_timeout(now);
+        }
+        lease
+    }
+
     /// The token of this lease, if fenced.
     pub fn token(&self) -> Option<Token> {
         self.token

@@ -326,3 +326,25 @@ fn a_reply_at_the_deadline_does_not_revive() {
     assert!(!lease.is_held(t0 + ms(3000)));
     assert_eq!(lease.lost(), Some(LossReason::DeadlineExpired));
 }
+
+proptest! {
+    /// A lock's lease ([`HeldLease::renewed_when_due`]): no renewal before one renew interval
+    /// after the acquiring send, exactly one when it is due, and the timer points at it.
+    #[test]
+    fn a_lock_lease_renews_only_when_due(ttl_ms in 50u64..10_000, renew_pct in 10u64..90, rtt_ms in 0u64..12_000, early_ms in 0u64..5_000) {
+        let renew = ms(ttl_ms * renew_pct / 100).max(ms(1));
+        let timing = LeaseTiming::new(Ttl::new(ms(ttl_ms)).map_err(|e| TestCaseError::fail(e.to_string()))?, renew);
+        let sent_at = Instant::ZERO + ms(1000);
+        let now = sent_at + ms(rtt_ms);
+        let mut lease = HeldLease::renewed_when_due(timing, None, sent_at, now);
+        let due = (sent_at + renew).max(now);
+        if now >= lease.valid_until() {
+            prop_assert!(!lease.is_held(now));
+            return Ok(());
+        }
+        prop_assert_eq!(lease.poll_timeout(), Some(due.min(lease.valid_until())));
+        let probe = now + ms(early_ms);
+        let polled = lease.poll_renew(probe);
+        prop_assert_eq!(polled.is_some(), probe >= due && probe < lease.valid_until(), "renewal exactly when due");
+    }
+}

@@ -415,3 +415,29 @@ async fn renewal_queue_stays_bounded_while_locks_come_and_go() {
         lock.release().await.unwrap();
     }
 }
+
+/// No renewal before one is due: the obtain itself set the TTL, so the first renewal comes
+/// one renew interval after it (less at most the batching window), not at once (it used to
+/// follow the obtain by about a millisecond: one wasted round trip per obtain).
+#[tokio::test]
+async fn the_first_renewal_comes_one_interval_after_the_obtain() {
+    let server = common::redis().await;
+    let (locker, counted) = counted_locker(&server).await;
+    let interval = ms(600);
+    let obtained = tokio::time::Instant::now();
+    let lock = locker
+        .obtain("first", ms(3_000), LockOptions::new().auto_renew(interval))
+        .await
+        .unwrap();
+    let first = counted
+        .wait_for("the first renewal", |c| c.renews >= 1)
+        .await;
+    let after = obtained.elapsed();
+    assert_eq!(first.renews, 1, "{first:?}");
+    // The batching window lets a renewal go up to an eighth of the interval early.
+    assert!(
+        after >= interval * 3 / 4,
+        "first renewal {after:?} after the obtain, interval {interval:?}"
+    );
+    lock.release().await.unwrap();
+}

@@ -124,7 +124,8 @@ pub struct HeldLock {
 
 impl HeldLock {
     /// A lock won by a request sent at `sent_at`, held from `now`. With `auto_renew`, renewals
-    /// are due at once and then every `timing.renew_interval`. `private_token`: the ownership
+    /// are due every `timing.renew_interval`, the first one interval after `sent_at` (no
+    /// renewal before one is due). `private_token`: the ownership
     /// token was generated for this lock alone (see [`crate::lock::ObtainPlan::private_token`]).
     pub fn new(
         timing: LeaseTiming,
@@ -138,7 +139,7 @@ impl HeldLock {
             timing,
             token,
             valid_until: timing.valid_until(sent_at),
-            renewal: auto_renew.then(|| HeldLease::new(timing, token, sent_at, now)),
+            renewal: auto_renew.then(|| HeldLease::renewed_when_due(timing, token, sent_at, now)),
             turn: None,
             lost: None,
             released: false,
