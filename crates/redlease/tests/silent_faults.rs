@@ -96,11 +96,21 @@ async fn until_leader<B: LeaseBackend>(
     electors: &[Elector<B>],
     within: Duration,
 ) -> Option<Duration> {
+    until_electors(electors, within, any_leader).await
+}
+
+/// Waits (bounded by `within`) until `pred` holds of the electors, woken by their state
+/// changes; how long it took.
+async fn until_electors<B: LeaseBackend>(
+    electors: &[Elector<B>],
+    within: Duration,
+    pred: impl Fn(&[Elector<B>]) -> bool,
+) -> Option<Duration> {
     let started = Instant::now();
     let mut watches: Vec<_> = electors.iter().map(|e| e.subscribe()).collect();
     let found = tokio::time::timeout(within, async {
         loop {
-            if any_leader(electors) {
+            if pred(electors) {
                 return;
             }
             let changed = watches.iter_mut().map(|w| Box::pin(w.changed()));
@@ -331,19 +341,11 @@ async fn a_cluster_election_follows_a_failover_while_the_old_primary_is_blackhol
     })
     .await
     .expect("the cluster promoted the replica within 30 s");
-    let at = Instant::now();
     let bound = election_bound();
-    let new_term = tokio::time::timeout(bound * 3, async {
-        loop {
-            if electors
-                .iter()
-                .filter_map(|e| e.token())
-                .any(|t| !before.contains(&t))
-            {
-                return at.elapsed();
-            }
-            tokio::time::sleep(ms(10)).await;
-        }
+    let new_term = until_electors(&electors, bound * 3, |es| {
+        es.iter()
+            .filter_map(|e| e.token())
+            .any(|t| !before.contains(&t))
     })
     .await;
     eprintln!(
