@@ -1,6 +1,6 @@
 //! The election machine: contend, lead one term per token, step down, release.
 //!
-//! Sans-IO in the manner of quinn-proto. The driver loops:
+//! Sans-IO, with the contract of every machine here ([`crate::machine`]). The driver loops:
 //!
 //! 1. send every request [`Election::poll_request`] returns, each bounded by its `deadline`;
 //! 2. feed each request's reply — or [`Reply::TimedOut`] at its deadline — to
@@ -50,9 +50,7 @@ use crate::token::{Epoch, FenceState, StoreLoss, Token};
 /// Jitter applied to acquire delays: up to this percentage shorter, never longer.
 pub const ACQUIRE_JITTER_PERCENT: u32 = 10;
 
-/// Identifies a request, to match its reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub u64);
+pub use crate::machine::RequestId;
 
 /// Which operation a request or error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -236,11 +234,20 @@ struct Leading {
     lease: HeldLease,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Announced {
-    Nothing,
-    Follower,
-    Leader,
+/// Where an election is in its life. Each state carries what only it has: a term only
+/// while leading, "a follower was announced" only while contending or stopping.
+#[derive(Debug)]
+enum State {
+    /// Contending. `follower`: the last acquire found the lease held by another (the role
+    /// was announced as follower, and a release notice is worth acting on).
+    Candidate { follower: bool },
+    /// Leading a term.
+    Leading(Leading),
+    /// Shutting down, or stopped by a permanent refusal: no more acquires; releases still
+    /// go out. `follower` as for [`State::Candidate`] (the role stays readable).
+    Stopping { follower: bool },
+    /// Everything released; no more requests.
+    Stopped,
 }
 
 /// The election state machine of one instance. See the [module docs](self).
@@ -251,16 +258,15 @@ pub struct Election {
     owner: Owner,
     rng: SplitMix64,
     next_id: u64,
-    term: Option<Leading>,
-    stopped: bool,
-    shutting_down: bool,
+    state: State,
     acquire_in_flight: Option<(RequestId, Instant)>,
     renew_in_flight: Option<(RequestId, Token, Instant)>,
     release_in_flight: Option<(RequestId, Option<Token>)>,
     release_queue: VecDeque<Option<Token>>,
     next_acquire: Instant,
     consecutive_errors: u32,
-    announced: Announced,
+    /// New acquires are held back ([`Election::pause_contention`]): a driver's command,
+    /// orthogonal to the state.
     contention_paused: bool,
     margin: Duration,
     highest_token: Option<Token>,
@@ -274,8 +280,6 @@ pub struct Election {
     /// An acquire got no answer (timed out, or an error of unknown effect) and no later answer
     /// settled it: the lease may be ours at the store.
     maybe_won: bool,
-    /// The last acquire found the lease held by another: a release notice is worth acting on.
-    following: bool,
     /// A release notice arrived while an acquire was in flight.
     notice_pending: bool,
     events: VecDeque<Event>,
@@ -294,16 +298,13 @@ impl Election {
             owner,
             rng: SplitMix64::new(seed),
             next_id: 0,
-            term: None,
-            stopped: false,
-            shutting_down: false,
+            state: State::Candidate { follower: false },
             acquire_in_flight: None,
             renew_in_flight: None,
             release_in_flight: None,
             release_queue: VecDeque::new(),
             next_acquire: now,
             consecutive_errors: 0,
-            announced: Announced::Nothing,
             contention_paused: false,
             margin: Duration::ZERO,
             highest_token: None,
@@ -311,7 +312,6 @@ impl Election {
             epoch: None,
             loss_reported: false,
             maybe_won: false,
-            following: false,
             notice_pending: false,
             events: VecDeque::new(),
         }
@@ -335,12 +335,12 @@ impl Election {
     /// The role at `now`. Never `Leader` at or after the lease's local deadline, even before
     /// [`Election::handle_timeout`] is called.
     pub fn role(&self, now: Instant) -> Role {
-        if self.stopped {
-            return Role::Stopped;
-        }
-        match &self.term {
-            Some(t) if t.lease.is_held(now) => Role::Leader(t.token),
-            _ if self.announced == Announced::Follower => Role::Follower,
+        match &self.state {
+            State::Stopped => Role::Stopped,
+            State::Leading(t) if t.lease.is_held(now) => Role::Leader(t.token),
+            State::Candidate { follower: true } | State::Stopping { follower: true } => {
+                Role::Follower
+            }
             _ => Role::Candidate,
         }
     }
@@ -355,12 +355,32 @@ impl Election {
 
     /// The local deadline of the current term, if leading.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.term.as_ref().map(|t| t.lease.valid_until())
+        self.term().map(|t| t.lease.valid_until())
     }
 
     /// Whether the machine has stopped.
     pub fn is_stopped(&self) -> bool {
-        self.stopped
+        matches!(self.state, State::Stopped)
+    }
+
+    /// The term being led, if any.
+    fn term(&self) -> Option<&Leading> {
+        match &self.state {
+            State::Leading(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn term_mut(&mut self) -> Option<&mut Leading> {
+        match &mut self.state {
+            State::Leading(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Shutting down or stopped: no more acquires.
+    fn is_stopping(&self) -> bool {
+        matches!(self.state, State::Stopping { .. } | State::Stopped)
     }
 
     /// The current backoff exponent (consecutive acquire errors).
@@ -396,7 +416,7 @@ impl Election {
     /// The next request to send at `now`, if any. Call until it returns `None`.
     pub fn poll_request(&mut self, now: Instant) -> Option<Request> {
         self.handle_timeout(now);
-        if self.stopped {
+        if self.is_stopped() {
             return None;
         }
         // Releases first: an acquire never overtakes a pending release.
@@ -416,7 +436,7 @@ impl Election {
             });
         }
         if self.renew_in_flight.is_none()
-            && let Some(term) = self.term.as_mut()
+            && let State::Leading(term) = &mut self.state
             && let Some(order) = term.lease.poll_renew(now)
         {
             let token = term.token;
@@ -454,10 +474,8 @@ impl Election {
     }
 
     fn may_acquire(&self) -> bool {
-        !self.stopped
-            && !self.shutting_down
+        matches!(self.state, State::Candidate { .. })
             && !self.contention_paused
-            && self.term.is_none()
             && self.acquire_in_flight.is_none()
             // A renewal of an ended term still out would hold back the next term's first
             // renewal (one renewal in flight at most): wait for its reply or deadline.
@@ -541,10 +559,10 @@ impl Election {
             })) => {
                 self.consecutive_errors = 0;
                 let expired = now >= self.timing().valid_until(sent_at);
-                if self.shutting_down || self.term.is_some() || expired {
+                if !matches!(self.state, State::Candidate { .. }) || expired {
                     // Won, but must not lead: shutting down, or the reply came after the lease
                     // it granted had already lapsed. Give it back.
-                    if expired && !self.shutting_down {
+                    if expired && !self.is_stopping() {
                         self.events.push_back(Event::Error {
                             op: Op::Acquire,
                             error: BackendError::Timeout(now - sent_at),
@@ -571,8 +589,7 @@ impl Election {
                 self.highest_seen = self.highest_seen.max(Some(token));
                 let lease = HeldLease::new(self.timing(), Some(token), sent_at, now);
                 let valid_until = lease.valid_until();
-                self.term = Some(Leading { token, lease });
-                self.announced = Announced::Leader;
+                self.state = State::Leading(Leading { token, lease });
                 self.events.push_back(Event::Elected { token, valid_until });
             }
             Some(Ok(AcquireOutcome::Acquired { token: None, .. })) => {
@@ -588,12 +605,14 @@ impl Election {
             }
             Some(Ok(AcquireOutcome::Held { holder, .. })) => {
                 self.consecutive_errors = 0;
-                if self.announced != Announced::Follower {
-                    self.announced = Announced::Follower;
+                if let State::Candidate { follower } | State::Stopping { follower } =
+                    &mut self.state
+                    && !*follower
+                {
+                    *follower = true;
                     self.events.push_back(Event::Follower { holder });
                 }
                 self.schedule_acquire(now);
-                self.following = true;
                 if notice_pending {
                     // The lease was released while this acquire was out: it may have been
                     // judged before the release. Try again at once.
@@ -621,7 +640,7 @@ impl Election {
                     op: Op::Acquire,
                     error: BackendError::Timeout(now - sent_at),
                 });
-                if self.shutting_down {
+                if self.is_stopping() {
                     // The unanswered acquire may have won: release whatever it took.
                     self.release_queue.push_back(None);
                 }
@@ -636,7 +655,7 @@ impl Election {
         token: Option<Token>,
         result: Result<RenewOutcome, BackendError>,
     ) {
-        let Some(term) = self.term.as_mut() else {
+        let Some(term) = self.term_mut() else {
             return;
         };
         if Some(term.token) != token {
@@ -648,7 +667,7 @@ impl Election {
 
     fn drain_lease(&mut self, now: Instant) {
         let mut lost = None;
-        if let Some(term) = self.term.as_mut() {
+        if let State::Leading(term) = &mut self.state {
             while let Some(ev) = term.lease.poll_event() {
                 match ev {
                     LeaseEvent::Renewed { .. } => {}
@@ -677,22 +696,37 @@ impl Election {
     /// Stops after a permanent refusal: no more acquires; pending releases still go out, and
     /// a release of what an unanswered acquire may have won.
     fn fail(&mut self, now: Instant) {
-        self.shutting_down = true;
         self.end_term(now, StepDownReason::Refused);
-        if self.maybe_won && self.term.is_none() {
+        self.enter_stopping();
+        if self.maybe_won {
             self.maybe_won = false;
             self.release_queue.push_back(None);
         }
         self.maybe_stop();
     }
 
+    /// Candidate (or stopping) → stopping; a term must have been ended first.
+    fn enter_stopping(&mut self) {
+        self.state = match std::mem::replace(&mut self.state, State::Stopped) {
+            State::Candidate { follower } | State::Stopping { follower } => {
+                State::Stopping { follower }
+            }
+            State::Leading(_) => State::Stopping { follower: false },
+            State::Stopped => State::Stopped,
+        };
+    }
+
+    /// Ends the term being led (if any): leading → candidate, not yet a follower.
     fn end_term(&mut self, now: Instant, reason: StepDownReason) {
-        let Some(mut term) = self.term.take() else {
+        if !matches!(self.state, State::Leading(_)) {
+            return;
+        }
+        let State::Leading(mut term) =
+            std::mem::replace(&mut self.state, State::Candidate { follower: false })
+        else {
             return;
         };
-        self.following = false;
         term.lease.end();
-        self.announced = Announced::Nothing;
         self.events.push_back(Event::SteppedDown {
             token: term.token,
             reason,
@@ -713,10 +747,10 @@ impl Election {
 
     /// When to call [`Election::handle_timeout`] next; `None` when nothing is scheduled.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.stopped {
+        if self.is_stopped() {
             return None;
         }
-        if let Some(term) = &self.term {
+        if let Some(term) = self.term() {
             return if self.renew_in_flight.is_some() {
                 Some(term.lease.valid_until())
             } else {
@@ -731,7 +765,7 @@ impl Election {
 
     /// Advances time to `now`: steps down at the lease's deadline.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some(term) = self.term.as_mut() {
+        if let Some(term) = self.term_mut() {
             term.lease.handle_timeout(now);
         }
         self.drain_lease(now);
@@ -748,14 +782,14 @@ impl Election {
     /// may have come after the store judged it).
     pub fn handle_notice(&mut self, now: Instant) -> bool {
         self.handle_timeout(now);
-        if self.stopped || self.shutting_down || self.term.is_some() {
+        let State::Candidate { follower } = self.state else {
             return false;
-        }
+        };
         if self.acquire_in_flight.is_some() {
             self.notice_pending = true;
             return false;
         }
-        if self.following && self.next_acquire > now {
+        if follower && self.next_acquire > now {
             self.next_acquire = now;
             return true;
         }
@@ -767,10 +801,10 @@ impl Election {
     /// missed the notice). Drivers keep their watch contending only while this holds, so that
     /// a notice this instance would ignore wakes another waiter of the same process instead.
     pub fn wants_notices(&self) -> bool {
-        !self.stopped
-            && !self.shutting_down
-            && self.term.is_none()
-            && (self.following || self.acquire_in_flight.is_some())
+        match self.state {
+            State::Candidate { follower } => follower || self.acquire_in_flight.is_some(),
+            _ => false,
+        }
     }
 
     /// The next event.
@@ -782,7 +816,7 @@ impl Election {
     /// whether there was a term to end.
     pub fn resign(&mut self, now: Instant) -> bool {
         self.handle_timeout(now);
-        let had = self.term.is_some();
+        let had = self.term().is_some();
         self.end_term(now, StepDownReason::Resigned);
         had
     }
@@ -791,7 +825,7 @@ impl Election {
     /// elected keeps its work running). Ignored for any other term.
     pub fn work_returned(&mut self, now: Instant, token: Token) -> bool {
         self.handle_timeout(now);
-        if self.term.as_ref().is_some_and(|t| t.token == token) {
+        if self.term().is_some_and(|t| t.token == token) {
             self.end_term(now, StepDownReason::WorkReturned);
             true
         } else {
@@ -857,23 +891,21 @@ impl Election {
     /// Stops: ends the term, releases everything this instance may hold, then `Stopped`.
     pub fn shutdown(&mut self, now: Instant) {
         self.handle_timeout(now);
-        if self.shutting_down {
+        if self.is_stopping() {
             return;
         }
-        self.shutting_down = true;
         self.end_term(now, StepDownReason::Shutdown);
+        self.enter_stopping();
         self.maybe_stop();
     }
 
     fn maybe_stop(&mut self) {
-        if self.shutting_down
-            && !self.stopped
-            && self.term.is_none()
+        if matches!(self.state, State::Stopping { .. })
             && self.acquire_in_flight.is_none()
             && self.release_in_flight.is_none()
             && self.release_queue.is_empty()
         {
-            self.stopped = true;
+            self.state = State::Stopped;
             self.events.push_back(Event::Stopped);
         }
     }

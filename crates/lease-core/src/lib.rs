@@ -6,9 +6,12 @@
 //! - [`time`]: the [`Instant`] type through which the caller passes time in;
 //! - [`config`]: validated election configuration ([`ElectionConfig`]);
 //! - [`lease`]: the lease-holding machine shared by elections and auto-renewing locks;
-//! - [`election`]: the election machine built on it (quinn-proto style:
-//!   [`Election::poll_request`], [`Election::handle_reply`], [`Election::poll_timeout`],
-//!   [`Election::handle_timeout`], [`Election::poll_event`]);
+//! - [`machine`]: the one contract every machine keeps with its driver (`poll_request`,
+//!   `handle_reply(now, id, reply)`, `poll_timeout`, `handle_timeout`, `poll_event` or
+//!   `poll_outcome`), stated once;
+//! - [`election`]: the election machine built on it ([`Election::poll_request`],
+//!   [`Election::handle_reply`], [`Election::poll_timeout`], [`Election::handle_timeout`],
+//!   [`Election::poll_event`]);
 //! - [`retry`]: retry strategies for lock acquisition, each acquisition with its own sequence;
 //! - [`quorum`]: Redlock quorum math, the fenced-quorum token rule, and the sans-IO quorum
 //!   round machine ([`quorum::Quorum`], [`quorum::Round`]) that `lease-redlock` drives;
@@ -45,6 +48,7 @@ pub mod config;
 pub mod election;
 pub mod lease;
 pub mod lock;
+pub mod machine;
 pub mod memory;
 pub mod notify;
 pub mod preflight;

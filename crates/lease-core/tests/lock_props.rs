@@ -409,7 +409,7 @@ proptest! {
             if let Some(outcome) = obtain.poll_outcome() {
                 break outcome;
             }
-            let attempt = match obtain.poll_attempt(now) {
+            let attempt = match obtain.poll_request(now) {
                 Some(a) => a,
                 None => {
                     let t = obtain.poll_timeout();
@@ -435,7 +435,7 @@ proptest! {
                 Grant::TimedOut => {
                     unknown = true;
                     now = attempt.deadline;
-                    obtain.handle_timed_out(now);
+                    obtain.handle_reply(now, Err(BackendError::Timeout(obtain.attempt_bound())));
                 }
                 Grant::Unknown => {
                     unknown = true;
@@ -444,7 +444,7 @@ proptest! {
             }
             match g {
                 Grant::Acquired | Grant::Refused => {
-                    prop_assert!(obtain.poll_attempt(now + ms(100_000)).is_none(), "an attempt after the obtain ended");
+                    prop_assert!(obtain.poll_request(now + ms(100_000)).is_none(), "an attempt after the obtain ended");
                 }
                 _ => {}
             }

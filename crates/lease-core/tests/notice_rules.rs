@@ -122,19 +122,19 @@ fn plan(retry_ms: u64, wait_ms: u64) -> lease_core::lock::ObtainPlan {
 fn a_lock_waiter_attempts_at_once_on_a_notice() {
     let t0 = Instant::ZERO;
     let mut o = Obtain::new(&plan(5000, 20_000), 1, t0);
-    o.poll_attempt(t0).unwrap();
+    o.poll_request(t0).unwrap();
     o.handle_reply(t0 + ms(1), Ok(held()));
     let due = o.poll_timeout().unwrap();
     assert!(due > t0 + ms(4000), "retry delay (jittered): {due:?}");
     assert!(o.handle_notice(t0 + ms(10)));
-    assert!(o.poll_attempt(t0 + ms(10)).is_some());
+    assert!(o.poll_request(t0 + ms(10)).is_some());
 }
 
 #[test]
 fn a_notice_during_an_obtain_attempt_is_not_lost() {
     let t0 = Instant::ZERO;
     let mut o = Obtain::new(&plan(5000, 20_000), 1, t0);
-    o.poll_attempt(t0).unwrap();
+    o.poll_request(t0).unwrap();
     assert!(!o.handle_notice(t0 + ms(1)));
     o.handle_reply(t0 + ms(2), Ok(held()));
     assert_eq!(o.poll_timeout(), Some(t0 + ms(2)));
@@ -145,26 +145,26 @@ fn a_notice_never_starts_an_attempt_after_the_wait() {
     let t0 = Instant::ZERO;
     // Retry 500 ms, wait 600 ms: the second attempt at ~500 ms is the last one.
     let mut o = Obtain::new(&plan(500, 600), 1, t0);
-    o.poll_attempt(t0).unwrap();
+    o.poll_request(t0).unwrap();
     o.handle_reply(t0 + ms(1), Ok(held()));
     let second = o.poll_timeout().unwrap();
-    o.poll_attempt(second).unwrap();
+    o.poll_request(second).unwrap();
     o.handle_reply(second + ms(1), Ok(held()));
     // The next retry would pass the wait: the obtain has ended, a notice changes nothing.
     let outcome = o.poll_outcome().expect("ended");
     assert!(outcome.is_err());
     assert!(!o.handle_notice(second + ms(2)));
-    assert!(o.poll_attempt(second + ms(2)).is_none());
+    assert!(o.poll_request(second + ms(2)).is_none());
 }
 
 #[test]
 fn a_notice_during_the_last_attempt_allows_one_more_within_the_wait() {
     let t0 = Instant::ZERO;
     let mut o = Obtain::new(&plan(500, 600), 1, t0);
-    o.poll_attempt(t0).unwrap();
+    o.poll_request(t0).unwrap();
     o.handle_reply(t0 + ms(1), Ok(held()));
     let second = o.poll_timeout().unwrap();
-    o.poll_attempt(second).unwrap();
+    o.poll_request(second).unwrap();
     o.handle_notice(second + ms(1));
     o.handle_reply(second + ms(2), Ok(held()));
     // The delay would pass the wait, but the release came during the attempt: once more now.
@@ -178,13 +178,13 @@ fn with_live_notices_a_waiter_polls_when_the_holder_would_expire() {
     // Retry 100 ms, wait 20 s; the holder has 2 s left.
     let mut o = Obtain::new(&plan(100, 20_000), 1, t0);
     o.set_notices_live(true);
-    o.poll_attempt(t0).unwrap();
+    o.poll_request(t0).unwrap();
     o.handle_reply(t0 + ms(1), Ok(held()));
     assert_eq!(o.poll_timeout(), Some(t0 + ms(1) + ms(2000)));
     // Not live: the retry delay (jittered, at most 100 ms).
     o.set_notices_live(false);
     o.handle_notice(t0 + ms(5));
-    o.poll_attempt(t0 + ms(5)).unwrap();
+    o.poll_request(t0 + ms(5)).unwrap();
     o.handle_reply(t0 + ms(6), Ok(held()));
     assert!(o.poll_timeout().unwrap() <= t0 + ms(106));
 }
@@ -196,11 +196,11 @@ fn with_live_notices_the_last_poll_is_the_last_the_wait_allows() {
     // the wait (retries of at most 100 ms), never after the deadline.
     let mut o = Obtain::new(&plan(100, 1000), 1, t0);
     o.set_notices_live(true);
-    o.poll_attempt(t0).unwrap();
+    o.poll_request(t0).unwrap();
     o.handle_reply(t0 + ms(1), Ok(held()));
     let last = o.poll_timeout().unwrap();
     assert!(last <= t0 + ms(1000) && last > t0 + ms(890), "{last:?}");
-    o.poll_attempt(last).unwrap();
+    o.poll_request(last).unwrap();
     o.handle_reply(last + ms(1), Ok(held()));
     assert!(matches!(
         o.poll_outcome(),
@@ -224,7 +224,7 @@ fn with_live_notices_a_limited_strategy_gives_up_on_its_schedule() {
             break outcome;
         }
         now = o.poll_timeout().unwrap_or(now);
-        o.poll_attempt(now).expect("an attempt is due");
+        o.poll_request(now).expect("an attempt is due");
         attempts += 1;
         o.handle_reply(now, Ok(held()));
         assert!(attempts <= 3, "more attempts than the strategy allows");

@@ -5,7 +5,7 @@
 //! Each client drives its rounds exactly as `lease-redlock`'s `RedlockBackend` does, only on
 //! virtual time: it sends every request [`Round::poll_request`] returns, feeds each reply (or
 //! the timeout at [`Round::poll_timeout`]) back with the instant on **its own clock**, and acts
-//! on [`Round::poll_verdict`], which comes as soon as a quorum is reached or out of reach
+//! on [`Round::poll_outcome`], which comes as soon as a quorum is reached or out of reach
 //! (replies after it are dropped, as the driver's background task drops them: the release
 //! goes to every node; the run counts these early verdicts and late replies and requires
 //! many of each). The machine decides everything else: the acquire round, the
@@ -494,7 +494,7 @@ impl Sim {
                 if let Phase::Acquiring(round) = &mut self.clients[c].phase {
                     // A reply after its own timeout is refused by the machine: dropped. A reply
                     // to a request of a phase judged early is accepted.
-                    let _ = round.handle_reply(id, reply, local);
+                    let _ = round.handle_reply(local, id, reply);
                     self.pump(c);
                 } else {
                     // The verdict came first (early): a late grant stays ours until the
@@ -579,7 +579,7 @@ impl Sim {
         };
         let n = self.clients[c].round;
         self.send(c, n, &mut round);
-        match round.poll_verdict() {
+        match round.poll_outcome() {
             None => {
                 let rate = self.clients[c].rate;
                 let wake = round

@@ -128,7 +128,7 @@ fn answer_cleanup(
             NodeReply::TimedOut
         };
         round
-            .handle_reply(r.id, reply, at)
+            .handle_reply(at, r.id, reply)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
     Ok(())
@@ -160,7 +160,7 @@ fn feed_in_order(
     for (k, &node) in order.iter().enumerate() {
         let r = requests.iter().find(|r| r.node == node).expect("asked");
         round
-            .handle_reply(r.id, reply(node), at)
+            .handle_reply(at, r.id, reply(node))
             .map_err(|e| TestCaseError::fail(format!("{e} (reply {k}, node {node})")))?;
         if judged_at.is_none() {
             let judged = round.phase() != phase;
@@ -226,7 +226,7 @@ proptest! {
         })?;
         // A repeated reply is refused.
         prop_assert_eq!(
-            round.handle_reply(requests[0].id, NodeReply::TimedOut, t1),
+            round.handle_reply(t1, requests[0].id, NodeReply::TimedOut),
             Err(RoundInputError::UnknownRequest(requests[0].id))
         );
 
@@ -288,7 +288,7 @@ proptest! {
         }
 
         if granted {
-            let verdict = round.poll_verdict();
+            let verdict = round.poll_outcome();
             let ok = matches!(verdict, Some(Verdict::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))) if token.is_some() == fenced);
             prop_assert!(ok, "granted");
             prop_assert_eq!(round.valid_until(), Some(start + (ttl - drift(ttl, factor))));
@@ -299,11 +299,11 @@ proptest! {
         }
 
         // Failed: cleanup of every node, then the verdict.
-        prop_assert!(round.poll_verdict().is_none(), "no verdict before the cleanup");
+        prop_assert!(round.poll_outcome().is_none(), "no verdict before the cleanup");
         let t3 = round.poll_timeout().expect("awaiting the cleanup");
         answer_cleanup(&mut round, n, &cleanup, t3)?;
         prop_assert!(round.valid_until().is_none());
-        let verdict = round.poll_verdict().expect("decided").into_acquire();
+        let verdict = round.poll_outcome().expect("decided").into_acquire();
         if held >= q {
             prop_assert!(matches!(verdict, Ok(AcquireOutcome::Held { .. })), "{:?}", verdict);
             return Ok(());
@@ -364,7 +364,7 @@ proptest! {
         let mut k = 0;
         for (j, &i) in order.iter().enumerate() {
             let r = requests.iter().find(|r| r.node == i).expect("asked");
-            round.handle_reply(r.id, reply(i), t).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            round.handle_reply(t, r.id, reply(i)).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let judged = round.phase() != Phase::Renew;
             prop_assert_eq!(judged, decided(&order[..=j]), "judged exactly when decidable");
             if judged {
@@ -382,14 +382,14 @@ proptest! {
         prop_assert_eq!(renewed_p >= q, renewed >= q);
         prop_assert_eq!(not_ours_p >= q, not_ours >= q);
         if renewed_p >= q && v.is_some() {
-            prop_assert!(matches!(round.poll_verdict(), Some(Verdict::Renew(Ok(RenewOutcome::Renewed)))));
+            prop_assert!(matches!(round.poll_outcome(), Some(Verdict::Renew(Ok(RenewOutcome::Renewed)))));
         } else if not_ours_p >= q {
-            prop_assert!(round.poll_verdict().is_none());
+            prop_assert!(round.poll_outcome().is_none());
             answer_cleanup(&mut round, n, &vec![true; n], t)?;
-            prop_assert!(matches!(round.poll_verdict(), Some(Verdict::Renew(Ok(RenewOutcome::NotHeld)))));
+            prop_assert!(matches!(round.poll_outcome(), Some(Verdict::Renew(Ok(RenewOutcome::NotHeld)))));
         } else {
             prop_assert!(drain(&mut round).is_empty(), "nothing deleted");
-            let e = round.poll_verdict().expect("decided").into_renew().expect_err("inconclusive");
+            let e = round.poll_outcome().expect("decided").into_renew().expect_err("inconclusive");
             let qe = QuorumError::find(&e).expect("a quorum error");
             prop_assert!(qe.is_lost());
             prop_assert_eq!(qe.causes.len(), n - renewed_p);
@@ -407,10 +407,10 @@ proptest! {
             // Late replies are accepted after the verdict and change nothing.
             for &i in &order[k..] {
                 let r = requests.iter().find(|r| r.node == i).expect("asked");
-                round.handle_reply(r.id, reply(i), t).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                round.handle_reply(t, r.id, reply(i)).map_err(|e| TestCaseError::fail(e.to_string()))?;
             }
             prop_assert_eq!(round.outstanding(), 0);
-            prop_assert!(round.poll_verdict().is_none(), "the verdict is given once");
+            prop_assert!(round.poll_outcome().is_none(), "the verdict is given once");
         }
     }
 
@@ -440,7 +440,7 @@ proptest! {
         prop_assert!(k <= n);
         // The same verdict as waiting for every reply.
         let (released, not_ours) = (count(&order, 0), count(&order, 1));
-        let verdict = round.poll_verdict().expect("decided").into_release();
+        let verdict = round.poll_outcome().expect("decided").into_release();
         if released >= q {
             prop_assert_eq!(verdict.ok(), Some(ReleaseOutcome::Released));
         } else if not_ours >= q {
@@ -449,7 +449,7 @@ proptest! {
             let e = verdict.expect_err("no quorum");
             prop_assert!(QuorumError::find(&e).is_some_and(|qe| qe.is_lost()));
         }
-        prop_assert!(round.poll_verdict().is_none(), "given once");
+        prop_assert!(round.poll_outcome().is_none(), "given once");
     }
 }
 
@@ -469,7 +469,7 @@ fn the_round_never_reads_a_clock_it_is_not_given() {
                 fence: FenceState::UNKNOWN,
             }));
             round
-                .handle_reply(r.id, reply, Instant::ZERO + Duration::from_millis(50))
+                .handle_reply(Instant::ZERO + Duration::from_millis(50), r.id, reply)
                 .expect("awaited");
         }
         (round.valid_until(), round.validity())
@@ -487,19 +487,19 @@ proptest! {
         let mut round = m.acquire(acquire_req(&spec(false), Duration::from_secs(1)), BOUND, Instant::ZERO);
         let requests = drain(&mut round);
         prop_assert_eq!(
-            round.handle_reply(NodeRequestId(id), NodeReply::TimedOut, Instant::ZERO),
+            round.handle_reply(Instant::ZERO, NodeRequestId(id), NodeReply::TimedOut),
             Err(RoundInputError::UnknownRequest(NodeRequestId(id)))
         );
-        let wrong = round.handle_reply(requests[0].id, NodeReply::Raise(Ok(true)), Instant::ZERO);
+        let wrong = round.handle_reply(Instant::ZERO, requests[0].id, NodeReply::Raise(Ok(true)));
         let refused = matches!(wrong, Err(RoundInputError::WrongReply { .. }));
         prop_assert!(refused, "a wrong reply kind is refused");
         round.handle_timeout(Instant::ZERO + BOUND);
         prop_assert_eq!(round.phase(), Phase::Cleanup, "every node timed out: no quorum");
         // A reply after its request timed out: the timeout was its reply.
         let late = round.handle_reply(
+            Instant::ZERO + BOUND,
             requests[0].id,
             NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token: None, fence: FenceState::UNKNOWN })),
-            Instant::ZERO + BOUND,
         );
         prop_assert_eq!(late, Err(RoundInputError::UnknownRequest(requests[0].id)));
     }
@@ -513,7 +513,7 @@ proptest! {
         let requests = drain(&mut round);
         let t = Instant::ZERO + Duration::from_millis(10);
         for r in requests.iter().filter(|r| r.node != slow) {
-            round.handle_reply(r.id, NodeReply::Acquire(Err(BackendError::Unavailable("down".into()))), t)
+            round.handle_reply(t, r.id, NodeReply::Acquire(Err(BackendError::Unavailable("down".into()))))
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
         // Two refusals of three: no quorum possible, judged without the slow node.
@@ -526,10 +526,10 @@ proptest! {
         prop_assert_eq!(round.outstanding(), 3, "the cleanup is still awaited");
         prop_assert_eq!(round.poll_timeout(), Some(t + BOUND));
         for r in &cleanup {
-            round.handle_reply(r.id, NodeReply::Release(Ok(ReleaseOutcome::NotHeld)), t + Duration::from_millis(1))
+            round.handle_reply(t + Duration::from_millis(1), r.id, NodeReply::Release(Ok(ReleaseOutcome::NotHeld)))
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
-        let e = round.poll_verdict().expect("decided").into_acquire().expect_err("failed");
+        let e = round.poll_outcome().expect("decided").into_acquire().expect_err("failed");
         let qe = QuorumError::find(&e).expect("quorum error");
         prop_assert!(qe.causes.iter().any(|c| c.index == slow && c.is_timeout()));
         // Every node answered the cleanup (after its acquire, on its connection): nothing left.

@@ -14,7 +14,7 @@ use lease_core::{
 
 use crate::node::QuorumNode;
 use crate::notify::Fanin;
-use crate::round::{Flights, drive};
+use crate::round::{Flights, LateRequests, drive};
 
 /// The default drift factor: 1 % of the TTL (plus 2 ms) is set aside for clock-rate drift.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -38,25 +38,6 @@ pub struct RedlockConfig {
     drift_factor: f64,
     operation_timeout: Option<Duration>,
     late: LateRequests,
-}
-
-/// How a round treats the requests it no longer waits for. **Only [`LateRequests::Ordered`]
-/// is safe**; the others are negative controls that reproduce designs reverted in the past
-/// (`tests/ordering.rs` shows that it detects each).
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum LateRequests {
-    /// The shipped rule: every request waits for its turn ([`lease_core::quorum::TurnKey`])
-    /// and is sent, also after its round's verdict.
-    #[default]
-    Ordered,
-    /// No turns: every request is sent at once (the naive early-returning round). A late
-    /// request's second step (`EVAL` after `NOSCRIPT`) can follow the next round's request of
-    /// the same lease and owner on that node.
-    UnorderedUnsafe,
-    /// Turns, but a request still waiting for its turn at its round's deadline is dropped
-    /// unsent: a release behind a slow request is never sent and its key stays behind.
-    DroppedAtDeadlineUnsafe,
 }
 
 impl Default for RedlockConfig {

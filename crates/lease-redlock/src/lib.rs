@@ -65,7 +65,7 @@ pub mod notify;
 mod round;
 
 #[doc(hidden)]
-pub use backend::LateRequests;
+pub use round::LateRequests;
 pub use backend::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, RedlockBackend, RedlockConfig,
 };

@@ -10,13 +10,31 @@ use std::task::Poll;
 
 use lease_core::BackendError;
 use lease_core::quorum::{
-    NodeReply, NodeRequestId, NodeRequestKind, Phase, QuorumOp, Round, TurnKey, Verdict,
+    NodeReply, NodeRequestId, NodeRequestKind, Phase, QuorumOp, Round, TurnKey, TurnLine, Verdict,
 };
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use crate::backend::LateRequests;
 use crate::node::QuorumNode;
+
+/// How a round treats the requests it no longer waits for. **Only [`LateRequests::Ordered`]
+/// is safe**; the others are negative controls that reproduce designs reverted in the past
+/// (`tests/ordering.rs` shows that it detects each).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LateRequests {
+    /// The shipped rule: every request waits for its turn ([`lease_core::quorum::TurnKey`])
+    /// and is sent, also after its round's verdict.
+    #[default]
+    Ordered,
+    /// No turns: every request is sent at once (the naive early-returning round). A late
+    /// request's second step (`EVAL` after `NOSCRIPT`) can follow the next round's request of
+    /// the same lease and owner on that node.
+    UnorderedUnsafe,
+    /// Turns, but a request still waiting for its turn at its round's deadline is dropped
+    /// unsent: a release behind a slow request is never sent and its key stays behind.
+    DroppedAtDeadlineUnsafe,
+}
 
 /// What a request asked, for its reply's log line.
 #[derive(Clone, Copy)]
@@ -48,8 +66,8 @@ struct Turns {
 
 struct Line {
     tail: oneshot::Receiver<()>,
-    last: u64,
-    last_release: u64,
+    /// The line's sequence numbers: the skip rule's input.
+    seqs: TurnLine,
 }
 
 /// A request's place in its turn.
@@ -93,22 +111,12 @@ impl Flights {
         let seq = turns.next;
         let before = match turns.lines.get_mut(&key) {
             Some(line) => {
-                line.last = seq;
-                if release {
-                    line.last_release = seq;
-                }
+                line.seqs.push(seq, release);
                 Some(std::mem::replace(&mut line.tail, tail))
             }
             None => {
-                let last_release = if release { seq } else { 0 };
-                turns.lines.insert(
-                    key.clone(),
-                    Line {
-                        tail,
-                        last: seq,
-                        last_release,
-                    },
-                );
+                let seqs = TurnLine::new(seq, release);
+                turns.lines.insert(key.clone(), Line { tail, seqs });
                 None
             }
         };
@@ -122,13 +130,13 @@ impl Flights {
     }
 
     /// Whether a request whose round no longer awaits it may be skipped when its turn comes:
-    /// a later request of its turn is already waiting, and, for a release, a later release
-    /// (which will be sent, and deletes what this one would have).
+    /// the core's skip rule ([`TurnLine::may_skip`]).
     fn superseded(&self, turn: &Turn) -> bool {
         let turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
-        turns.lines.get(&turn.key).is_some_and(|line| {
-            line.last > turn.seq && (!turn.release || line.last_release > turn.seq)
-        })
+        turns
+            .lines
+            .get(&turn.key)
+            .is_some_and(|line| line.seqs.may_skip(turn.seq, turn.release))
     }
 
     fn running(self: &Arc<Self>) -> Running {
@@ -186,7 +194,7 @@ pub(crate) async fn drive<N: QuorumNode>(
     let op = round.op();
     let mut awaited: Vec<(Asked, oneshot::Receiver<NodeReply>)> = Vec::new();
     loop {
-        if let Some(verdict) = round.poll_verdict() {
+        if let Some(verdict) = round.poll_outcome() {
             return Ok(verdict);
         }
         let phase = round.phase();
@@ -285,7 +293,7 @@ pub(crate) async fn drive<N: QuorumNode>(
         let at = now();
         for (asked, reply) in replies {
             trace_reply(op, &asked, &reply, false);
-            if let Err(e) = round.handle_reply(asked.id, reply, at) {
+            if let Err(e) = round.handle_reply(at, asked.id, reply) {
                 return Err(BackendError::Protocol(format!("quorum round: {e}")));
             }
         }

@@ -10,10 +10,10 @@
 //! 1. Validate the call with [`LockOptions::plan`]: every bad input is a [`ConfigError`]
 //!    before the first round trip. The [`ObtainPlan`] holds the acquire request.
 //! 2. Create an [`Obtain`] and loop:
-//!    - send the plan's acquire whenever [`Obtain::poll_attempt`] returns an [`Attempt`],
-//!      bounded by its `deadline`; feed the reply to [`Obtain::handle_reply`], or call
-//!      [`Obtain::handle_timed_out`] at the deadline (a reply ready at the deadline counts as
-//!      the reply). **Every** attempt gets exactly one of the two;
+//!    - send the plan's acquire whenever [`Obtain::poll_request`] returns an [`Attempt`],
+//!      bounded by its `deadline`; feed the reply to [`Obtain::handle_reply`] — at the
+//!      deadline, `Err(BackendError::Timeout(..))` (a reply ready at the deadline counts as
+//!      the reply). **Every** attempt gets exactly one reply;
 //!    - stop when [`Obtain::poll_outcome`] yields: [`Obtained`] or the final [`LockError`];
 //!    - otherwise sleep until [`Obtain::poll_timeout`] (the next attempt) or a release notice
 //!      (a [`crate::notify::ReleaseWatch`], registered before the first attempt and activated

@@ -15,7 +15,7 @@ use crate::token::Token;
 pub struct Attempt {
     /// When it is sent (the `now` it was polled at): the lock is dated from it.
     pub sent_at: Instant,
-    /// When to stop waiting and call [`Obtain::handle_timed_out`].
+    /// When to stop waiting and feed a timeout to [`Obtain::handle_reply`].
     pub deadline: Instant,
 }
 
@@ -45,14 +45,14 @@ enum State {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::{AcquireOutcome, Instant};
+/// use lease_core::{BackendError, Instant};
 /// use lease_core::lock::{LockOptions, Obtain};
 /// let plan = LockOptions::new().plan(["k"], Duration::from_secs(1), || "t".into())?;
 /// let mut obtain = Obtain::new(&plan, 7, Instant::ZERO);
-/// let attempt = obtain.poll_attempt(Instant::ZERO).expect("the first attempt is due at once");
+/// let attempt = obtain.poll_request(Instant::ZERO).expect("the first attempt is due at once");
 /// assert_eq!(attempt.deadline, Instant::ZERO + Duration::from_secs(1));
 /// // No reply: the lock may be ours, and nothing later settles it.
-/// obtain.handle_timed_out(attempt.deadline);
+/// obtain.handle_reply(attempt.deadline, Err(BackendError::Timeout(obtain.attempt_bound())));
 /// let err = obtain.poll_outcome().expect("no retry left").unwrap_err();
 /// assert!(err.is_outcome_unknown());
 /// assert!(obtain.needs_cleanup(), "a generated token is cleaned up");
@@ -95,7 +95,7 @@ impl Obtain {
     /// The wait decides when the last attempt may *start*; each attempt is bounded by
     /// [`ObtainPlan::attempt_bound`]. So a zero wait still means "try once", and an attempt
     /// started just before the wait deadline is not cut short into an unknown outcome.
-    pub fn poll_attempt(&mut self, now: Instant) -> Option<Attempt> {
+    pub fn poll_request(&mut self, now: Instant) -> Option<Attempt> {
         match self.state {
             State::Due(at) if now >= at => {
                 self.state = State::InFlight { sent_at: now };
@@ -110,7 +110,13 @@ impl Obtain {
         }
     }
 
-    /// Feeds the reply of the attempt in flight (ignored when none is).
+    /// Feeds the reply of the attempt in flight, received at `now` (ignored when none is).
+    /// One attempt is in flight at a time, so no request id is needed.
+    ///
+    /// No reply by the attempt's deadline is fed as `Err(BackendError::Timeout(bound))`
+    /// ([`Obtain::attempt_bound`]), as every error of unknown effect: the attempt may have won
+    /// at the store; the next attempt (same token) takes it over, and if there is none the
+    /// obtain cleans up.
     pub fn handle_reply(&mut self, now: Instant, reply: Result<AcquireOutcome, BackendError>) {
         let State::InFlight { sent_at } = self.state else {
             return;
@@ -144,19 +150,6 @@ impl Obtain {
             }
         };
         self.after_failure(now, last);
-    }
-
-    /// The attempt in flight got no reply by its deadline: it may have won at the store. The
-    /// next attempt (same token) takes it over; if there is none, the obtain cleans up.
-    pub fn handle_timed_out(&mut self, now: Instant) {
-        if !matches!(self.state, State::InFlight { .. }) {
-            return;
-        }
-        self.unknown = true;
-        self.after_failure(
-            now,
-            LockError::OutcomeUnknown(BackendError::Timeout(self.bound)),
-        );
     }
 
     /// A release notice for the lock arrived (see [`crate::notify`]): the next attempt is due

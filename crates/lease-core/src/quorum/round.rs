@@ -15,7 +15,7 @@
 //!    [`Round::handle_reply`] **as it arrives**, with the current instant; **every** polled
 //!    request gets exactly one reply (or [`Round::handle_timeout`] once [`Round::poll_timeout`]
 //!    has passed, which times out every request whose deadline it is);
-//! 3. when [`Round::poll_verdict`] returns the verdict, the round is over; otherwise go to 1
+//! 3. when [`Round::poll_outcome`] returns the verdict, the round is over; otherwise go to 1
 //!    (a phase may have ended and the next phase's requests be ready).
 //!
 //! **Early verdict.** A phase is judged as soon as the replies still missing can no longer change
@@ -109,16 +109,16 @@
 //!         })),
 //!         _ => NodeReply::TimedOut,
 //!     };
-//!     round.handle_reply(r.id, reply, t)?;
+//!     round.handle_reply(t, r.id, reply)?;
 //! }
 //! // Raise phase: the granting nodes raise their counters to the maximum, 7.
 //! let raises: Vec<_> = std::iter::from_fn(|| round.poll_request()).collect();
 //! assert_eq!(raises.iter().map(|r| r.node).collect::<Vec<_>>(), [0, 1]);
 //! assert!(matches!(&raises[0].kind, NodeRequestKind::Raise { token, .. } if token.get() == 7));
 //! for r in &raises {
-//!     round.handle_reply(r.id, NodeReply::Raise(Ok(true)), t)?;
+//!     round.handle_reply(t, r.id, NodeReply::Raise(Ok(true)))?;
 //! }
-//! let verdict = round.poll_verdict().expect("decided");
+//! let verdict = round.poll_outcome().expect("decided");
 //! assert!(matches!(
 //!     verdict,
 //!     Verdict::Acquire(Ok(AcquireOutcome::Acquired { token: Some(t), fence }))
@@ -129,383 +129,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::{NodeCause, NodeFailure, QuorumError, QuorumOp, RoundFailure};
-use super::{drift, fenced_quorum_token, validate_drift, validate_nodes, validity};
-use crate::backend::{
-    AcquireOutcome, AcquireRequest, BackendError, Effect, LeaseInfo, LeaseSpec, Owner,
-    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+use super::error::{NodeCause, NodeFailure, QuorumOp, RoundFailure};
+#[cfg(doc)]
+use super::error::QuorumError;
+#[cfg(doc)]
+use super::turn::TurnKey;
+use super::nodes::Quorum;
+use super::wire::{
+    Asked, NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, RoundInputError, Verdict,
 };
-use crate::config::ConfigError;
+use crate::backend::{
+    AcquireOutcome, BackendError, LeaseSpec, Owner, ReleaseOutcome, RenewOutcome,
+};
 use crate::time::Instant;
-use crate::token::{FenceMark, FenceState, Token};
-
-/// A validated node set and drift factor: the maker of [`Round`]s.
-///
-/// Cheap to clone (the addresses are shared).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Quorum {
-    addresses: Arc<[String]>,
-    quorum: usize,
-    drift_factor: f64,
-}
-
-impl Quorum {
-    /// A quorum over nodes known by `addresses` (an odd number, at least 3, no address twice;
-    /// node `i` of every request is `addresses[i]`), with a drift factor in `[0, 0.5)`.
-    ///
-    /// ```
-    /// use lease_core::ConfigError;
-    /// use lease_core::quorum::{Quorum, QuorumConfigError};
-    /// assert_eq!(Quorum::new(&["a", "b", "c"], 0.01)?.quorum(), 2);
-    /// assert_eq!(
-    ///     Quorum::new(&["a", "b"], 0.01),
-    ///     Err(ConfigError::Quorum(QuorumConfigError::TooFew(2)))
-    /// );
-    /// assert_eq!(Quorum::new(&["a", "b", "c"], 0.5), Err(ConfigError::DriftFactor(0.5)));
-    /// # Ok::<(), ConfigError>(())
-    /// ```
-    pub fn new<S: AsRef<str>>(addresses: &[S], drift_factor: f64) -> Result<Self, ConfigError> {
-        let quorum = validate_nodes(addresses)?;
-        let drift_factor = validate_drift(drift_factor)?;
-        Ok(Quorum {
-            addresses: addresses.iter().map(|a| a.as_ref().to_owned()).collect(),
-            quorum,
-            drift_factor,
-        })
-    }
-
-    /// The number of nodes.
-    pub fn nodes(&self) -> usize {
-        self.addresses.len()
-    }
-
-    /// The quorum: `nodes / 2 + 1`.
-    pub fn quorum(&self) -> usize {
-        self.quorum
-    }
-
-    /// The drift factor.
-    pub fn drift_factor(&self) -> f64 {
-        self.drift_factor
-    }
-
-    /// The address of node `index`, if there is one.
-    pub fn address(&self, index: usize) -> Option<&str> {
-        self.addresses.get(index).map(String::as_str)
-    }
-
-    /// An acquire round for `req` started at `now`, each phase's requests bounded by `bound`
-    /// from the phase's start.
-    pub fn acquire(&self, req: AcquireRequest, bound: Duration, now: Instant) -> Round {
-        let fenced = req.spec.fence_key().is_some();
-        let ttl = req.ttl.get();
-        let kinds = self.every(|| NodeRequestKind::Acquire(req.clone()));
-        let cleanup = Cleanup {
-            spec: Arc::clone(&req.spec),
-            owner: req.owner.clone(),
-        };
-        Round::new(
-            self,
-            Kind::Acquire {
-                fenced,
-                ttl,
-                cleanup,
-                held: Vec::new(),
-                acquire_elapsed: Duration::ZERO,
-            },
-            Stage::Acquire,
-            kinds,
-            bound,
-            now,
-        )
-    }
-
-    /// A renew round for `req` started at `now`.
-    pub fn renew(&self, req: RenewRequest, bound: Duration, now: Instant) -> Round {
-        let ttl = req.ttl.get();
-        let kinds = self.every(|| NodeRequestKind::Renew(req.clone()));
-        let cleanup = Cleanup {
-            spec: Arc::clone(&req.spec),
-            owner: req.owner.clone(),
-        };
-        Round::new(
-            self,
-            Kind::Renew { ttl, cleanup },
-            Stage::Renew,
-            kinds,
-            bound,
-            now,
-        )
-    }
-
-    /// A release round for `req` started at `now`; `req.term_token` is ignored (the nodes' counters
-    /// differ, so a term cannot be checked per node).
-    pub fn release(&self, req: ReleaseRequest, bound: Duration, now: Instant) -> Round {
-        let req = ReleaseRequest {
-            term_token: None,
-            ..req
-        };
-        let kinds = self.every(|| NodeRequestKind::Release(req.clone()));
-        Round::new(self, Kind::Release, Stage::Release, kinds, bound, now)
-    }
-
-    /// A round asking every node how long `owner` still holds `spec`, started at `now`.
-    pub fn remaining(
-        &self,
-        spec: Arc<LeaseSpec>,
-        owner: Owner,
-        bound: Duration,
-        now: Instant,
-    ) -> Round {
-        let kinds = self.every(|| NodeRequestKind::Remaining {
-            spec: Arc::clone(&spec),
-            owner: owner.clone(),
-        });
-        Round::new(self, Kind::Remaining, Stage::Remaining, kinds, bound, now)
-    }
-
-    /// A round inspecting `spec` on every node, started at `now`.
-    pub fn inspect(&self, spec: Arc<LeaseSpec>, bound: Duration, now: Instant) -> Round {
-        let kinds = self.every(|| NodeRequestKind::Inspect {
-            spec: Arc::clone(&spec),
-        });
-        Round::new(self, Kind::Inspect, Stage::Inspect, kinds, bound, now)
-    }
-
-    fn every(&self, mut kind: impl FnMut() -> NodeRequestKind) -> Vec<(usize, NodeRequestKind)> {
-        (0..self.nodes()).map(|i| (i, kind())).collect()
-    }
-}
-
-/// Identifies a [`NodeRequest`] within its [`Round`], to match its reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeRequestId(pub u64);
-
-/// What to ask one node. Every kind maps to one call of a lease store (a `LeaseBackend`
-/// method, or the raise of a fence counter); the reply goes back as the [`NodeReply`] variant
-/// of the same name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeRequestKind {
-    /// Acquire the lease on this node (reply: [`NodeReply::Acquire`]).
-    Acquire(AcquireRequest),
-    /// Raise this node's fence counter and applied mark to at least `token` if every lock key
-    /// of `spec` still holds `owner`, else change nothing (reply: [`NodeReply::Raise`], `true`
-    /// when raised).
-    Raise {
-        /// The lease (fenced).
-        spec: Arc<LeaseSpec>,
-        /// The owner that must still hold it.
-        owner: Owner,
-        /// The fenced quorum token.
-        token: Token,
-    },
-    /// Renew (extend) the lease on this node (reply: [`NodeReply::Renew`]).
-    Renew(RenewRequest),
-    /// Compare-and-delete on this node (reply: [`NodeReply::Release`]). Also the cleanup
-    /// after a failed acquire, or after a renew that found the lease lost.
-    Release(ReleaseRequest),
-    /// How long `owner` still holds `spec` on this node (reply: [`NodeReply::Remaining`]).
-    Remaining {
-        /// The lease.
-        spec: Arc<LeaseSpec>,
-        /// The owner asked about.
-        owner: Owner,
-    },
-    /// Inspect `spec` on this node (reply: [`NodeReply::Inspect`]).
-    Inspect {
-        /// The lease.
-        spec: Arc<LeaseSpec>,
-    },
-}
-
-/// A request the round asks the driver to send to one node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NodeRequest {
-    /// Its id, to pass back with the reply.
-    pub id: NodeRequestId,
-    /// The node's index (in the addresses given to [`Quorum::new`]).
-    pub node: usize,
-    /// What to ask.
-    pub kind: NodeRequestKind,
-    /// When to stop waiting and report [`NodeReply::TimedOut`]: the same for every request of
-    /// a phase. A reply that is ready when the deadline fires counts as the reply.
-    pub deadline: Instant,
-    /// The round's bound on one node's reply (the phase's deadline is its start plus this):
-    /// how long the call may run once it is sent, see [`NodeRequest::expires_at`].
-    pub bound: Duration,
-}
-
-impl NodeRequest {
-    /// The node and the turn this request must take there, if it changes the node's state:
-    /// see [`TurnKey`].
-    pub fn turn_key(&self) -> Option<TurnKey> {
-        let (spec, owner) = match &self.kind {
-            NodeRequestKind::Acquire(r) => (&r.spec, &r.owner),
-            NodeRequestKind::Raise { spec, owner, .. } => (spec, owner),
-            NodeRequestKind::Renew(r) => (&r.spec, &r.owner),
-            NodeRequestKind::Release(r) => (&r.spec, &r.owner),
-            NodeRequestKind::Remaining { .. } | NodeRequestKind::Inspect { .. } => return None,
-        };
-        Some(TurnKey {
-            node: self.node,
-            spec: Arc::clone(spec),
-            owner: owner.clone(),
-        })
-    }
-
-    /// When the driver abandons the call if it was `sent` (written to the node) at that
-    /// instant: its [`deadline`](NodeRequest::deadline), or `sent + bound` if it had to wait
-    /// for its turn past the phase's start. The round itself stops waiting at the deadline
-    /// (the reply is [`NodeReply::TimedOut`] to the round, and the outcome on that node
-    /// unknown), but a request that waited for its turn still gets a full bound on the wire:
-    /// a release or cleanup is never dropped unsent because an earlier request of the same
-    /// turn was slow.
-    pub fn expires_at(&self, sent: Instant) -> Instant {
-        self.deadline.max(sent + self.bound)
-    }
-}
-
-/// The ordering key of a request that changes a node's state (acquire, raise, renew, release
-/// and cleanup): the node, the lease and the owner. Reads (remaining, inspect) have none.
-///
-/// **The turn rule**, which a driver that returns before every reply is in must keep: on
-/// one node, the requests of one key are executed in the order the rounds asked for them.
-/// A request's call may take more than one round trip at the node (lease-redis: `EVALSHA`,
-/// then `EVAL` on `NOSCRIPT`; the unfenced fast path's `SET NX`, then the acquire script; a
-/// `WAIT`), so pipelining them on one connection is not enough: a request whose round
-/// returned without it could send its second step after the next round's request of the same
-/// key. The driver therefore sends a request only once every earlier request of its key on
-/// that node has finished (answered) or been abandoned (its call dropped at
-/// [`NodeRequest::expires_at`]: nothing more is written for it, and what was written is ahead
-/// on the connection); and it sends every request it took from a round, also after the
-/// round's verdict and if the caller stopped waiting.
-///
-/// Why the key is (node, lease, owner): only requests of the same owner on the same lease can
-/// undo each other (a late compare-and-delete of owner A deletes A's next grant; a late grant
-/// of A outlives A's release). Requests of different owners are owner-checked against each
-/// other at the node, as they are against other clients: their order is the ordinary
-/// concurrency the rules already allow for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct TurnKey {
-    /// The node's index.
-    pub node: usize,
-    /// The lease.
-    pub spec: Arc<LeaseSpec>,
-    /// The owner.
-    pub owner: Owner,
-}
-
-/// One node's reply to a [`NodeRequest`]: the variant named like the request's kind, or
-/// [`NodeReply::TimedOut`].
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum NodeReply {
-    /// Reply to [`NodeRequestKind::Acquire`].
-    Acquire(Result<AcquireOutcome, BackendError>),
-    /// Reply to [`NodeRequestKind::Raise`]: `true` when raised.
-    Raise(Result<bool, BackendError>),
-    /// Reply to [`NodeRequestKind::Renew`].
-    Renew(Result<RenewOutcome, BackendError>),
-    /// Reply to [`NodeRequestKind::Release`].
-    Release(Result<ReleaseOutcome, BackendError>),
-    /// Reply to [`NodeRequestKind::Remaining`].
-    Remaining(Result<Option<Duration>, BackendError>),
-    /// Reply to [`NodeRequestKind::Inspect`].
-    Inspect(Result<LeaseInfo, BackendError>),
-    /// No reply by the request's deadline: the outcome on that node is unknown. Counted as
-    /// [`BackendError::Timeout`] of the round's bound.
-    TimedOut,
-}
-
-/// The outcome of a round: the result of the backend operation it performed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Verdict {
-    /// An acquire round's result.
-    Acquire(Result<AcquireOutcome, BackendError>),
-    /// A renew round's result.
-    Renew(Result<RenewOutcome, BackendError>),
-    /// A release round's result.
-    Release(Result<ReleaseOutcome, BackendError>),
-    /// A remaining round's result.
-    Remaining(Result<Option<Duration>, BackendError>),
-    /// An inspect round's result.
-    Inspect(Result<LeaseInfo, BackendError>),
-}
-
-fn wrong_verdict(want: &str, got: &Verdict) -> BackendError {
-    BackendError::Protocol(format!("expected a {want} verdict, got {got:?}"))
-}
-
-impl Verdict {
-    /// The acquire result ([`BackendError::Protocol`] if this is another operation's verdict).
-    pub fn into_acquire(self) -> Result<AcquireOutcome, BackendError> {
-        match self {
-            Verdict::Acquire(r) => r,
-            other => Err(wrong_verdict("acquire", &other)),
-        }
-    }
-
-    /// The renew result ([`BackendError::Protocol`] if this is another operation's verdict).
-    pub fn into_renew(self) -> Result<RenewOutcome, BackendError> {
-        match self {
-            Verdict::Renew(r) => r,
-            other => Err(wrong_verdict("renew", &other)),
-        }
-    }
-
-    /// The release result ([`BackendError::Protocol`] if this is another operation's
-    /// verdict).
-    pub fn into_release(self) -> Result<ReleaseOutcome, BackendError> {
-        match self {
-            Verdict::Release(r) => r,
-            other => Err(wrong_verdict("release", &other)),
-        }
-    }
-
-    /// The remaining result ([`BackendError::Protocol`] if this is another operation's
-    /// verdict).
-    pub fn into_remaining(self) -> Result<Option<Duration>, BackendError> {
-        match self {
-            Verdict::Remaining(r) => r,
-            other => Err(wrong_verdict("remaining", &other)),
-        }
-    }
-
-    /// The inspect result ([`BackendError::Protocol`] if this is another operation's
-    /// verdict).
-    pub fn into_inspect(self) -> Result<LeaseInfo, BackendError> {
-        match self {
-            Verdict::Inspect(r) => r,
-            other => Err(wrong_verdict("inspect", &other)),
-        }
-    }
-}
-
-/// A reply the round cannot take (a driver bug): nothing was recorded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RoundInputError {
-    /// No outstanding request has this id: unknown, already answered, or already timed out
-    /// (a reply after its timeout).
-    #[error("no outstanding request {0:?}")]
-    UnknownRequest(NodeRequestId),
-    /// The reply's variant does not match the request's kind.
-    #[error("request {id:?} is a {expected} request, the reply is not")]
-    WrongReply {
-        /// The request.
-        id: NodeRequestId,
-        /// The request's kind.
-        expected: &'static str,
-    },
-}
+use crate::token::Token;
 
 /// Which phase a round is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -526,7 +167,7 @@ pub enum Phase {
     Remaining,
     /// The inspect requests.
     Inspect,
-    /// Decided: the verdict is (or was) available from [`Round::poll_verdict`].
+    /// Decided: the verdict is (or was) available from [`Round::poll_outcome`].
     Done,
 }
 
@@ -545,134 +186,138 @@ impl fmt::Display for Phase {
     }
 }
 
+/// Whose keys a cleanup deletes (compare-and-delete): the round's lease and owner.
 #[derive(Debug)]
-struct Cleanup {
-    spec: Arc<LeaseSpec>,
-    owner: Owner,
+pub(super) struct Cleanup {
+    pub(super) spec: Arc<LeaseSpec>,
+    pub(super) owner: Owner,
 }
 
+/// An acquire round's own data, carried from stage to stage (acquire, raise, cleanup).
 #[derive(Debug)]
-enum Kind {
-    Acquire {
-        fenced: bool,
-        ttl: Duration,
-        cleanup: Cleanup,
-        /// The `Held` replies of the acquire phase: holder and remaining time.
-        held: Vec<(Option<String>, Option<Duration>)>,
-        /// How long the acquire phase took (to make the holder's remaining time conservative).
-        acquire_elapsed: Duration,
-    },
-    Renew {
-        ttl: Duration,
-        cleanup: Cleanup,
-    },
-    Release,
-    Remaining,
-    Inspect,
+pub(super) struct AcquireRound {
+    pub(super) fenced: bool,
+    pub(super) ttl: Duration,
+    pub(super) cleanup: Cleanup,
+    /// The `Held` replies (of the acquire phase, and late ones): holder and remaining time.
+    pub(super) held: Vec<(Option<String>, Option<Duration>)>,
+    /// How long the acquire phase took (to make the holder's remaining time conservative).
+    pub(super) acquire_elapsed: Duration,
 }
 
+/// The phase a round is in, **with its operation's data**: a phase of one operation cannot be
+/// paired with another's, so every stage has exactly one judge ([`super::judge`]).
 #[derive(Debug)]
-enum Stage {
-    Acquire,
-    Raise {
-        token: Token,
+pub(super) enum Stage {
+    Acquire(AcquireRound),
+    /// A fenced acquire's raise phase, for the fenced quorum `token`.
+    Raise { acquire: AcquireRound, token: Token },
+    /// The cleanup after a failed acquire: why it failed, and how many nodes had succeeded in
+    /// the failed phase (grants, or raises) — late successes still count.
+    AcquireCleanup {
+        acquire: AcquireRound,
+        failure: RoundFailure,
+        successes: usize,
     },
-    /// Cleanup after a failed acquire (`failure`, with `successes`) or a lost renew
-    /// (`failure: None`).
-    Cleanup {
-        failure: Option<(RoundFailure, usize)>,
-    },
-    Renew,
+    Renew { ttl: Duration, cleanup: Cleanup },
+    /// The cleanup after a renew that a quorum said is not ours.
+    RenewCleanup,
     Release,
     Remaining,
     Inspect,
     Done,
 }
 
-#[derive(Debug)]
-struct Slot {
-    id: NodeRequestId,
-    node: usize,
-    /// `Some` until polled.
-    kind: Option<NodeRequestKind>,
-    /// The kind's name, to check the reply.
-    expects: &'static str,
-    reply: Option<NodeReply>,
-    /// When it times out.
-    deadline: Instant,
-}
+impl Stage {
+    fn phase(&self) -> Phase {
+        match self {
+            Stage::Acquire(_) => Phase::Acquire,
+            Stage::Raise { .. } => Phase::Raise,
+            Stage::AcquireCleanup { .. } | Stage::RenewCleanup => Phase::Cleanup,
+            Stage::Renew { .. } => Phase::Renew,
+            Stage::Release => Phase::Release,
+            Stage::Remaining => Phase::Remaining,
+            Stage::Inspect => Phase::Inspect,
+            Stage::Done => Phase::Done,
+        }
+    }
 
-fn kind_name(kind: &NodeRequestKind) -> &'static str {
-    match kind {
-        NodeRequestKind::Acquire(_) => "acquire",
-        NodeRequestKind::Raise { .. } => "raise",
-        NodeRequestKind::Renew(_) => "renew",
-        NodeRequestKind::Release(_) => "release",
-        NodeRequestKind::Remaining { .. } => "remaining",
-        NodeRequestKind::Inspect { .. } => "inspect",
+    fn op(&self) -> QuorumOp {
+        match self {
+            Stage::Acquire(_) | Stage::Raise { .. } | Stage::AcquireCleanup { .. } => {
+                QuorumOp::Acquire
+            }
+            Stage::Renew { .. } | Stage::RenewCleanup => QuorumOp::Renew,
+            Stage::Release => QuorumOp::Release,
+            Stage::Remaining => QuorumOp::Remaining,
+            // `Done` is never a round's first stage.
+            Stage::Inspect | Stage::Done => QuorumOp::Inspect,
+        }
+    }
+
+    /// The acquire round's data, in any of its stages.
+    fn acquire_mut(&mut self) -> Option<&mut AcquireRound> {
+        match self {
+            Stage::Acquire(a) | Stage::Raise { acquire: a, .. } => Some(a),
+            Stage::AcquireCleanup { acquire, .. } => Some(acquire),
+            _ => None,
+        }
     }
 }
 
-fn reply_name(reply: &NodeReply) -> Option<&'static str> {
-    Some(match reply {
-        NodeReply::Acquire(_) => "acquire",
-        NodeReply::Raise(_) => "raise",
-        NodeReply::Renew(_) => "renew",
-        NodeReply::Release(_) => "release",
-        NodeReply::Remaining(_) => "remaining",
-        NodeReply::Inspect(_) => "inspect",
-        NodeReply::TimedOut => return None,
-    })
+/// One request of a phase.
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub(super) id: NodeRequestId,
+    pub(super) node: usize,
+    /// `Some` until polled.
+    pub(super) kind: Option<NodeRequestKind>,
+    /// What it asked, to check the reply.
+    pub(super) asked: Asked,
+    pub(super) reply: Option<NodeReply>,
+    /// When it times out.
+    pub(super) deadline: Instant,
 }
 
 /// One quorum operation over every node. See the [module docs](self) for the contract.
 #[derive(Debug)]
 pub struct Round {
-    quorum: Quorum,
-    op: QuorumOp,
-    kind: Kind,
-    stage: Stage,
-    bound: Duration,
-    start: Instant,
+    pub(super) quorum: Quorum,
+    pub(super) op: QuorumOp,
+    pub(super) stage: Stage,
+    pub(super) bound: Duration,
+    pub(super) start: Instant,
     next_id: u64,
-    slots: Vec<Slot>,
+    pub(super) slots: Vec<Slot>,
     /// Requests of phases already judged (early) that are still unanswered: their replies are
     /// still accepted (see [`Round::handle_reply`]).
     late: Vec<Slot>,
     deadline: Instant,
     /// Causes of the nodes that did not succeed, over the acquire (and raise) phases, or the
     /// single phase of other operations.
-    causes: Vec<NodeFailure>,
+    pub(super) causes: Vec<NodeFailure>,
     verdict: Option<Verdict>,
     /// For a granted acquire or renew: `(decided at, validity)`.
-    granted: Option<(Instant, Duration)>,
-    token: Option<Token>,
+    pub(super) granted: Option<(Instant, Duration)>,
+    pub(super) token: Option<Token>,
     /// The highest counter any node reported in the acquire phase (granted: before minting;
     /// refused: the holder's). Per-node epochs are not comparable across nodes: not kept.
-    fence_seen: Option<Token>,
-    elapsed: Option<Duration>,
+    pub(super) fence_seen: Option<Token>,
+    pub(super) elapsed: Option<Duration>,
 }
 
 impl Round {
-    fn new(
+    /// A round in its first `stage`, asking `kinds` (node, request) at `now`.
+    pub(super) fn new(
         quorum: &Quorum,
-        kind: Kind,
         stage: Stage,
         kinds: Vec<(usize, NodeRequestKind)>,
         bound: Duration,
         now: Instant,
     ) -> Round {
-        let op = match kind {
-            Kind::Acquire { .. } => QuorumOp::Acquire,
-            Kind::Renew { .. } => QuorumOp::Renew,
-            Kind::Release => QuorumOp::Release,
-            Kind::Remaining => QuorumOp::Remaining,
-            Kind::Inspect => QuorumOp::Inspect,
-        };
         let mut round = Round {
             quorum: quorum.clone(),
-            op,
-            kind,
+            op: stage.op(),
             stage,
             bound,
             start: now,
@@ -691,7 +336,8 @@ impl Round {
         round
     }
 
-    fn start_phase(&mut self, kinds: Vec<(usize, NodeRequestKind)>, now: Instant) {
+    /// Starts a phase at `now`: its requests, one deadline.
+    pub(super) fn start_phase(&mut self, kinds: Vec<(usize, NodeRequestKind)>, now: Instant) {
         self.deadline = now + self.bound;
         let deadline = self.deadline;
         self.slots = kinds
@@ -701,7 +347,7 @@ impl Round {
                 Slot {
                     id: NodeRequestId(self.next_id),
                     node,
-                    expects: kind_name(&kind),
+                    asked: kind.asked(),
                     kind: Some(kind),
                     reply: None,
                     deadline,
@@ -717,16 +363,7 @@ impl Round {
 
     /// The current phase.
     pub fn phase(&self) -> Phase {
-        match self.stage {
-            Stage::Acquire => Phase::Acquire,
-            Stage::Raise { .. } => Phase::Raise,
-            Stage::Cleanup { .. } => Phase::Cleanup,
-            Stage::Renew => Phase::Renew,
-            Stage::Release => Phase::Release,
-            Stage::Remaining => Phase::Remaining,
-            Stage::Inspect => Phase::Inspect,
-            Stage::Done => Phase::Done,
-        }
+        self.stage.phase()
     }
 
     /// The round's start instant (the `now` it was made at): validity is measured from it.
@@ -741,6 +378,9 @@ impl Round {
 
     /// The next request to send, if any: every request of the current phase once, in node
     /// order. Each must get exactly one reply ([`Round::handle_reply`]) or time out.
+    ///
+    /// Takes no `now` (unlike the other machines' `poll_request`): a phase's requests are
+    /// made, with their deadline, when the phase starts.
     pub fn poll_request(&mut self) -> Option<NodeRequest> {
         let deadline = self.deadline;
         let bound = self.bound;
@@ -793,19 +433,12 @@ impl Round {
     /// answered, or timed out), or a reply of the wrong kind.
     pub fn handle_reply(
         &mut self,
+        now: Instant,
         id: NodeRequestId,
         reply: NodeReply,
-        now: Instant,
     ) -> Result<(), RoundInputError> {
         if let Some(pos) = self.late.iter().position(|s| s.id == id) {
-            if let Some(name) = reply_name(&reply)
-                && name != self.late[pos].expects
-            {
-                return Err(RoundInputError::WrongReply {
-                    id,
-                    expected: self.late[pos].expects,
-                });
-            }
+            check_reply(id, self.late[pos].asked, &reply)?;
             let slot = self.late.swap_remove(pos);
             self.absorb_late(&slot, reply);
             return Ok(());
@@ -815,14 +448,7 @@ impl Round {
             .iter_mut()
             .find(|s| s.id == id && s.reply.is_none())
             .ok_or(RoundInputError::UnknownRequest(id))?;
-        if let Some(name) = reply_name(&reply)
-            && name != slot.expects
-        {
-            return Err(RoundInputError::WrongReply {
-                id,
-                expected: slot.expects,
-            });
-        }
+        check_reply(id, slot.asked, &reply)?;
         slot.kind = None;
         slot.reply = Some(reply);
         self.advance(now);
@@ -856,8 +482,9 @@ impl Round {
         }
     }
 
-    /// The verdict, once decided (returned once).
-    pub fn poll_verdict(&mut self) -> Option<Verdict> {
+    /// The verdict, once decided (returned once). The round's outcome: the other machines
+    /// call it `poll_outcome`.
+    pub fn poll_outcome(&mut self) -> Option<Verdict> {
         self.verdict.take()
     }
 
@@ -889,15 +516,8 @@ impl Round {
         self.elapsed
     }
 
-    fn failure(&self, index: usize, cause: NodeCause) -> NodeFailure {
-        NodeFailure::new(index, self.quorum.address(index).unwrap_or(""), cause)
-    }
-
-    fn timeout(&self) -> BackendError {
-        BackendError::Timeout(self.bound)
-    }
-
-    fn decide(&mut self, verdict: Verdict) {
+    /// Ends the round with `verdict`.
+    pub(super) fn decide(&mut self, verdict: Verdict) {
         self.stage = Stage::Done;
         self.slots.clear();
         self.verdict = Some(verdict);
@@ -922,16 +542,8 @@ impl Round {
                 }
             }
         }
-        match std::mem::replace(&mut self.stage, Stage::Done) {
-            Stage::Acquire => self.acquire_phase(replies, now),
-            Stage::Raise { token } => self.raise_phase(token, replies, now),
-            Stage::Cleanup { failure } => self.cleanup_phase(failure, replies),
-            Stage::Renew => self.renew_phase(replies, now),
-            Stage::Release => self.release_phase(replies),
-            Stage::Remaining => self.remaining_phase(replies, now),
-            Stage::Inspect => self.inspect_phase(replies, now),
-            Stage::Done => {}
-        }
+        let stage = std::mem::replace(&mut self.stage, Stage::Done);
+        self.judge(stage, replies, now);
     }
 
     /// Whether the current phase can be judged now. Every phase is once every request has
@@ -950,7 +562,7 @@ impl Round {
         if pending == 0 {
             return true;
         }
-        let q = self.quorum.quorum;
+        let q = self.quorum.quorum();
         let count = |f: &dyn Fn(&NodeReply) -> bool| {
             self.slots
                 .iter()
@@ -959,23 +571,23 @@ impl Round {
         };
         let either =
             |yes: usize, no: usize| yes >= q || no >= q || (yes + pending < q && no + pending < q);
-        match (&self.stage, &self.kind) {
-            (Stage::Acquire, Kind::Acquire { fenced, .. }) => {
+        match &self.stage {
+            Stage::Acquire(acquire) => {
                 let granted = count(&|r| {
                     matches!(r, NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))
-                        if !*fenced || token.is_some())
+                        if !acquire.fenced || token.is_some())
                 });
                 granted >= q || granted + pending < q
             }
-            (Stage::Raise { .. }, _) => {
+            Stage::Raise { .. } => {
                 let raised = count(&|r| matches!(r, NodeReply::Raise(Ok(true))));
                 raised >= q || raised + pending < q
             }
-            (Stage::Renew, _) => either(
+            Stage::Renew { .. } => either(
                 count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::Renewed)))),
                 count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::NotHeld)))),
             ),
-            (Stage::Release, _) => either(
+            Stage::Release => either(
                 count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::Released)))),
                 count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::NotHeld)))),
             ),
@@ -1003,7 +615,7 @@ impl Round {
         let cause = match reply {
             NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
                 self.fence_seen = self.fence_seen.max(fence.counter);
-                let fenced = matches!(self.kind, Kind::Acquire { fenced: true, .. });
+                let fenced = self.stage.acquire_mut().is_some_and(|a| a.fenced);
                 if fenced && token.is_none() {
                     Some(NodeCause::Error(BackendError::Protocol(
                         "a fenced acquire granted no token".into(),
@@ -1023,8 +635,8 @@ impl Round {
                 fence,
             })) => {
                 self.fence_seen = self.fence_seen.max(fence.counter);
-                if let Kind::Acquire { held, .. } = &mut self.kind {
-                    held.push((holder.clone(), remaining));
+                if let Some(acquire) = self.stage.acquire_mut() {
+                    acquire.held.push((holder.clone(), remaining));
                 }
                 Some(NodeCause::Held { holder })
             }
@@ -1045,12 +657,12 @@ impl Round {
                 self.causes.remove(pos);
                 // A late success counts where it belongs: a late grant with a failed acquire
                 // phase, a late raise with a failed raise phase.
-                if let Stage::Cleanup {
-                    failure: Some((failure, successes)),
+                if let Stage::AcquireCleanup {
+                    failure, successes, ..
                 } = &mut self.stage
                 {
                     let raise = matches!(failure, RoundFailure::RaiseFailed { .. });
-                    if raise == (slot.expects == "raise") {
+                    if raise == (slot.asked == Asked::Raise) {
                         *successes += 1;
                     }
                 }
@@ -1058,462 +670,24 @@ impl Round {
         }
     }
 
-    /// `(elapsed, validity)` at `now` for `ttl`.
-    fn validity_at(&mut self, ttl: Duration, now: Instant) -> (Duration, Option<Duration>) {
-        let elapsed = now - self.start;
-        self.elapsed = Some(elapsed);
-        (elapsed, validity(ttl, elapsed, self.quorum.drift_factor))
+    /// Node `index`'s failure with `cause`.
+    pub(super) fn failure(&self, index: usize, cause: NodeCause) -> NodeFailure {
+        NodeFailure::new(index, self.quorum.address(index).unwrap_or(""), cause)
     }
 
-    /// The error for `reply` when it is not the expected variant (only a timeout reaches here:
-    /// [`Round::handle_reply`] refuses other mismatches).
-    fn other_reply(&self, reply: NodeReply) -> BackendError {
-        match reply {
-            NodeReply::TimedOut => self.timeout(),
-            other => BackendError::Protocol(format!("unexpected reply {other:?}")),
-        }
-    }
-
-    fn acquire_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
-        let Kind::Acquire { fenced, ttl, .. } = self.kind else {
-            return;
-        };
-        let mut acquired: Vec<(usize, Option<Token>)> = Vec::new();
-        let mut held = Vec::new();
-        for (i, reply) in replies {
-            let cause = match reply {
-                Some(NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence }))) => {
-                    self.fence_seen = self.fence_seen.max(fence.counter);
-                    if fenced && token.is_none() {
-                        NodeCause::Error(BackendError::Protocol(
-                            "a fenced acquire granted no token".into(),
-                        ))
-                    } else {
-                        acquired.push((i, token));
-                        continue;
-                    }
-                }
-                Some(NodeReply::Acquire(Ok(AcquireOutcome::Held {
-                    holder,
-                    remaining,
-                    fence,
-                }))) => {
-                    self.fence_seen = self.fence_seen.max(fence.counter);
-                    held.push((holder.clone(), remaining));
-                    NodeCause::Held { holder }
-                }
-                Some(NodeReply::Acquire(Err(e))) => NodeCause::Error(e),
-                Some(other) => NodeCause::Error(self.other_reply(other)),
-                None => NodeCause::Unanswered,
-            };
-            self.causes.push(self.failure(i, cause));
-        }
-        let (elapsed, validity) = self.validity_at(ttl, now);
-        if let Kind::Acquire {
-            held: h,
-            acquire_elapsed,
-            ..
-        } = &mut self.kind
-        {
-            *h = held;
-            *acquire_elapsed = elapsed;
-        }
-        let q = self.quorum.quorum;
-        let failure = if acquired.len() < q {
-            RoundFailure::NoQuorum
-        } else if validity.is_none() {
-            RoundFailure::ValidityExhausted { elapsed }
-        } else if let Some(v) = validity.filter(|_| !fenced) {
-            self.granted = Some((now, v));
-            return self.decide(Verdict::Acquire(Ok(AcquireOutcome::Acquired {
-                token: None,
-                fence: FenceState::UNKNOWN,
-            })));
-        } else {
-            // Fenced: the token is the maximum minted by the granting nodes; the raise phase
-            // asks each of them to raise its counter to it.
-            let Some(token) = fenced_quorum_token(acquired.iter().filter_map(|a| a.1)) else {
-                return self.decide(Verdict::Acquire(Err(BackendError::Protocol(
-                    "a fenced quorum without tokens".into(),
-                ))));
-            };
-            self.token = Some(token);
-            let Kind::Acquire { cleanup, .. } = &self.kind else {
-                return;
-            };
-            let kinds = acquired
-                .iter()
-                .map(|(i, _)| {
-                    (
-                        *i,
-                        NodeRequestKind::Raise {
-                            spec: Arc::clone(&cleanup.spec),
-                            owner: cleanup.owner.clone(),
-                            token,
-                        },
-                    )
-                })
-                .collect();
-            self.stage = Stage::Raise { token };
-            return self.start_phase(kinds, now);
-        };
-        self.start_cleanup(Some((failure, acquired.len())), now);
-    }
-
-    fn raise_phase(
-        &mut self,
-        token: Token,
-        replies: Vec<(usize, Option<NodeReply>)>,
-        now: Instant,
-    ) {
-        let Kind::Acquire { ttl, .. } = self.kind else {
-            return;
-        };
-        let mut raised = 0;
-        for (i, reply) in replies {
-            let cause = match reply {
-                Some(NodeReply::Raise(Ok(true))) => {
-                    raised += 1;
-                    continue;
-                }
-                Some(NodeReply::Raise(Ok(false))) => NodeCause::NotOurs,
-                Some(NodeReply::Raise(Err(e))) => NodeCause::Error(e),
-                Some(other) => NodeCause::Error(self.other_reply(other)),
-                None => NodeCause::Unanswered,
-            };
-            self.causes.push(self.failure(i, cause));
-        }
-        self.causes.sort_by_key(|c| c.index);
-        let (elapsed, validity) = self.validity_at(ttl, now);
-        match validity {
-            Some(v) if raised >= self.quorum.quorum => {
-                self.granted = Some((now, v));
-                let fence = FenceState::new(self.fence_seen, None);
-                self.decide(Verdict::Acquire(Ok(AcquireOutcome::Acquired {
-                    token: Some(token),
-                    fence,
-                })));
-            }
-            _ => self.start_cleanup(
-                Some((RoundFailure::RaiseFailed { token, elapsed }, raised)),
-                now,
-            ),
-        }
-    }
-
-    /// Compare-and-delete on every node: including those that did not answer (their request
-    /// may have taken effect); another owner's value is never deleted.
-    fn start_cleanup(&mut self, failure: Option<(RoundFailure, usize)>, now: Instant) {
-        let cleanup = match &self.kind {
-            Kind::Acquire { cleanup, .. } | Kind::Renew { cleanup, .. } => cleanup,
-            _ => return,
-        };
-        let req = ReleaseRequest::new(Arc::clone(&cleanup.spec), cleanup.owner.clone());
-        let kinds = self.quorum.every(|| NodeRequestKind::Release(req.clone()));
-        self.stage = Stage::Cleanup { failure };
-        self.start_phase(kinds, now);
-    }
-
-    fn cleanup_phase(
-        &mut self,
-        failure: Option<(RoundFailure, usize)>,
-        replies: Vec<(usize, Option<NodeReply>)>,
-    ) {
-        let mut cleanup_failures = Vec::new();
-        for (i, reply) in replies {
-            let error = match reply {
-                Some(NodeReply::Release(Ok(_))) => continue,
-                Some(NodeReply::Release(Err(e))) => e,
-                Some(other) => self.other_reply(other),
-                None => self.timeout(),
-            };
-            cleanup_failures.push(self.failure(i, NodeCause::Error(error)));
-        }
-        let Some((failure, successes)) = failure else {
-            // A renew that a quorum said is not ours.
-            return self.decide(Verdict::Renew(Ok(RenewOutcome::NotHeld)));
-        };
-        let q = self.quorum.quorum;
-        if let Kind::Acquire {
-            held,
-            acquire_elapsed,
-            ..
-        } = &mut self.kind
-            && held.len() >= q
-        {
-            // A quorum positively says someone else holds it: a lost race, not an error.
-            let held = std::mem::take(held);
-            let elapsed = *acquire_elapsed;
-            let (holder, remaining) = self.dominant_holder(held, elapsed);
-            let fence = FenceState::new(self.fence_seen, None);
-            return self.decide(Verdict::Acquire(Ok(AcquireOutcome::Held {
-                holder,
-                remaining,
-                fence,
-            })));
-        }
-        let error = self.error(failure, successes, cleanup_failures);
-        self.decide(Verdict::Acquire(Err(error)));
-    }
-
-    /// The most frequent holder among the `Held` replies (ties: the one a lower node reported),
-    /// and, when a quorum names it, how long at least a quorum of its keys remain.
-    fn dominant_holder(
-        &self,
-        held: Vec<(Option<String>, Option<Duration>)>,
-        elapsed: Duration,
-    ) -> (Option<String>, Option<Duration>) {
-        let mut counts: HashMap<Option<&str>, (usize, usize)> = HashMap::new();
-        for (i, (h, _)) in held.iter().enumerate() {
-            let e = counts.entry(h.as_deref()).or_insert((0, i));
-            e.0 += 1;
-        }
-        let best = counts
-            .into_iter()
-            .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.1.1.cmp(&a.1.1)))
-            .map(|(h, _)| h.map(str::to_owned));
-        let Some(holder) = best else {
-            return (None, None);
-        };
-        let remainings: Vec<Duration> = held
-            .iter()
-            .filter(|(h, _)| *h == holder)
-            .filter_map(|(_, r)| *r)
-            .collect();
-        let remaining =
-            qth_largest(remainings, self.quorum.quorum).and_then(|r| self.conservative(r, elapsed));
-        (holder, remaining)
-    }
-
-    /// A remaining time reported by nodes during a round that took `elapsed`, made
-    /// conservative: minus the round's duration and the drift allowance; `None` if nothing is
-    /// left.
-    fn conservative(&self, remaining: Duration, elapsed: Duration) -> Option<Duration> {
-        let d = drift(remaining, self.quorum.drift_factor);
-        remaining
-            .checked_sub(elapsed)?
-            .checked_sub(d)
-            .filter(|v| !v.is_zero())
-    }
-
-    fn renew_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
-        let Kind::Renew { ttl, .. } = self.kind else {
-            return;
-        };
-        let (mut renewed, mut not_ours) = (0, 0);
-        for (i, reply) in replies {
-            let cause = match reply {
-                Some(NodeReply::Renew(Ok(RenewOutcome::Renewed))) => {
-                    renewed += 1;
-                    continue;
-                }
-                Some(NodeReply::Renew(Ok(RenewOutcome::NotHeld))) => {
-                    not_ours += 1;
-                    NodeCause::NotOurs
-                }
-                Some(NodeReply::Renew(Err(e))) => NodeCause::Error(e),
-                Some(other) => NodeCause::Error(self.other_reply(other)),
-                None => NodeCause::Unanswered,
-            };
-            self.causes.push(self.failure(i, cause));
-        }
-        let (elapsed, validity) = self.validity_at(ttl, now);
-        let q = self.quorum.quorum;
-        if let Some(v) = validity.filter(|_| renewed >= q) {
-            self.granted = Some((now, v));
-            return self.decide(Verdict::Renew(Ok(RenewOutcome::Renewed)));
-        }
-        if not_ours >= q {
-            // Conclusively lost: clean up everywhere, including a minority that accepted the
-            // extension, so it does not block the next holder.
-            return self.start_cleanup(None, now);
-        }
-        // Inconclusive (errors, timeouts, or no validity left): report it and leave the keys.
-        // The driver tolerates it until its local deadline, renews again meanwhile, and
-        // releases on every node when the term ends; deleting the keys here would let another
-        // contender in while the driver still (rightly, by its rules) counts itself the holder.
-        let failure = if renewed >= q {
-            RoundFailure::ValidityExhausted { elapsed }
-        } else {
-            RoundFailure::NoQuorum
-        };
-        let error = self.error(failure, renewed, Vec::new());
-        self.decide(Verdict::Renew(Err(error)));
-    }
-
-    fn release_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>) {
-        let (mut released, mut not_ours) = (0, 0);
-        for (i, reply) in replies {
-            let cause = match reply {
-                Some(NodeReply::Release(Ok(ReleaseOutcome::Released))) => {
-                    released += 1;
-                    continue;
-                }
-                Some(NodeReply::Release(Ok(ReleaseOutcome::NotHeld))) => {
-                    not_ours += 1;
-                    NodeCause::NotOurs
-                }
-                Some(NodeReply::Release(Err(e))) => NodeCause::Error(e),
-                Some(other) => NodeCause::Error(self.other_reply(other)),
-                None => NodeCause::Unanswered,
-            };
-            self.causes.push(self.failure(i, cause));
-        }
-        let q = self.quorum.quorum;
-        if released >= q {
-            return self.decide(Verdict::Release(Ok(ReleaseOutcome::Released)));
-        }
-        if not_ours >= q {
-            return self.decide(Verdict::Release(Ok(ReleaseOutcome::NotHeld)));
-        }
-        let error = self.error(RoundFailure::NoQuorum, released, Vec::new());
-        self.decide(Verdict::Release(Err(error)));
-    }
-
-    fn remaining_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
-        let elapsed = now - self.start;
-        self.elapsed = Some(elapsed);
-        let mut ours = Vec::new();
-        let mut not_ours = 0;
-        for (i, reply) in replies {
-            let cause = match reply {
-                Some(NodeReply::Remaining(Ok(Some(d)))) => {
-                    ours.push(d);
-                    continue;
-                }
-                Some(NodeReply::Remaining(Ok(None))) => {
-                    not_ours += 1;
-                    NodeCause::NotOurs
-                }
-                Some(NodeReply::Remaining(Err(e))) => NodeCause::Error(e),
-                Some(other) => NodeCause::Error(self.other_reply(other)),
-                None => NodeCause::Unanswered,
-            };
-            self.causes.push(self.failure(i, cause));
-        }
-        let q = self.quorum.quorum;
-        let verdict = if ours.len() >= q {
-            Ok(qth_largest(ours, q).and_then(|r| self.conservative(r, elapsed)))
-        } else if not_ours >= q {
-            Ok(None)
-        } else {
-            Err(self.error(RoundFailure::NoQuorum, ours.len(), Vec::new()))
-        };
-        self.decide(Verdict::Remaining(verdict));
-    }
-
-    fn inspect_phase(&mut self, replies: Vec<(usize, Option<NodeReply>)>, now: Instant) {
-        let elapsed = now - self.start;
-        self.elapsed = Some(elapsed);
-        let mut infos = Vec::new();
-        for (i, reply) in replies {
-            let error = match reply {
-                Some(NodeReply::Inspect(Ok(info))) => {
-                    infos.push(info);
-                    continue;
-                }
-                Some(NodeReply::Inspect(Err(e))) => e,
-                Some(other) => self.other_reply(other),
-                None => self.timeout(),
-            };
-            self.causes.push(self.failure(i, NodeCause::Error(error)));
-        }
-        let q = self.quorum.quorum;
-        if infos.len() < q {
-            let error = self.error(RoundFailure::NoQuorum, infos.len(), Vec::new());
-            return self.decide(Verdict::Inspect(Err(error)));
-        }
-        let mut out = LeaseInfo {
-            counter: infos.iter().filter_map(|i| i.counter).max(),
-            mark: infos
-                .iter()
-                .map(|i| i.mark)
-                .max()
-                .unwrap_or(FenceMark::NONE),
-            ..LeaseInfo::default()
-        };
-        let mut votes: Vec<(&str, usize)> = Vec::new();
-        for h in infos.iter().filter_map(|i| i.holder.as_deref()) {
-            match votes.iter_mut().find(|(v, _)| *v == h) {
-                Some((_, c)) => *c += 1,
-                None => votes.push((h, 1)),
-            }
-        }
-        if let Some((holder, _)) = votes.into_iter().find(|(_, c)| *c >= q) {
-            let theirs: Vec<&LeaseInfo> = infos
-                .iter()
-                .filter(|i| i.holder.as_deref() == Some(holder))
-                .collect();
-            out.holder = Some(holder.to_owned());
-            out.metadata = theirs.first().and_then(|i| i.metadata.clone());
-            out.remaining = qth_largest(theirs.iter().filter_map(|i| i.remaining).collect(), q)
-                .and_then(|r| self.conservative(r, elapsed));
-        }
-        self.decide(Verdict::Inspect(Ok(out)));
-    }
-
-    /// The error for a failed round: a quorum of permanent refusals stays permanent (retrying
-    /// cannot help); anything else is a [`QuorumError`] in [`BackendError::Unavailable`] when
-    /// the round provably left nothing applied ([`QuorumError::effect`]), else in
-    /// [`BackendError::OutcomeUnknown`].
-    fn error(
-        &mut self,
-        failure: RoundFailure,
-        successes: usize,
-        cleanup_failures: Vec<NodeFailure>,
-    ) -> BackendError {
-        let e = QuorumError {
-            op: self.op,
-            failure,
-            successes,
-            quorum: self.quorum.quorum,
-            nodes: self.quorum.nodes(),
-            causes: std::mem::take(&mut self.causes),
-            cleanup_failures,
-        };
-        round_error(e)
+    /// A request without a reply by its deadline: a timeout of the round's bound.
+    pub(super) fn timeout(&self) -> BackendError {
+        BackendError::Timeout(self.bound)
     }
 }
 
-/// Sorted descending, the `q`-th value: the largest value that at least `q` of them reach.
-fn qth_largest(mut values: Vec<Duration>, q: usize) -> Option<Duration> {
-    values.sort_unstable_by(|a, b| b.cmp(a));
-    values.get(q.checked_sub(1)?).copied()
-}
-
-/// See [`Round::error`].
-fn round_error(e: QuorumError) -> BackendError {
-    let permanent = |pred: fn(&BackendError) -> bool| {
-        e.causes
-            .iter()
-            .filter(|c| matches!(&c.cause, NodeCause::Error(b) if pred(b)))
-            .count()
-            >= e.quorum
-    };
-    if permanent(|b| matches!(b, BackendError::TokenExhausted(_))) {
-        return BackendError::TokenExhausted(e.to_string());
-    }
-    // Permanent only when nothing may have been applied anywhere (a minority that renewed,
-    // deleted or did not answer makes the round's outcome unknown).
-    let settled = e.effect() == Effect::NotApplied;
-    if settled && permanent(|b| matches!(b, BackendError::Invalid(_))) {
-        return BackendError::Invalid(e.to_string());
-    }
-    if settled && permanent(|b| !b.is_transient()) {
-        return BackendError::Refused(e.to_string());
-    }
-    BackendError::from(e)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn qth_largest_picks_the_quorums_minimum() {
-        let ms = Duration::from_millis;
-        assert_eq!(qth_largest(vec![ms(1), ms(5), ms(3)], 2), Some(ms(3)));
-        assert_eq!(qth_largest(vec![ms(1)], 2), None);
-        assert_eq!(qth_largest(vec![ms(1)], 0), None);
+/// Refuses a reply that does not answer what `asked` asked (a timeout answers anything).
+fn check_reply(id: NodeRequestId, asked: Asked, reply: &NodeReply) -> Result<(), RoundInputError> {
+    match reply.answers() {
+        Some(a) if a != asked => Err(RoundInputError::WrongReply {
+            id,
+            expected: asked.name(),
+        }),
+        _ => Ok(()),
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lease_core::lock::{LockError, LockOptions, Obtain, Obtained, release_request};
 use lease_core::notify::{ReleaseWatch, WatchRole};
-use lease_core::{AcquireRequest, LeaseBackend};
+use lease_core::{AcquireRequest, BackendError, LeaseBackend};
 
 use crate::clock::Clock;
 use crate::ids::{jitter_seed, random_token};
@@ -183,7 +183,7 @@ struct ObtainRun<'a, B: LeaseBackend> {
 impl<B: LeaseBackend> ObtainRun<'_, B> {
     async fn drive(mut self, clock: Clock) -> Result<Obtained, LockError> {
         loop {
-            if let Some(attempt) = self.obtain.poll_attempt(clock.now()) {
+            if let Some(attempt) = self.obtain.poll_request(clock.now()) {
                 let reply = tokio::time::timeout_at(
                     clock.to_tokio(attempt.deadline),
                     self.backend.acquire(self.request),
@@ -192,10 +192,11 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
                 // While notices arrive, a lost race waits for the release's notice.
                 self.obtain
                     .set_notices_live(self.watch.as_ref().is_some_and(ReleaseWatch::is_live));
-                match reply {
-                    Ok(reply) => self.obtain.handle_reply(clock.now(), reply),
-                    Err(_) => self.obtain.handle_timed_out(clock.now()),
-                }
+                // No reply by the deadline is a timeout of the attempt's bound: its outcome
+                // is unknown (it may have won at the store).
+                let bound = self.obtain.attempt_bound();
+                let reply = reply.unwrap_or(Err(BackendError::Timeout(bound)));
+                self.obtain.handle_reply(clock.now(), reply);
             }
             if let Some(outcome) = self.obtain.poll_outcome() {
                 return outcome;

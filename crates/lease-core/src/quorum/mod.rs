@@ -9,21 +9,32 @@
 //!   earlier one's counter was raised to the earlier token (the raise round is part of success),
 //!   so the later token is strictly greater. Assumption: no node loses its counter.
 //!
-//! The rules of a whole round — which request goes to which node, how replies, timeouts and
-//! errors are folded in, when the quorum is reached or lost, the raise round and the cleanup
-//! after a failed acquire — live in the sans-IO round machine, [`round`] ([`Quorum`] makes
-//! [`Round`]s); its failures keep every node's cause ([`error`], [`QuorumError`]).
+//! The rules of a whole round live in this folder, one concern per file:
+//!
+//! | file | concern |
+//! |---|---|
+//! | `mod.rs` | the math above and the node-set checks ([`QuorumConfigError`]) |
+//! | `nodes.rs` | the node set, [`Quorum`]: the maker of [`Round`]s |
+//! | `wire.rs` | what a round and its driver exchange: [`NodeRequest`], [`NodeReply`], [`Verdict`] |
+//! | `turn.rs` | the order of late requests on a node: [`TurnKey`], [`TurnLine`] |
+//! | [`round`] | the round machine and its contract (poll, handle, early verdict, late replies) |
+//! | `judge.rs` | one judge per phase over its replies; the error of a failed round |
+//! | [`error`] | [`QuorumError`]: a failed round with every node's cause |
 
 use std::time::Duration;
 
 pub mod error;
+mod judge;
+mod nodes;
 pub mod round;
+mod turn;
+mod wire;
 
 pub use error::{NodeCause, NodeFailure, QuorumError, QuorumOp, RoundFailure};
-pub use round::{
-    NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, Phase, Quorum, Round, RoundInputError,
-    TurnKey, Verdict,
-};
+pub use nodes::Quorum;
+pub use round::{Phase, Round};
+pub use turn::{TurnKey, TurnLine};
+pub use wire::{NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, RoundInputError, Verdict};
 
 use crate::token::Token;
 
