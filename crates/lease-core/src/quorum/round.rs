@@ -142,9 +142,7 @@ use super::nodes::Quorum;
 use super::wire::{
     Asked, NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, RoundInputError, Verdict,
 };
-use crate::backend::{
-    AcquireOutcome, BackendError, LeaseSpec, Owner, ReleaseOutcome, RenewOutcome,
-};
+use crate::backend::{BackendError, LeaseSpec, Owner};
 use crate::time::Instant;
 use crate::token::Token;
 
@@ -256,7 +254,7 @@ impl Stage {
     }
 
     /// The acquire round's data, in any of its stages.
-    fn acquire_mut(&mut self) -> Option<&mut AcquireRound> {
+    pub(super) fn acquire_mut(&mut self) -> Option<&mut AcquireRound> {
         match self {
             Stage::Acquire(a) | Stage::Raise { acquire: a, .. } => Some(a),
             Stage::AcquireCleanup { acquire, .. } => Some(acquire),
@@ -544,130 +542,6 @@ impl Round {
         }
         let stage = std::mem::replace(&mut self.stage, Stage::Done);
         self.judge(stage, replies, now);
-    }
-
-    /// Whether the current phase can be judged now. Every phase is once every request has
-    /// its reply; earlier, as soon as the outcome cannot change with the missing replies:
-    ///
-    /// - acquire: a quorum granted (the validity, judged now, only shrinks by waiting), or
-    ///   so few can still grant that a quorum is out of reach;
-    /// - raise: likewise with the nodes that raised;
-    /// - renew, release: a quorum succeeded, a quorum said "not ours", or neither can still
-    ///   happen (a quorum of one answer and a quorum of the other cannot both exist);
-    /// - cleanup, remaining, inspect: never early (the cleanup must know every node's answer
-    ///   to report its effect truthfully; remaining and inspect combine every answer: the
-    ///   `q`-th largest remaining time, the maximum counter and mark).
-    fn decidable(&self) -> bool {
-        let pending = self.slots.iter().filter(|s| s.reply.is_none()).count();
-        if pending == 0 {
-            return true;
-        }
-        let q = self.quorum.quorum();
-        let count = |f: &dyn Fn(&NodeReply) -> bool| {
-            self.slots
-                .iter()
-                .filter(|s| s.reply.as_ref().is_some_and(f))
-                .count()
-        };
-        let either =
-            |yes: usize, no: usize| yes >= q || no >= q || (yes + pending < q && no + pending < q);
-        match &self.stage {
-            Stage::Acquire(acquire) => {
-                let granted = count(&|r| {
-                    matches!(r, NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, .. }))
-                        if !acquire.fenced || token.is_some())
-                });
-                granted >= q || granted + pending < q
-            }
-            Stage::Raise { .. } => {
-                let raised = count(&|r| matches!(r, NodeReply::Raise(Ok(true))));
-                raised >= q || raised + pending < q
-            }
-            Stage::Renew { .. } => either(
-                count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::Renewed)))),
-                count(&|r| matches!(r, NodeReply::Renew(Ok(RenewOutcome::NotHeld)))),
-            ),
-            Stage::Release => either(
-                count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::Released)))),
-                count(&|r| matches!(r, NodeReply::Release(Ok(ReleaseOutcome::NotHeld)))),
-            ),
-            _ => false,
-        }
-    }
-
-    /// A reply to a request of a phase judged without it. Before the verdict (a failed
-    /// acquire cleaning up) it replaces that node's [`NodeCause::Unanswered`] with what the
-    /// node said (a late success removes the cause and counts among the successes of the
-    /// phase it belongs to; a late `Held` joins the holders the verdict is drawn from). After
-    /// the verdict it changes nothing: a late grant after a granted acquire is simply held by
-    /// our owner until the release (which goes to every node) or its TTL.
-    fn absorb_late(&mut self, slot: &Slot, reply: NodeReply) {
-        if self.is_done() {
-            return;
-        }
-        let Some(pos) = self
-            .causes
-            .iter()
-            .position(|c| c.index == slot.node && matches!(c.cause, NodeCause::Unanswered))
-        else {
-            return;
-        };
-        let cause = match reply {
-            NodeReply::Acquire(Ok(AcquireOutcome::Acquired { token, fence })) => {
-                self.fence_seen = self.fence_seen.max(fence.counter);
-                let fenced = self.stage.acquire_mut().is_some_and(|a| a.fenced);
-                if fenced && token.is_none() {
-                    Some(NodeCause::Error(BackendError::Protocol(
-                        "a fenced acquire granted no token".into(),
-                    )))
-                } else {
-                    None
-                }
-            }
-            NodeReply::Raise(Ok(true))
-            | NodeReply::Renew(Ok(RenewOutcome::Renewed))
-            | NodeReply::Release(Ok(ReleaseOutcome::Released))
-            | NodeReply::Remaining(Ok(_))
-            | NodeReply::Inspect(Ok(_)) => None,
-            NodeReply::Acquire(Ok(AcquireOutcome::Held {
-                holder,
-                remaining,
-                fence,
-            })) => {
-                self.fence_seen = self.fence_seen.max(fence.counter);
-                if let Some(acquire) = self.stage.acquire_mut() {
-                    acquire.held.push((holder.clone(), remaining));
-                }
-                Some(NodeCause::Held { holder })
-            }
-            NodeReply::Raise(Ok(false))
-            | NodeReply::Renew(Ok(RenewOutcome::NotHeld))
-            | NodeReply::Release(Ok(ReleaseOutcome::NotHeld)) => Some(NodeCause::NotOurs),
-            NodeReply::Acquire(Err(e))
-            | NodeReply::Raise(Err(e))
-            | NodeReply::Renew(Err(e))
-            | NodeReply::Release(Err(e))
-            | NodeReply::Remaining(Err(e))
-            | NodeReply::Inspect(Err(e)) => Some(NodeCause::Error(e)),
-            NodeReply::TimedOut => Some(NodeCause::Error(self.timeout())),
-        };
-        match cause {
-            Some(cause) => self.causes[pos].cause = cause,
-            None => {
-                self.causes.remove(pos);
-                // A late success counts where it belongs: a late grant with a failed acquire
-                // phase, a late raise with a failed raise phase.
-                if let Stage::AcquireCleanup {
-                    failure, successes, ..
-                } = &mut self.stage
-                {
-                    let raise = matches!(failure, RoundFailure::RaiseFailed { .. });
-                    if raise == (slot.asked == Asked::Raise) {
-                        *successes += 1;
-                    }
-                }
-            }
-        }
     }
 
     /// Node `index`'s failure with `cause`.

@@ -1,0 +1,267 @@
+//! The backend trait adapters implement, and its typed requests and outcomes.
+//!
+//! A backend stores leases: one or more lock keys holding an owner value with a TTL, and
+//! optionally a fence counter (`<fence>`) and an applied mark (`<fence>:applied`). Outcomes
+//! (acquired, held by someone else, not ours) are values; failures to get an answer are
+//! [`BackendError`]s. Every adapter implements the same semantics as the in-memory backend
+//! ([`crate::memory::MemoryBackend`]), which is the executable specification:
+//!
+//! - **acquire**: if every lock key is absent or holds this owner, mint the next token above
+//!   the counter, the applied mark and the request's floor (the mark and the floor heal a counter
+//!   that went back), floored by the server's clock under
+//!   [`TokenScheme::ClockFloored`](crate::TokenScheme::ClockFloored), store it in counter and mark, create the fence epoch if absent, then
+//!   set every key to the owner value with the TTL. Same-owner takeover mints a fresh token.
+//!   Otherwise nothing changes and the outcome is [`AcquireOutcome::Held`]. Both outcomes report
+//!   the [`FenceState`] seen.
+//! - **renew**: if every key holds this owner, set the TTL on each; otherwise nothing changes.
+//! - **release**: delete every key that holds this owner (compare-and-delete), unless a `term`
+//!   is given and the counter has moved past it (a later term of the same owner).
+//! - **fenced write**: guard (`token >= 1`, `token >= mark`), write, then advance the mark.
+
+
+mod error;
+mod request;
+mod spec;
+
+pub use error::{BackendError, BoxError, Effect};
+pub use request::{
+    AcquireOutcome, AcquireRequest, LeaseInfo, ReleaseOutcome, ReleaseRequest, RenewOutcome,
+    RenewRequest,
+};
+pub use spec::{
+    LeaseSpec, MAX_KEYS, MAX_METADATA_LEN, Metadata, Owner, epoch_key_of, mark_key_of,
+    split_stored,
+};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::notify::{ReleaseWatch, WatchRole};
+use crate::preflight::StoreReport;
+use crate::config::Ttl;
+use crate::token::{FenceMark, Token};
+
+
+/// How many leases the Redis backend renews in one script call of a batch
+/// ([`LeaseBackend::renew_many`]); a larger batch is several calls in one pipeline, so no
+/// single call holds the server for long.
+pub const RENEW_BATCH_CHUNK: usize = 128;
+
+/// Every [`LeaseBackend::renew`] of `reqs` on `backend`, concurrently; the outcomes in order.
+/// The default [`LeaseBackend::renew_many`], for overrides that fall back to it.
+pub async fn renew_each<B: LeaseBackend + ?Sized>(
+    backend: &B,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>> {
+    join_all(reqs.iter().map(|r| backend.renew(r)).collect()).await
+}
+
+/// Runs `futures` concurrently; their outputs in order (no runtime needed).
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pending: Vec<Option<std::pin::Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (slot, out) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// A store of leases. Implemented by the Redis, Redlock and in-memory backends.
+///
+/// Each method is one atomic step at the store (for Redis: one script). Implementations must not
+/// retry internally: retries and timeouts are the driver's and the machine's business.
+#[async_trait]
+pub trait LeaseBackend: Send + Sync + 'static {
+    /// Acquires the lease for `req.owner` if free or already theirs.
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError>;
+    /// Extends the lease if still ours.
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError>;
+    /// Releases the lease if still ours.
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError>;
+    /// Extends several leases at once: one outcome per request, in order, each with the
+    /// meaning of [`LeaseBackend::renew`] for that request alone (one lease's refusal or
+    /// `NotHeld` never affects another's). Drivers that hold many leases call it with the
+    /// renewals that fall due together (`lease-tokio`'s locks do).
+    ///
+    /// The default runs every [`LeaseBackend::renew`] concurrently. Backends that can carry a
+    /// batch in fewer round trips override it (the Redis backend: one script call per up to
+    /// [`RENEW_BATCH_CHUNK`] leases, all of them in one pipeline).
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        renew_each(self, reqs).await
+    }
+    /// The minimum remaining TTL over the keys if every key is held by `owner`, else `None`.
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError>;
+    /// Who holds the lease now, and the fence counter and mark.
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError>;
+
+    /// Refuses, before any round trip, a lease this backend can never serve (for example
+    /// keys in different Redis Cluster slots). Drivers call it before contending.
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        let _ = spec;
+        Ok(())
+    }
+
+    /// How much shorter than the TTL a lease's local validity must be, to allow for clock-rate
+    /// drift between this process and the store (zero by default; Redlock's drift allowance).
+    fn validity_margin(&self, ttl: Ttl) -> Duration {
+        let _ = ttl;
+        Duration::ZERO
+    }
+
+    /// Reads what the store discloses about its durability, eviction and replication (see
+    /// [`crate::preflight`]). A setting the store does not disclose is unknown, never an
+    /// error; an error means the store could not be asked (unreachable). The default reports
+    /// nothing known.
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        Ok(StoreReport::unknown(
+            "this backend does not report its settings",
+        ))
+    }
+
+    /// A watch on the release notifications of `spec`'s lease (see [`crate::notify`]), or
+    /// `None` when this backend has none (the default): the drivers then only poll.
+    ///
+    /// Cheap and free of I/O: it registers the watch on the backend's hub for the lease's
+    /// channel; the server-side subscription starts at [`ReleaseWatch::activate`].
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        let _ = (spec, role);
+        None
+    }
+}
+
+#[async_trait]
+impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        (**self).acquire(req).await
+    }
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        (**self).renew(req).await
+    }
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        (**self).release(req).await
+    }
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        (**self).renew_many(reqs).await
+    }
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        (**self).remaining(spec, owner).await
+    }
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        (**self).inspect(spec).await
+    }
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        (**self).check_spec(spec)
+    }
+    fn validity_margin(&self, ttl: Ttl) -> Duration {
+        (**self).validity_margin(ttl)
+    }
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        (**self).preflight().await
+    }
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        (**self).release_watch(spec, role)
+    }
+}
+
+/// The result of a fenced write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a stale outcome means this holder was fenced out and must stop writing"]
+pub enum FenceOutcome {
+    /// The write was applied and the mark advanced to the token.
+    Applied,
+    /// The token was below the mark: nothing was written.
+    Stale {
+        /// The mark that refused the write.
+        mark: FenceMark,
+    },
+}
+
+impl FenceOutcome {
+    /// Whether the write was applied.
+    pub fn is_applied(self) -> bool {
+        matches!(self, FenceOutcome::Applied)
+    }
+}
+
+/// A resource that enforces the fence rule atomically with each write.
+///
+/// Implemented by the Redis fencer, the Postgres adapter and the in-memory fencer; implement it
+/// for your own store: check `token >= mark`, apply the write, and advance the mark, atomically.
+#[async_trait]
+pub trait FencedResource: Send + Sync {
+    /// A write this resource understands.
+    type Write: Send;
+    /// Why a write failed (not a stale token: that is [`FenceOutcome::Stale`]).
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Applies `write` iff `token` passes the fence; a failed write never advances the mark.
+    async fn apply(&self, token: Token, write: Self::Write) -> Result<FenceOutcome, Self::Error>;
+}
+
+/// A backend whose leases can fence writes in the same store.
+pub trait Fencing {
+    /// The fencer handed to each term: binds the token to the store.
+    type Fencer: Clone + Send + Sync + 'static;
+    /// A fencer for writes under `token` against the applied mark stored at `mark_key`
+    /// (for a lease, [`LeaseSpec::mark_key`]; for an election `<name>:fence:applied`).
+    fn fencer(&self, mark_key: &str, token: Token) -> Self::Fencer;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times `needle` appears in the messages of `e` and of everything below it
+    /// (the chain a reporter prints by walking `source()`).
+    fn count_in_chain(e: &(dyn std::error::Error + 'static), needle: &str) -> usize {
+        let mut count = 0;
+        let mut next = Some(e);
+        while let Some(err) = next {
+            count += err.to_string().matches(needle).count();
+            next = err.source();
+        }
+        count
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = || std::io::Error::other("wire cut");
+        for e in [
+            BackendError::Unavailable(Box::new(io())),
+            BackendError::OutcomeUnknown(Box::new(io())),
+            BackendError::Other(Box::new(io())),
+        ] {
+            assert_eq!(count_in_chain(&e, "wire cut"), 1, "{e}");
+        }
+        // A quorum error inside, and a configuration error wrapping another.
+        let e = crate::ConfigError::from(crate::quorum::QuorumConfigError::Even(4));
+        assert_eq!(count_in_chain(&e, "got 4"), 1, "{e}");
+    }
+}

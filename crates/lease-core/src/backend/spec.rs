@@ -1,0 +1,215 @@
+//! The keys of a lease ([`LeaseSpec`]), its owner ([`Owner`]) and stored metadata
+//! ([`Metadata`]), with their limits.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::config::{ConfigError, MAX_ID_LEN, MAX_NAME_LEN, check_text};
+
+/// The most keys one lease may span.
+pub const MAX_KEYS: usize = 64;
+/// The largest metadata accepted, in bytes.
+pub const MAX_METADATA_LEN: usize = 64 * 1024;
+
+/// The keys of one lease: the lock keys and the optional fence counter.
+///
+/// The applied mark lives at `<fence>:applied`.
+///
+/// ```
+/// use lease_core::LeaseSpec;
+/// let e = LeaseSpec::election("{jobs}");
+/// assert_eq!(e.keys(), ["{jobs}:leader"]);
+/// assert_eq!(e.fence_key(), Some("{jobs}:fence"));
+/// assert_eq!(e.mark_key().as_deref(), Some("{jobs}:fence:applied"));
+/// let l = LeaseSpec::lock(["a", "b"], None)?;
+/// assert_eq!(l.keys().len(), 2);
+/// assert!(LeaseSpec::lock(["a", "a"], None).is_err());
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct LeaseSpec {
+    keys: Vec<String>,
+    fence: Option<String>,
+}
+
+impl LeaseSpec {
+    /// The lease of election `name`: `<name>:leader`, fenced by `<name>:fence`.
+    ///
+    /// The name is assumed valid (see [`crate::ElectionConfig`]).
+    pub fn election(name: &str) -> LeaseSpec {
+        LeaseSpec {
+            keys: vec![format!("{name}:leader")],
+            fence: Some(format!("{name}:fence")),
+        }
+    }
+
+    /// A lock over `keys` (all-or-nothing), optionally minting tokens from `fence`.
+    pub fn lock<I, S>(keys: I, fence: Option<String>) -> Result<LeaseSpec, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        if keys.is_empty() {
+            return Err(ConfigError::Empty { what: "key list" });
+        }
+        if keys.len() > MAX_KEYS {
+            return Err(ConfigError::TooManyKeys {
+                len: keys.len(),
+                max: MAX_KEYS,
+            });
+        }
+        for (i, k) in keys.iter().enumerate() {
+            check_key("lock key", k)?;
+            if keys[..i].contains(k) {
+                return Err(ConfigError::DuplicateKey(k.clone()));
+            }
+        }
+        if let Some(f) = &fence {
+            check_key("fence key", f)?;
+            let mark = format!("{f}:applied");
+            if let Some(k) = keys.iter().find(|k| *k == f || **k == mark) {
+                return Err(ConfigError::DuplicateKey(k.clone()));
+            }
+        }
+        Ok(LeaseSpec { keys, fence })
+    }
+
+    /// The lock keys.
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The fence counter key, if fenced.
+    pub fn fence_key(&self) -> Option<&str> {
+        self.fence.as_deref()
+    }
+
+    /// The applied-mark key of election `name`: `<name>:fence:applied`.
+    pub fn election_mark_key(name: &str) -> String {
+        format!("{name}:fence:applied")
+    }
+
+    /// The applied-mark key, if fenced: `<fence>:applied`.
+    pub fn mark_key(&self) -> Option<String> {
+        self.fence.as_deref().map(mark_key_of)
+    }
+
+    /// The fence-epoch key, if fenced: `<fence>:epoch` (see [`Epoch`]).
+    pub fn epoch_key(&self) -> Option<String> {
+        self.fence.as_deref().map(epoch_key_of)
+    }
+}
+
+/// The applied-mark key of a fence counter key.
+pub fn mark_key_of(fence_key: &str) -> String {
+    format!("{fence_key}:applied")
+}
+
+/// The fence-epoch key of a fence counter key: `<fence>:epoch`.
+pub fn epoch_key_of(fence_key: &str) -> String {
+    format!("{fence_key}:epoch")
+}
+
+fn check_key(what: &'static str, k: &str) -> Result<(), ConfigError> {
+    if k.is_empty() {
+        return Err(ConfigError::Empty { what });
+    }
+    if k.len() > MAX_NAME_LEN {
+        return Err(ConfigError::TooLong {
+            what,
+            len: k.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// The owner of a lease: an election's instance id, or a lock's ownership token.
+///
+/// Matched exactly (never by prefix). Non-empty, at most 256 bytes, no NUL byte (NUL separates
+/// the owner from metadata in the stored value).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    /// Validates an owner.
+    ///
+    /// ```
+    /// use lease_core::Owner;
+    /// assert!(Owner::new("host-a-1").is_ok());
+    /// assert!(Owner::new("").is_err());
+    /// assert!(Owner::new("a\0b").is_err());
+    /// ```
+    pub fn new(s: impl AsRef<str>) -> Result<Owner, ConfigError> {
+        let s = s.as_ref();
+        check_text("owner", s, MAX_ID_LEN)?;
+        Ok(Owner(Arc::from(s)))
+    }
+
+    /// The owner as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The value stored in a lock key: the owner, then NUL and the metadata when there is any.
+    pub fn stored_value(&self, metadata: &Metadata) -> String {
+        if metadata.is_empty() {
+            self.0.to_string()
+        } else {
+            format!("{}\0{}", self.0, metadata.as_str())
+        }
+    }
+
+    /// Whether a stored value belongs to this owner (exact match of the owner part).
+    pub fn matches(&self, stored: &str) -> bool {
+        split_stored(stored).0 == &*self.0
+    }
+}
+
+/// Splits a stored lock value into owner and metadata.
+pub fn split_stored(stored: &str) -> (&str, &str) {
+    match stored.split_once('\0') {
+        Some((o, m)) => (o, m),
+        None => (stored, ""),
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Metadata stored with a lock (at most 64 KiB), returned to anyone who inspects it.
+#[derive(Clone, PartialEq, Eq, Hash, Default, Debug)]
+pub struct Metadata(Arc<str>);
+
+impl Metadata {
+    /// Validates metadata.
+    pub fn new(s: impl AsRef<str>) -> Result<Metadata, ConfigError> {
+        let s = s.as_ref();
+        if s.len() > MAX_METADATA_LEN {
+            return Err(ConfigError::MetadataTooLong {
+                len: s.len(),
+                max: MAX_METADATA_LEN,
+            });
+        }
+        Ok(Metadata(Arc::from(s)))
+    }
+    /// The metadata as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
