@@ -18,7 +18,6 @@
 //!   is given and the counter has moved past it (a later term of the same owner).
 //! - **fenced write**: guard (`token >= 1`, `token >= mark`), write, then advance the mark.
 
-
 mod error;
 mod request;
 mod spec;
@@ -29,8 +28,7 @@ pub use request::{
     RenewRequest,
 };
 pub use spec::{
-    LeaseSpec, MAX_KEYS, MAX_METADATA_LEN, Metadata, Owner, epoch_key_of, mark_key_of,
-    split_stored,
+    LeaseSpec, MAX_KEYS, MAX_METADATA_LEN, Metadata, Owner, epoch_key_of, mark_key_of, split_stored,
 };
 
 use std::sync::Arc;
@@ -38,11 +36,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::config::Ttl;
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
-use crate::config::Ttl;
 use crate::token::{FenceMark, Token};
-
 
 /// How many leases the Redis backend renews in one script call of a batch
 /// ([`LeaseBackend::renew_many`]); a larger batch is several calls in one pipeline, so no

@@ -177,4 +177,3 @@ pub struct LeaseInfo {
     /// The store's fence epoch, when it keeps one (see [`Epoch`]).
     pub epoch: Option<Epoch>,
 }
-

@@ -212,4 +212,3 @@ impl Metadata {
         self.0.is_empty()
     }
 }
-

@@ -370,8 +370,8 @@ impl Round {
             .filter(|(h, _)| *h == holder)
             .filter_map(|(_, r)| *r)
             .collect();
-        let remaining =
-            qth_largest(remainings, self.quorum.quorum()).and_then(|r| self.conservative(r, elapsed));
+        let remaining = qth_largest(remainings, self.quorum.quorum())
+            .and_then(|r| self.conservative(r, elapsed));
         (holder, remaining)
     }
 

@@ -132,7 +132,10 @@ impl Quorum {
     }
 
     /// One request per node.
-    pub(super) fn every(&self, mut kind: impl FnMut() -> NodeRequestKind) -> Vec<(usize, NodeRequestKind)> {
+    pub(super) fn every(
+        &self,
+        mut kind: impl FnMut() -> NodeRequestKind,
+    ) -> Vec<(usize, NodeRequestKind)> {
         (0..self.nodes()).map(|i| (i, kind())).collect()
     }
 }

@@ -133,12 +133,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::{NodeCause, NodeFailure, QuorumOp, RoundFailure};
 #[cfg(doc)]
 use super::error::QuorumError;
+use super::error::{NodeCause, NodeFailure, QuorumOp, RoundFailure};
+use super::nodes::Quorum;
 #[cfg(doc)]
 use super::turn::TurnKey;
-use super::nodes::Quorum;
 use super::wire::{
     Asked, NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, RoundInputError, Verdict,
 };
@@ -209,7 +209,10 @@ pub(super) struct AcquireRound {
 pub(super) enum Stage {
     Acquire(AcquireRound),
     /// A fenced acquire's raise phase, for the fenced quorum `token`.
-    Raise { acquire: AcquireRound, token: Token },
+    Raise {
+        acquire: AcquireRound,
+        token: Token,
+    },
     /// The cleanup after a failed acquire: why it failed, and how many nodes had succeeded in
     /// the failed phase (grants, or raises) — late successes still count.
     AcquireCleanup {
@@ -217,7 +220,10 @@ pub(super) enum Stage {
         failure: RoundFailure,
         successes: usize,
     },
-    Renew { ttl: Duration, cleanup: Cleanup },
+    Renew {
+        ttl: Duration,
+        cleanup: Cleanup,
+    },
     /// The cleanup after a renew that a quorum said is not ours.
     RenewCleanup,
     Release,
