@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::error::{NodeCause, NodeFailure, QuorumError, RoundFailure};
 use super::round::{AcquireRound, Cleanup, Round, Slot, Stage};
 use super::wire::{Asked, NodeReply, NodeRequestKind, Verdict};
-use super::{drift, fenced_quorum_token, validity};
+use super::{drift, fenced_quorum_token, round_succeeds, validity};
 use crate::backend::{
     AcquireOutcome, BackendError, Effect, LeaseInfo, ReleaseOutcome, ReleaseRequest, RenewOutcome,
 };
@@ -222,7 +222,7 @@ impl Round {
         let q = self.quorum.quorum();
         let failure = if acquired.len() < q {
             RoundFailure::NoQuorum
-        } else if validity.is_none() {
+        } else if !round_succeeds(acquired.len(), self.quorum.nodes(), validity) {
             RoundFailure::ValidityExhausted { elapsed }
         } else if let Some(v) = validity.filter(|_| !fenced) {
             self.granted = Some((now, v));
@@ -276,7 +276,7 @@ impl Round {
         self.causes.sort_by_key(|c| c.index);
         let (elapsed, validity) = self.validity_at(acquire.ttl, now);
         match validity {
-            Some(v) if raised >= self.quorum.quorum() => {
+            Some(v) if round_succeeds(raised, self.quorum.nodes(), validity) => {
                 self.granted = Some((now, v));
                 let fence = FenceState::new(self.fence_seen, None);
                 self.decide(Verdict::Acquire(Ok(AcquireOutcome::Acquired {
@@ -406,7 +406,9 @@ impl Round {
         }
         let (elapsed, validity) = self.validity_at(ttl, now);
         let q = self.quorum.quorum();
-        if let Some(v) = validity.filter(|_| renewed >= q) {
+        if round_succeeds(renewed, self.quorum.nodes(), validity)
+            && let Some(v) = validity
+        {
             self.granted = Some((now, v));
             return self.decide(Verdict::Renew(Ok(RenewOutcome::Renewed)));
         }
