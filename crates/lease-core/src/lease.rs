@@ -149,8 +149,8 @@ impl HeldLease {
 
     /// Like [`HeldLease::new`], but the first renewal is due one renew interval after the
     /// acquiring request was sent (or at `now` if that is already past), not at once: the
-    /// acquisition itself set the TTL, so an earlier renewal is a wasted round trip. Locks use
-    /// this; an election renews at once (its first renewal confirms the new term).
+    /// acquisition itself set the TTL, so an earlier renewal is a wasted round trip. Locks and
+    /// elections use this.
     ///
     /// ```
     /// use std::time::Duration;

@@ -17,7 +17,7 @@
 //!   (acquire `min(acquire interval, TTL − renew)`, renew the remaining budget, release one
 //!   renew interval, each capped by the operation timeout);
 //! - terms are dated from the acquire's send; tokens of successive terms strictly increase;
-//! - each term's first renewal is sent at once;
+//! - no term's first renewal is sent before one renew interval after its acquire's send;
 //! - each term (`Elected`) is followed by exactly one `SteppedDown` and exactly one release
 //!   request for its token (and a `Released` event); a won acquisition that is not led is
 //!   released too; no release is requested that nothing owes;

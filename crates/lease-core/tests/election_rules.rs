@@ -33,9 +33,8 @@ fn elect(m: &mut Election, now: Instant, token: u64) {
             fence: FenceState::UNKNOWN,
         })),
     );
-    // Answer the immediate renewal so it is not in flight.
-    let renew = m.poll_request(now).expect("renew at once");
-    m.handle_reply(now, renew.id, Reply::Renew(Ok(RenewOutcome::Renewed)));
+    // The acquire set the TTL: no renewal before one is due.
+    assert!(m.poll_request(now).is_none(), "no renewal at once");
 }
 
 fn drain(m: &mut Election) -> Vec<Event> {
@@ -166,4 +165,39 @@ fn memory_batches_see_their_own_types() {
         "{corrupt:?}"
     );
     assert_eq!(b.get("y"), None);
+}
+
+/// The first renewal of a term is due one renew interval after the acquire's send, not at
+/// once (the acquire set the TTL), and at once when the reply came later than that.
+#[test]
+fn the_first_renewal_is_due_one_interval_after_the_acquire() {
+    let cfg = ElectionConfig::builder("jobs", "a")
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let interval = cfg.renew_interval();
+    for reply_after in [
+        Duration::from_millis(5),
+        interval + Duration::from_millis(5),
+    ] {
+        let t0 = Instant::ZERO;
+        let mut m = Election::new(cfg.clone(), 1, t0);
+        let req = m.poll_request(t0).expect("acquire");
+        let now = t0 + reply_after;
+        m.handle_reply(
+            now,
+            req.id,
+            Reply::Acquire(Ok(AcquireOutcome::Acquired {
+                token: Some(Token::new(1).unwrap()),
+                fence: FenceState::UNKNOWN,
+            })),
+        );
+        let due = (t0 + interval).max(now);
+        if due > now {
+            assert!(m.poll_request(now).is_none(), "no renewal before it is due");
+            assert_eq!(m.poll_timeout(), Some(due));
+        }
+        let renew = m.poll_request(due).expect("the renewal when due");
+        assert!(matches!(renew.kind, RequestKind::Renew(_)));
+    }
 }

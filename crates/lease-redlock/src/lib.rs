@@ -64,13 +64,13 @@ mod node;
 pub mod notify;
 mod round;
 
-#[doc(hidden)]
-pub use round::LateRequests;
 pub use backend::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, RedlockBackend, RedlockConfig,
 };
 pub use error::{NodeCause, NodeFailure, QuorumError, QuorumOp, RoundFailure};
 pub use node::{Node, QuorumNode, RaiseCounter, RedisNode, client_address};
+#[doc(hidden)]
+pub use round::LateRequests;
 
 #[cfg(test)]
 mod tests;

@@ -285,7 +285,7 @@ async fn a_stalled_leader_process_is_fenced_out() {
     let ta = tokio::task::spawn_blocking(move || elected_rx.recv().unwrap())
         .await
         .unwrap();
-    // a stalled right after its election (and first renewal): its lease lapses by one TTL.
+    // a stalled right after its election: its lease lapses by one TTL.
     let stalled_since = Instant::now();
     let b = Elector::new(backend(&server).await, config("{svc}", "b", 600));
     let shutdown = CancellationToken::new();

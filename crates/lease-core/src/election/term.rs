@@ -59,7 +59,9 @@ impl Election {
                 }
                 self.highest_token = self.highest_token.max(Some(token));
                 self.highest_seen = self.highest_seen.max(Some(token));
-                let lease = HeldLease::new(self.timing(), Some(token), sent_at, now);
+                // The acquire set the TTL: the first renewal is due one interval after its
+                // send (at once if the reply came later), never sooner.
+                let lease = HeldLease::renewed_when_due(self.timing(), Some(token), sent_at, now);
                 let valid_until = lease.valid_until();
                 self.state = State::Leading(Leading { token, lease });
                 self.events.push_back(Event::Elected { token, valid_until });

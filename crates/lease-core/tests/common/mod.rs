@@ -122,8 +122,11 @@ pub(crate) struct TermRecord {
     pub(crate) releases_requested: u32,
     /// Whether a `Released` event named this token.
     pub(crate) released: bool,
-    /// Whether the first renewal was polled in the step of the election.
-    pub(crate) first_renew_at_once: bool,
+    /// When the first renewal is due: one renew interval after the acquire's send, or at
+    /// the election if its reply came later than that.
+    pub(crate) first_renew_due: Instant,
+    /// Whether a renewal was polled for it yet.
+    pub(crate) renewed: bool,
 }
 
 /// Checks the election rules on everything one machine does.
@@ -160,10 +163,8 @@ pub(crate) struct Observer {
     step_not_held: bool,
     /// In the current step: a Held acquire reply was delivered.
     step_held: bool,
-    /// In the current step: the token elected (to check the first renew).
+    /// In the current step: the token elected.
     step_elected: Option<Token>,
-    /// In the current step: a renew was polled.
-    step_renew_polled: bool,
     /// Whether the driver may have skipped timers in this step (a pause).
     step_late: bool,
     /// A short trace of recent steps, for failure reports.
@@ -210,7 +211,6 @@ impl Observer {
             step_not_held: false,
             step_held: false,
             step_elected: None,
-            step_renew_polled: false,
             step_late: false,
             trace: VecDeque::new(),
             tracing: true,
@@ -265,7 +265,6 @@ impl Observer {
         self.step_not_held = false;
         self.step_held = false;
         self.step_elected = None;
-        self.step_renew_polled = false;
         self.step_late = late;
     }
 
@@ -334,8 +333,16 @@ impl Observer {
                     req.deadline
                 );
                 ensure!(r.ttl == self.config.ttl(), "renew with another ttl");
-                if self.step_elected.is_some() {
-                    self.step_renew_polled = true;
+                if let Some(term) = self.terms.last_mut()
+                    && !term.renewed
+                {
+                    ensure!(
+                        now >= term.first_renew_due,
+                        "term {}: first renewal at {now:?}, before it was due at {:?}",
+                        term.token,
+                        term.first_renew_due
+                    );
+                    term.renewed = true;
                 }
             }
             RequestKind::Release(r) => {
@@ -492,7 +499,8 @@ impl Observer {
                     stepped_down: None,
                     releases_requested: 0,
                     released: false,
-                    first_renew_at_once: false,
+                    first_renew_due: (sent + self.config.renew_interval()).max(now),
+                    renewed: false,
                 });
                 self.follower_announced = false;
                 self.step_elected = Some(*token);
@@ -590,22 +598,10 @@ impl Observer {
         }
     }
 
-    /// Ends a step: a won acquisition that was not led must be given back, and the first
-    /// renewal of a new term must have been polled in the same step.
+    /// Ends a step: a won acquisition that was not led must be given back.
     pub(crate) fn end_step(&mut self) -> Check {
         self.resolve_acquired();
-        if let Some(t) = self.step_elected.take() {
-            let still_leading = self.current().is_some_and(|c| c.token == t);
-            if still_leading {
-                ensure!(
-                    self.step_renew_polled,
-                    "term {t}: the first renewal was not sent at once"
-                );
-                if let Some(rec) = self.terms.last_mut() {
-                    rec.first_renew_at_once = true;
-                }
-            }
-        }
+        self.step_elected = None;
         Ok(())
     }
 
