@@ -16,6 +16,8 @@
 //! - [`quorum`]: Redlock quorum math, the fenced-quorum token rule, and the sans-IO quorum
 //!   round machine ([`quorum::Quorum`], [`quorum::Round`]) that `lease-redlock` drives;
 //! - [`backend`]: the [`LeaseBackend`] trait adapters implement, and its typed outcomes;
+//! - [`semaphore`]: counting semaphores' rule (at most `N` permits, each a lease of its own)
+//!   and [`semaphore::PermitBackend`], the view the lock machines drive permits through;
 //! - [`notify`]: release notifications: which follower, waiter or observer a release wakes;
 //! - [`preflight`]: what a store discloses about how long its tokens survive;
 //! - [`memory`]: an in-memory backend with a manual clock and fault switches, with the
@@ -55,6 +57,7 @@ pub mod preflight;
 pub mod quorum;
 pub mod retry;
 pub mod rng;
+pub mod semaphore;
 pub mod time;
 pub mod token;
 

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
+use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, ConfigError, FenceState, Fencing, LeaseBackend,
     LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
@@ -25,6 +26,8 @@ use crate::scripts::{
 };
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
+
+mod semaphore;
 
 /// The default clock-drift factor of a Redis lease's local validity (1 %, plus 2 ms), as
 /// Redlock uses; see [`RedisBackend::with_drift_factor`].
@@ -577,6 +580,30 @@ where
             }
         }
         Ok(report)
+    }
+
+    // Semaphores: the permit scripts, in `backend/semaphore.rs`.
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        semaphore::check(self, spec)
+    }
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        semaphore::acquire(self, req).await
+    }
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        semaphore::renew(self, req).await
+    }
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        semaphore::release(self, req).await
+    }
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        semaphore::remaining(self, spec, owner).await
+    }
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        semaphore::inspect(self, spec).await
     }
 }
 

@@ -32,7 +32,7 @@ mod watch;
 
 pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, Term};
 pub use ids::{default_instance_id, random_token};
-pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker};
+pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker, Permit, Semaphore};
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

@@ -50,6 +50,35 @@
 //! # Ok(()) }
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
+//!
+//! # Semaphores
+//!
+//! At most `N` holders of one name at once; each permit is a lease of its own (TTL,
+//! auto-renewal, fencing token), so a crashed holder's permit expires instead of leaking.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use redlease::{LockOptions, Locker};
+//!
+//! let locker = Locker::new(redlease::redis::connect("redis://127.0.0.1/").await?);
+//! // Every holder uses the same count; another count is refused (BackendError::PermitsMismatch).
+//! let deploys = locker.semaphore("{deploys}", 3)?;
+//! let permit = deploys
+//!     .acquire(
+//!         Duration::from_secs(30),
+//!         LockOptions::new()
+//!             .auto_renew(Duration::from_secs(10))
+//!             .wait(Duration::from_secs(600))
+//!             .retry(redlease::RetryStrategy::linear(Duration::from_secs(1))?),
+//!     )
+//!     .await?;
+//! let token = permit.fence_token(); // this permit's fencing token
+//! // ... at most 3 of these run at once ...
+//! permit.release().await?; // wakes one waiter
+//! # let _ = token;
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -71,6 +100,9 @@ pub use lease_tokio::{
     AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock, LockError,
     LockObserver, LockOptions, Locker, random_token,
 };
+// Counting semaphores (at most N holders; each permit a lease with its own fencing token).
+pub use lease_core::semaphore::{MAX_PERMITS, PermitHolder, SemaphoreInfo};
+pub use lease_tokio::{Permit, Semaphore};
 
 // Fencing tokens and fenced resources.
 pub use lease_core::{
@@ -134,6 +166,11 @@ pub mod core {
         RefreshReply, RefreshTurn,
     };
     pub use lease_core::{HeldLease, LeaseEvent, LossReason};
+    // Semaphores: the permit rule's types and the view the lock machines drive permits through.
+    pub use lease_core::semaphore::{
+        PermitBackend, PermitCount, PermitRequest, is_semaphore_spec, semaphore_keys,
+        semaphore_spec,
+    };
     // The store's preflight report.
     pub use lease_core::preflight::{
         CLOCK_SKEW_LIMIT, ClockSkew, Eviction, Persistence, Replication, ServerInfo, Setting,

@@ -43,6 +43,7 @@ pub enum Effect {
 /// | [`Refused`](Self::Refused), [`Invalid`](Self::Invalid), [`TokenExhausted`](Self::TokenExhausted), [`Corrupt`](Self::Corrupt) | not applied | no |
 /// | [`Protocol`](Self::Protocol) | **unknown** | yes |
 /// | [`TokenRegression`](Self::TokenRegression) | applied (a report, not a failure) | no |
+/// | [`Unsupported`](Self::Unsupported), [`PermitsMismatch`](Self::PermitsMismatch) | not applied | no |
 /// | [`Other`](Self::Other) | **unknown** | yes |
 ///
 /// Each message includes its cause once: the wrapped error is in the message (and in the
@@ -104,6 +105,23 @@ pub enum BackendError {
         /// The token just minted.
         minted: Token,
     },
+    /// The backend does not offer this operation (for example a semaphore on a backend that
+    /// has no permit scripts, or on Redlock, where a count of permits spread over independent
+    /// nodes is not sound): refused before any round trip. Permanent.
+    #[error("not supported by this backend: {0}")]
+    Unsupported(String),
+    /// A semaphore was asked for with a permit count other than the one stored with it (the
+    /// count of its current holders' obtains): nothing changed. Permanent: every holder of one
+    /// semaphore must use the same count (see [`crate::semaphore`]).
+    #[error("semaphore {name} has {stored} permits; this obtain asked for {asked}")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The count stored with the semaphore.
+        stored: u32,
+        /// The count this obtain asked for.
+        asked: u32,
+    },
     /// An adapter-specific failure whose effect is unknown. Adapters that know a failure was
     /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error in
     /// its message) instead.
@@ -137,7 +155,9 @@ impl BackendError {
             | BackendError::Invalid(_)
             | BackendError::Refused(_)
             | BackendError::TokenExhausted(_)
-            | BackendError::Corrupt { .. } => Effect::NotApplied,
+            | BackendError::Corrupt { .. }
+            | BackendError::Unsupported(_)
+            | BackendError::PermitsMismatch { .. } => Effect::NotApplied,
             BackendError::TokenRegression { .. } => Effect::Applied,
         }
     }
@@ -176,6 +196,16 @@ impl BackendError {
             BackendError::TokenRegression { previous, minted } => BackendError::TokenRegression {
                 previous: *previous,
                 minted: *minted,
+            },
+            BackendError::Unsupported(m) => BackendError::Unsupported(m.clone()),
+            BackendError::PermitsMismatch {
+                name,
+                stored,
+                asked,
+            } => BackendError::PermitsMismatch {
+                name: name.clone(),
+                stored: *stored,
+                asked: *asked,
             },
             BackendError::Other(e) => BackendError::Other(boxed(e)),
         }

@@ -39,6 +39,7 @@ use async_trait::async_trait;
 use crate::config::Ttl;
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
+use crate::semaphore::{PermitRequest, SemaphoreInfo};
 use crate::token::{FenceMark, Token};
 
 /// How many leases the Redis backend renews in one script call of a batch
@@ -148,6 +149,60 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let _ = (spec, role);
         None
     }
+
+    /// Refuses, before any round trip, a semaphore this backend cannot serve: every backend
+    /// without permit scripts (the default, [`BackendError::Unsupported`]), and on Redis
+    /// Cluster a semaphore whose keys are in different slots. Drivers call it before the
+    /// first permit is asked for (see [`crate::semaphore`]).
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        let _ = spec;
+        Err(unsupported_semaphore())
+    }
+
+    /// Obtains one permit of the semaphore `req.spec` for `req.owner` (see
+    /// [`crate::semaphore`] for the rule), or takes the owner's permit over. The default
+    /// refuses with [`BackendError::Unsupported`].
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_semaphore())
+    }
+
+    /// Extends `req.owner`'s permit if it is still current. The default refuses with
+    /// [`BackendError::Unsupported`].
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_semaphore())
+    }
+
+    /// Gives `req.owner`'s permit back, waking one waiter. The default refuses with
+    /// [`BackendError::Unsupported`].
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_semaphore())
+    }
+
+    /// The remaining TTL of `owner`'s permit, `None` when it holds none. The default refuses
+    /// with [`BackendError::Unsupported`].
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        let _ = (spec, owner);
+        Err(unsupported_semaphore())
+    }
+
+    /// The semaphore's current holders, its permit count, and the fence counter and mark. The
+    /// default refuses with [`BackendError::Unsupported`].
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        let _ = spec;
+        Err(unsupported_semaphore())
+    }
+}
+
+/// The default refusal of the semaphore methods of [`LeaseBackend`].
+fn unsupported_semaphore() -> BackendError {
+    BackendError::Unsupported("this backend does not offer semaphores".into())
 }
 
 #[async_trait]
@@ -185,6 +240,28 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         (**self).release_watch(spec, role)
+    }
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        (**self).check_semaphore(spec)
+    }
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        (**self).acquire_permit(req).await
+    }
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        (**self).renew_permit(req).await
+    }
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        (**self).release_permit(req).await
+    }
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        (**self).permit_remaining(spec, owner).await
+    }
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        (**self).inspect_semaphore(spec).await
     }
 }
 

@@ -154,6 +154,40 @@ impl LockOptions {
     }
 }
 
+impl LockOptions {
+    /// Validates an obtain of one permit of semaphore `name` for `ttl` (see
+    /// [`crate::semaphore`]): the plan's keys are the semaphore's
+    /// ([`semaphore_spec`](crate::semaphore::semaphore_spec)), fenced by
+    /// [`fence_key`](Self::fence_key) or else `<name>:fence`, so every permit gets a fencing
+    /// token. Permits store no metadata: [`metadata`](Self::metadata) is refused. Every other
+    /// option means what it means for a lock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::lock::LockOptions;
+    /// let plan = LockOptions::new().plan_permit("{deploys}", Duration::from_secs(5), || "t".into())?;
+    /// assert_eq!(plan.request.spec.fence_key(), Some("{deploys}:fence"));
+    /// assert!(LockOptions::new().metadata("m").plan_permit("s", Duration::from_secs(5), || "t".into()).is_err());
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn plan_permit(
+        &self,
+        name: &str,
+        ttl: Duration,
+        fresh_token: impl FnOnce() -> String,
+    ) -> Result<ObtainPlan, ConfigError> {
+        if self.metadata.as_deref().is_some_and(|m| !m.is_empty()) {
+            return Err(ConfigError::Invalid(
+                "a semaphore's permits store no metadata (LockOptions::metadata)".into(),
+            ));
+        }
+        let spec = crate::semaphore::semaphore_spec(name, self.fence_key.clone())?;
+        let mut options = self.clone();
+        options.fence_key = spec.fence_key().map(str::to_owned);
+        options.plan(spec.keys().iter().cloned(), ttl, fresh_token)
+    }
+}
+
 /// A validated obtain: what to send and the bounds of the call. Made by [`LockOptions::plan`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]

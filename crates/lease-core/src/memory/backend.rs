@@ -13,6 +13,7 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
+use crate::semaphore::{PermitRequest, SemaphoreInfo, check_semaphore_spec};
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
 use crate::time::Instant;
 use crate::token::{Token, TokenScheme};
@@ -132,6 +133,17 @@ impl MemoryBackend {
         lock(&self.store).calls
     }
 
+    /// A release notice on the lease's first key, when the release deleted (a lock's keys, or
+    /// a semaphore's permit).
+    fn notify_release(&self, spec: &LeaseSpec, outcome: &Result<ReleaseOutcome, BackendError>) {
+        if matches!(outcome, Ok(ReleaseOutcome::Released))
+            && let Some(key) = spec.keys().first()
+            && let Some(hub) = lock(&self.hubs).get(key).and_then(Weak::upgrade)
+        {
+            hub.notify();
+        }
+    }
+
     fn gate(&self) -> Result<(), BackendError> {
         let mut s = lock(&self.store);
         s.calls += 1;
@@ -211,6 +223,22 @@ impl MemoryBackend {
         self.delayed(|s, now| s.raise(spec, owner, token, now))
             .await
     }
+    /// [`LeaseBackend::acquire_permit`], applied at once (no delay faults).
+    pub fn acquire_permit_now(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        self.with(|s, now| s.acquire_permit(req, now))
+    }
+    /// [`LeaseBackend::renew_permit`], applied at once.
+    pub fn renew_permit_now(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.with(|s, now| s.renew_permit(req, now))
+    }
+    /// [`LeaseBackend::release_permit`], applied at once (no release notice).
+    pub fn release_permit_now(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.with(|s, now| s.release_permit(req, now))
+    }
+    /// [`LeaseBackend::inspect_semaphore`], applied at once.
+    pub fn inspect_semaphore_now(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        self.with(|s, now| s.inspect_semaphore(spec, now))
+    }
     /// A fenced batch of writes under `token` against `mark_key`, applied at once.
     pub fn fenced_now(
         &self,
@@ -232,13 +260,35 @@ impl LeaseBackend for MemoryBackend {
     }
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         let outcome = self.delayed(|s, now| s.release(req, now)).await;
-        if matches!(outcome, Ok(ReleaseOutcome::Released))
-            && let Some(key) = req.spec.keys().first()
-            && let Some(hub) = lock(&self.hubs).get(key).and_then(Weak::upgrade)
-        {
-            hub.notify();
-        }
+        self.notify_release(&req.spec, &outcome);
         outcome
+    }
+
+    /// Semaphores as the Redis scripts keep them (see [`crate::semaphore`]).
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        check_semaphore_spec(spec)
+    }
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        self.delayed(|s, now| s.acquire_permit(req, now)).await
+    }
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.delayed(|s, now| s.renew_permit(req, now)).await
+    }
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let outcome = self.delayed(|s, now| s.release_permit(req, now)).await;
+        self.notify_release(&req.spec, &outcome);
+        outcome
+    }
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.delayed(|s, now| s.permit_remaining(spec, owner, now))
+            .await
+    }
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        self.delayed(|s, now| s.inspect_semaphore(spec, now)).await
     }
 
     /// Release notices as Redis gives them (a release wakes one contender of the lease's first

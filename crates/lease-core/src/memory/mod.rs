@@ -35,6 +35,7 @@
 mod backend;
 mod clock;
 mod fencer;
+mod semaphore;
 mod store;
 
 pub use backend::MemoryBackend;

@@ -16,6 +16,9 @@ use crate::token::{Epoch, FenceMark, FenceState, MAX_TOKEN, Token, TokenScheme};
 pub(super) enum Value {
     Str(String),
     Hash(BTreeMap<String, String>),
+    /// A semaphore's permits: owner → when its permit expires (a Redis sorted set of
+    /// owner → expiry in ms of the server's clock).
+    ZSet(BTreeMap<String, Instant>),
 }
 
 #[derive(Clone, Debug)]
@@ -96,7 +99,7 @@ const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kin
 
 /// [`BackendError::Corrupt`] for `key`, the name escaped as the Redis scripts escape it (the
 /// first 200 bytes; bytes outside printable ASCII, the space and the backslash as `\xNN`).
-fn corrupt(key: &str, detail: &str) -> BackendError {
+pub(super) fn corrupt(key: &str, detail: &str) -> BackendError {
     use std::fmt::Write as _;
     let bytes = key.as_bytes();
     let mut name = String::with_capacity(bytes.len().min(200));
@@ -145,7 +148,7 @@ impl Store {
 
     /// A fence counter or mark: absent is 0; anything but a decimal integer in 0..2^53 (by
     /// Rust's `u64` parser, the scripts' rule) is [`BackendError::Corrupt`] naming the key.
-    fn get_int(&mut self, key: &str, now: Instant) -> Result<u64, BackendError> {
+    pub(super) fn get_int(&mut self, key: &str, now: Instant) -> Result<u64, BackendError> {
         match self.get_str(key, now)? {
             None => Ok(0),
             Some(s) => match s.parse::<u64>() {
@@ -171,7 +174,7 @@ impl Store {
     }
 
     /// Reads the mark: absent means none; garbage is an error (as `tonumber` would fail).
-    fn mark(&mut self, spec: &LeaseSpec, now: Instant) -> Result<u64, BackendError> {
+    pub(super) fn mark(&mut self, spec: &LeaseSpec, now: Instant) -> Result<u64, BackendError> {
         match spec.mark_key() {
             Some(k) => self.get_int(&k, now),
             None => Ok(0),
@@ -185,7 +188,7 @@ impl Store {
     }
 
     /// The fence state of `spec` now: max(counter, mark) and the epoch (not created).
-    fn fence_state(&mut self, spec: &LeaseSpec, now: Instant) -> Result<FenceState, BackendError> {
+    pub(super) fn fence_state(&mut self, spec: &LeaseSpec, now: Instant) -> Result<FenceState, BackendError> {
         let Some(fk) = spec.fence_key() else {
             return Ok(FenceState::UNKNOWN);
         };
@@ -203,6 +206,49 @@ impl Store {
             Token::new(counter).ok(),
             epoch.map(Epoch::new),
         ))
+    }
+
+    /// Mints the next token of `spec` (when fenced) above the counter, the mark and `floor`,
+    /// stores it in counter and mark and creates the epoch if absent: the fenced part of an
+    /// acquire, shared by locks and semaphore permits. The fence state seen before.
+    pub(super) fn mint(
+        &mut self,
+        spec: &LeaseSpec,
+        floor: Option<Token>,
+        now: Instant,
+    ) -> Result<(Option<Token>, FenceState), BackendError> {
+        Ok(match spec.fence_key() {
+            None => (None, FenceState::UNKNOWN),
+            Some(fk) => {
+                let before = self.fence_state(spec, now)?;
+                // Counter healing: never mint at or below a token already applied (the mark)
+                // or one the acquirer saw minted (its floor).
+                let base = before.counter.max(floor).map_or(0, Token::get);
+                let mut next = base.saturating_add(1);
+                let wall = self.wall_us(now);
+                if self.scheme.0 == TokenScheme::ClockFloored {
+                    next = next.max(wall);
+                }
+                if next > MAX_TOKEN {
+                    return Err(BackendError::TokenExhausted(format!(
+                        "counter {fk} would pass 2^53"
+                    )));
+                }
+                self.set_str(fk, next.to_string(), None);
+                if let Some(mk) = spec.mark_key() {
+                    self.set_str(&mk, next.to_string(), None);
+                }
+                let mut fence = before;
+                if fence.epoch.is_none()
+                    && let Some(ek) = spec.epoch_key()
+                {
+                    self.set_str(&ek, wall.to_string(), None);
+                    fence.epoch = Some(Epoch::new(wall));
+                }
+                let token = Token::new(next).map_err(|e| BackendError::Protocol(e.to_string()))?;
+                (Some(token), fence)
+            }
+        })
     }
 
     pub(super) fn acquire(
@@ -224,38 +270,7 @@ impl Store {
                 });
             }
         }
-        let (token, fence) = match req.spec.fence_key() {
-            None => (None, FenceState::UNKNOWN),
-            Some(fk) => {
-                let before = self.fence_state(&req.spec, now)?;
-                // Counter healing: never mint at or below a token already applied (the mark)
-                // or one the acquirer saw minted (its floor).
-                let base = before.counter.max(req.floor).map_or(0, Token::get);
-                let mut next = base.saturating_add(1);
-                let wall = self.wall_us(now);
-                if self.scheme.0 == TokenScheme::ClockFloored {
-                    next = next.max(wall);
-                }
-                if next > MAX_TOKEN {
-                    return Err(BackendError::TokenExhausted(format!(
-                        "counter {fk} would pass 2^53"
-                    )));
-                }
-                self.set_str(fk, next.to_string(), None);
-                if let Some(mk) = req.spec.mark_key() {
-                    self.set_str(&mk, next.to_string(), None);
-                }
-                let mut fence = before;
-                if fence.epoch.is_none()
-                    && let Some(ek) = req.spec.epoch_key()
-                {
-                    self.set_str(&ek, wall.to_string(), None);
-                    fence.epoch = Some(Epoch::new(wall));
-                }
-                let token = Token::new(next).map_err(|e| BackendError::Protocol(e.to_string()))?;
-                (Some(token), fence)
-            }
-        };
+        let (token, fence) = self.mint(&req.spec, req.floor, now)?;
         let value = req.owner.stored_value(&req.metadata);
         let expires = now + req.ttl.get();
         for k in req.spec.keys() {

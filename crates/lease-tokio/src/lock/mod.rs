@@ -10,7 +10,9 @@
 //! - `renewals.rs`: one task per locker that renews every auto-renewed lock, batching the
 //!   renewals that fall due together, and fires each watched lock's loss signal at its
 //!   deadline;
-//! - `task.rs`: background releases.
+//! - `task.rs`: background releases;
+//! - `semaphore.rs`: [`Semaphore`] and its [`Permit`]s, a [`Locker`] over the backend's
+//!   permit operations (`lease_core::semaphore::PermitBackend`).
 //!
 //! [`Obtain`]: lease_core::lock::Obtain
 //! [`HeldLock`]: lease_core::lock::HeldLock
@@ -19,8 +21,10 @@
 mod handle;
 mod obtain;
 mod renewals;
+mod semaphore;
 mod task;
 
 pub use handle::Lock;
 pub use lease_core::lock::{AutoRenew, LockError, LockOptions};
 pub use obtain::Locker;
+pub use semaphore::{Permit, Semaphore};

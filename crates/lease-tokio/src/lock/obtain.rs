@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::lock::{LockError, LockOptions, Obtain, Obtained, release_request};
+use lease_core::lock::{LockError, LockOptions, Obtain, ObtainPlan, Obtained, release_request};
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::{AcquireRequest, BackendError, LeaseBackend};
 
@@ -120,6 +120,28 @@ impl<B: LeaseBackend> Locker<B> {
     {
         // Everything is validated before the first round trip.
         let plan = options.plan(keys, ttl, random_token)?;
+        self.obtain_plan(plan).await
+    }
+
+    /// The observer every lock of this locker is reported to.
+    pub(crate) fn observer(&self) -> Option<Arc<dyn LockObserver>> {
+        self.observer.clone()
+    }
+
+    /// A locker over `backend` reporting to `observer`.
+    pub(crate) fn with_observer_arc(
+        backend: Arc<B>,
+        observer: Option<Arc<dyn LockObserver>>,
+    ) -> Self {
+        Locker {
+            backend,
+            observer,
+            renewals: Arc::new(Renewals::new()),
+        }
+    }
+
+    /// Obtains the lock of a validated `plan` (the rest of [`Locker::obtain_multi`]).
+    pub(crate) async fn obtain_plan(&self, plan: ObtainPlan) -> Result<Lock<B>, LockError> {
         self.backend
             .check_spec(&plan.request.spec)
             .map_err(LockError::Refused)?;

@@ -1,0 +1,400 @@
+//! Semaphores on Redis: the `permit_*.lua` scripts, composed at compile time as `prelude.lua`
+//! + `semaphore.lua` (the permit helpers: the server's clock in ms, the count, `settle`, the
+//! fence state) + the script's own file, and the [`RedisBackend`] side of the permit methods
+//! of [`LeaseBackend`](lease_core::LeaseBackend). The rule is `lease_core::semaphore`'s; the
+//! in-memory backend is its executable specification (`tests/parity.rs` compares them on a
+//! real server).
+//!
+//! A child module of `backend.rs` (it uses the backend's connection lanes, replica
+//! acknowledgement and notice settings), kept in a file of its own.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lease_core::backend::{epoch_key_of, mark_key_of};
+use lease_core::semaphore::{
+    PermitHolder, PermitRequest, SemaphoreInfo, check_semaphore_spec, semaphore_name,
+};
+use lease_core::{
+    AcquireOutcome, BackendError, FenceMark, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest, Token, TokenScheme,
+};
+use redis::Value;
+use redis::aio::ConnectionLike;
+
+use super::RedisBackend;
+use crate::notify;
+use crate::reply;
+use crate::scripts::{Call, LuaScript};
+use crate::topology::Topology;
+
+/// A permit script: the prelude, the permit helpers, then the script's own file.
+macro_rules! permit_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../scripts/prelude.lua"),
+            include_str!("../../scripts/semaphore.lua"),
+            include_str!(concat!("../../scripts/", $file)),
+        )
+    };
+}
+
+/// `permit_acquire.lua`: obtain or take over one permit, minting a token when fenced.
+pub(crate) const PERMIT_ACQUIRE: &str = permit_script!("permit_acquire.lua");
+/// `permit_renew.lua`: extend an owner's current permit.
+pub(crate) const PERMIT_RENEW: &str = permit_script!("permit_renew.lua");
+/// `permit_release.lua`: give an owner's permit back and publish the release notice.
+pub(crate) const PERMIT_RELEASE: &str = permit_script!("permit_release.lua");
+/// `permit_pttl.lua`: the remaining TTL of an owner's permit.
+pub(crate) const PERMIT_PTTL: &str = permit_script!("permit_pttl.lua");
+/// `permit_inspect.lua`: the current permits, the count, the counter and the mark.
+pub(crate) const PERMIT_INSPECT: &str = permit_script!("permit_inspect.lua");
+
+/// Every permit script, by file name.
+#[cfg(test)]
+pub(crate) const ALL: [(&str, &str); 5] = [
+    ("permit_acquire.lua", PERMIT_ACQUIRE),
+    ("permit_renew.lua", PERMIT_RENEW),
+    ("permit_release.lua", PERMIT_RELEASE),
+    ("permit_pttl.lua", PERMIT_PTTL),
+    ("permit_inspect.lua", PERMIT_INSPECT),
+];
+
+static S_ACQUIRE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("permit_acquire", PERMIT_ACQUIRE));
+static S_RENEW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("permit_renew", PERMIT_RENEW));
+static S_RELEASE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("permit_release", PERMIT_RELEASE));
+static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("permit_pttl", PERMIT_PTTL));
+static S_INSPECT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("permit_inspect", PERMIT_INSPECT));
+
+fn protocol(what: &str, v: &Value) -> BackendError {
+    BackendError::Protocol(format!("{what}: unexpected reply {v:?}"))
+}
+
+fn text<'a>(what: &str, v: &'a Value) -> Result<&'a str, BackendError> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).map_err(|_| protocol(what, v)),
+        Value::SimpleString(s) => Ok(s),
+        other => Err(protocol(what, other)),
+    }
+}
+
+fn int(what: &str, v: &Value) -> Result<i64, BackendError> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(protocol(what, other)),
+    }
+}
+
+fn millis(what: &str, v: &Value) -> Result<Duration, BackendError> {
+    let ms = int(what, v)?;
+    u64::try_from(ms)
+        .map(Duration::from_millis)
+        .map_err(|_| protocol(what, v))
+}
+
+/// `permit_acquire.lua`'s reply: acquire.lua's shapes (the holder '' is "not reported"), or
+/// `{2, stored}`: another count is stored.
+fn acquire_reply(
+    v: &Value,
+    req: &PermitRequest,
+    fenced: bool,
+) -> Result<AcquireOutcome, BackendError> {
+    const W: &str = "permit_acquire";
+    if let Value::Array(a) = v
+        && let [flag, stored] = a.as_slice()
+        && int(W, flag)? == 2
+    {
+        let stored = text(W, stored)?
+            .parse::<u32>()
+            .map_err(|_| protocol(W, v))?;
+        return Err(BackendError::PermitsMismatch {
+            name: req.name().to_owned(),
+            stored,
+            asked: req.permits.get(),
+        });
+    }
+    match reply::acquire(v, fenced)? {
+        AcquireOutcome::Held {
+            holder,
+            remaining,
+            fence,
+        } => Ok(AcquireOutcome::Held {
+            holder: holder.filter(|h| !h.is_empty()),
+            remaining,
+            fence,
+        }),
+        acquired => Ok(acquired),
+    }
+}
+
+fn flag_reply(what: &str, v: &Value) -> Result<bool, BackendError> {
+    match int(what, v)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(protocol(what, v)),
+    }
+}
+
+fn token_reply(what: &str, v: &Value) -> Result<Option<Token>, BackendError> {
+    let n = text(what, v)?
+        .parse::<u64>()
+        .map_err(|_| protocol(what, v))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    Token::new(n)
+        .map(Some)
+        .map_err(|e| BackendError::Protocol(format!("{what}: {e}")))
+}
+
+fn inspect_reply(v: &Value) -> Result<SemaphoreInfo, BackendError> {
+    const W: &str = "permit_inspect";
+    let Value::Array(a) = v else {
+        return Err(protocol(W, v));
+    };
+    let [count, holders, counter, mark] = a.as_slice() else {
+        return Err(protocol(W, v));
+    };
+    let mut info = SemaphoreInfo::default();
+    let count = text(W, count)?;
+    if !count.is_empty() {
+        info.permits = Some(count.parse::<u32>().map_err(|_| protocol(W, v))?);
+    }
+    let holders = match holders {
+        Value::Array(h) => h.as_slice(),
+        other => return Err(protocol(W, other)),
+    };
+    for pair in holders.chunks(2) {
+        let [owner, ms] = pair else {
+            return Err(protocol(W, v));
+        };
+        info.holders
+            .push(PermitHolder::new(text(W, owner)?, millis(W, ms)?));
+    }
+    info.counter = token_reply(W, counter)?;
+    info.mark = token_reply(W, mark)?.map_or(FenceMark::NONE, FenceMark::at);
+    Ok(info)
+}
+
+/// The checks every permit operation makes before its round trip: a semaphore's keys, and on
+/// Redis Cluster every key (fence keys too) in one slot.
+fn precheck<C>(backend: &RedisBackend<C>, op: &'static str, spec: &LeaseSpec) -> Result<(), BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    check_semaphore_spec(spec)?;
+    backend.precheck(op, spec)
+}
+
+/// [`LeaseBackend::check_semaphore`](lease_core::LeaseBackend::check_semaphore).
+pub(super) fn check<C>(backend: &RedisBackend<C>, spec: &LeaseSpec) -> Result<(), BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "check_semaphore", spec)
+}
+
+/// The semaphore's keys, then its fence keys when fenced.
+fn keyed(spec: &LeaseSpec, fence_keys: usize) -> Call {
+    let mut call = Call::new();
+    for k in spec.keys() {
+        call.key(k);
+    }
+    if let Some(fence) = spec.fence_key() {
+        let all = [fence.to_owned(), mark_key_of(fence), epoch_key_of(fence)];
+        for k in all.iter().take(fence_keys) {
+            call.key(k);
+        }
+    }
+    call
+}
+
+pub(super) async fn acquire<C>(
+    backend: &RedisBackend<C>,
+    req: &PermitRequest,
+) -> Result<AcquireOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let spec = &*req.acquire.spec;
+    precheck(backend, "acquire_permit", spec)?;
+    let fenced = spec.fence_key().is_some();
+    let mut call = keyed(spec, 3);
+    let mut packed = format!("{}:{}", req.ttl().as_millis(), req.permits.get());
+    if fenced {
+        let scheme = match backend.scheme {
+            TokenScheme::Counter => "counter",
+            _ => "clock",
+        };
+        let floor = req.acquire.floor.map_or(0, Token::get);
+        packed.push_str(&format!(":{scheme}:{floor}"));
+    }
+    call.arg(req.owner().as_str()).arg(packed);
+    let mut conn = backend.lane().await;
+    let v = call.run(&mut conn, &S_ACQUIRE).await?;
+    let outcome = acquire_reply(&v, req, fenced)?;
+    if matches!(outcome, AcquireOutcome::Acquired { .. }) {
+        backend.acknowledge(&mut conn).await?;
+    }
+    Ok(outcome)
+}
+
+pub(super) async fn renew<C>(
+    backend: &RedisBackend<C>,
+    req: &RenewRequest,
+) -> Result<RenewOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "renew_permit", &req.spec)?;
+    let mut call = keyed(&req.spec, 0);
+    call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+    let mut conn = backend.lane().await;
+    let v = call.run(&mut conn, &S_RENEW).await?;
+    if flag_reply("permit_renew", &v)? {
+        backend.acknowledge(&mut conn).await?;
+        Ok(RenewOutcome::Renewed)
+    } else {
+        Ok(RenewOutcome::NotHeld)
+    }
+}
+
+pub(super) async fn release<C>(
+    backend: &RedisBackend<C>,
+    req: &ReleaseRequest,
+) -> Result<ReleaseOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let spec = &*req.spec;
+    precheck(backend, "release_permit", spec)?;
+    let mut call = keyed(spec, 0);
+    call.arg(req.owner.as_str());
+    match spec.keys().first().filter(|_| backend.publish) {
+        Some(key) => {
+            let verb = match backend.topology {
+                Topology::Cluster => "s:",
+                _ => "p:",
+            };
+            let mut notice = String::from(verb);
+            notify::push_channel(&mut notice, key, backend.topology);
+            call.arg(notice);
+        }
+        None => {
+            call.arg("");
+        }
+    }
+    let mut conn = backend.conn.clone();
+    let v = call.run(&mut conn, &S_RELEASE).await?;
+    Ok(if flag_reply("permit_release", &v)? {
+        ReleaseOutcome::Released
+    } else {
+        ReleaseOutcome::NotHeld
+    })
+}
+
+pub(super) async fn remaining<C>(
+    backend: &RedisBackend<C>,
+    spec: &LeaseSpec,
+    owner: &Owner,
+) -> Result<Option<Duration>, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "permit_remaining", spec)?;
+    let mut call = Call::new();
+    if let Some(k) = spec.keys().first() {
+        call.key(k);
+    }
+    call.arg(owner.as_str());
+    let mut conn = backend.conn.clone();
+    let v = call.run(&mut conn, &S_PTTL).await?;
+    const W: &str = "permit_pttl";
+    match &v {
+        Value::Array(a) => match a.as_slice() {
+            [held, ms] if flag_reply(W, held)? => Ok(Some(millis(W, ms)?)),
+            [held] if !flag_reply(W, held)? => Ok(None),
+            _ => Err(protocol(W, &v)),
+        },
+        other => Err(protocol(W, other)),
+    }
+}
+
+pub(super) async fn inspect<C>(
+    backend: &RedisBackend<C>,
+    spec: &LeaseSpec,
+) -> Result<SemaphoreInfo, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "inspect_semaphore", spec)?;
+    let call = keyed(spec, 2);
+    let mut conn = backend.conn.clone();
+    let v = call.run(&mut conn, &S_INSPECT).await?;
+    inspect_reply(&v).map_err(|e| {
+        tracing::debug!(semaphore = semaphore_name(spec), error = %e, "lease-redis: permit_inspect reply");
+        e
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SHA1 of every composed permit script, pinned (as `scripts.rs` pins the others):
+    /// a change to the prelude, `semaphore.lua` or a script's own file must be deliberate.
+    const PINNED_SHA1: [(&str, &str); 5] = [
+        ("permit_acquire.lua", "7cbe0f7bb7b0f66fcf5db2492fa90e8954144a8e"),
+        ("permit_renew.lua", "f50006320f9422ae8eb16af8a6558b129b8bcc85"),
+        ("permit_release.lua", "6a277c2c4ac55d222749c8cea4943ebde7edd864"),
+        ("permit_pttl.lua", "22bb47826c7b34611992695b701250162d202b54"),
+        ("permit_inspect.lua", "a8a370b84bde857dd9ae84ae2f950628c3dbf35a"),
+    ];
+
+    #[test]
+    fn every_permit_script_is_pinned() {
+        for ((file, code), (pinned_file, sha)) in ALL.iter().zip(PINNED_SHA1) {
+            assert_eq!(*file, pinned_file);
+            let hash = redis::Script::new(code).get_hash().to_owned();
+            assert_eq!(hash, sha, "{file}: re-pin deliberately");
+        }
+    }
+
+    #[test]
+    fn every_permit_script_is_prelude_helpers_and_its_own_file() {
+        let prelude = include_str!("../../scripts/prelude.lua");
+        let helpers = include_str!("../../scripts/semaphore.lua");
+        for (file, code) in ALL {
+            assert!(code.starts_with(prelude), "{file}");
+            let own = &code[prelude.len()..];
+            assert!(own.starts_with(helpers), "{file}");
+            let own = &own[helpers.len()..];
+            assert!(own.starts_with(&format!("--[[ {file}:")), "{file} opens with its comment block");
+            assert_eq!(code.matches("local function now_ms").count(), 1, "{file}");
+        }
+    }
+
+    #[test]
+    fn a_mismatch_reply_is_typed() {
+        let spec = std::sync::Arc::new(lease_core::semaphore::semaphore_spec("s", None).unwrap());
+        let req = PermitRequest::new(
+            lease_core::AcquireRequest::new(
+                spec,
+                Owner::new("o").unwrap(),
+                lease_core::Ttl::new(Duration::from_secs(1)).unwrap(),
+            ),
+            lease_core::semaphore::PermitCount::new(3).unwrap(),
+        );
+        let v = Value::Array(vec![Value::Int(2), Value::BulkString(b"5".to_vec())]);
+        match acquire_reply(&v, &req, true) {
+            Err(BackendError::PermitsMismatch { name, stored: 5, asked: 3 }) => assert_eq!(name, "s"),
+            other => panic!("{other:?}"),
+        }
+        let garbage = Value::Array(vec![Value::Int(2), Value::BulkString(b"x".to_vec())]);
+        assert!(matches!(acquire_reply(&garbage, &req, true), Err(BackendError::Protocol(_))));
+    }
+}

@@ -1,0 +1,303 @@
+//! Semaphores on a real Redis: the permit scripts against their executable specification (the
+//! in-memory backend), and their refusals.
+//!
+//! - `permit_scripts_match_the_memory_backend`: random sequences of permit operations (obtain
+//!   with the right count or another, renew, release, remaining, inspect, lost keys, a corrupt
+//!   count) on a real Redis and on `MemoryBackend` (TTLs long enough that nothing expires)
+//!   give the same outcomes;
+//! - `expiry_is_judged_by_the_server`: permits expire by the server's clock (a holder that
+//!   stopped renewing frees its permit one TTL later; the keys vanish with the last permit);
+//! - the typed refusals: another count, a wrong-type key, a corrupt count, a lock's spec, and
+//!   on Redis Cluster a name without a hash tag (before any round trip).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use lease_core::memory::{ManualClock, MemoryBackend};
+use lease_core::semaphore::{PermitCount, PermitRequest, semaphore_spec};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, ReleaseOutcome,
+    RenewOutcome, Ttl,
+};
+use lease_redis::{RedisBackend, Topology};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+const OWNERS: [&str; 5] = ["a", "b", "c", "d", "e"];
+const N: u32 = 3;
+
+fn spec() -> Arc<LeaseSpec> {
+    Arc::new(semaphore_spec("{sem}", None).expect("spec"))
+}
+
+fn permit(spec: &Arc<LeaseSpec>, who: &str, n: u32, ttl: Ttl) -> PermitRequest {
+    PermitRequest::new(
+        AcquireRequest::new(Arc::clone(spec), owner(who), ttl),
+        PermitCount::new(n).expect("count"),
+    )
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire { owner: usize, count: u32 },
+    Renew { owner: usize },
+    Release { owner: usize },
+    Remaining { owner: usize },
+    Inspect,
+    LoseKey { size: bool },
+    CorruptCount,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..OWNERS.len(), prop_oneof![8 => Just(N), 1 => Just(N + 1), 1 => Just(1u32)])
+            .prop_map(|(owner, count)| Op::Acquire { owner, count }),
+        2 => (0..OWNERS.len()).prop_map(|owner| Op::Renew { owner }),
+        3 => (0..OWNERS.len()).prop_map(|owner| Op::Release { owner }),
+        1 => (0..OWNERS.len()).prop_map(|owner| Op::Remaining { owner }),
+        1 => Just(Op::Inspect),
+        1 => any::<bool>().prop_map(|size| Op::LoseKey { size }),
+        1 => Just(Op::CorruptCount),
+    ]
+}
+
+fn kind(e: &BackendError) -> String {
+    match e {
+        BackendError::Refused(_) => "refused".into(),
+        BackendError::Invalid(_) => "invalid".into(),
+        BackendError::Corrupt { key, .. } => format!("corrupt {key}"),
+        BackendError::PermitsMismatch { stored, asked, .. } => {
+            format!("mismatch {stored} {asked}")
+        }
+        other => format!("other {other}"),
+    }
+}
+
+fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
+    match r {
+        Ok(v) => format!("ok {v:?}"),
+        Err(e) => format!("err {}", kind(e)),
+    }
+}
+
+fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
+    match r {
+        Ok(AcquireOutcome::Acquired { token, fence }) => {
+            format!("acquired {token:?} before={:?}", fence.counter)
+        }
+        Ok(AcquireOutcome::Held {
+            holder,
+            remaining,
+            fence,
+        }) => format!(
+            "held {holder:?} ttl={} counter={:?}",
+            remaining.is_some(),
+            fence.counter
+        ),
+        other => norm(other),
+    }
+}
+
+struct Case<'a> {
+    redis: &'a RedisBackend<Conn>,
+    raw: Conn,
+    mem: MemoryBackend,
+    spec: Arc<LeaseSpec>,
+}
+
+impl Case<'_> {
+    async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let long = ttl_ms(LONG);
+        match op {
+            Op::Acquire { owner, count } => {
+                let req = permit(&self.spec, OWNERS[*owner], *count, long);
+                let m = self.mem.acquire_permit_now(&req);
+                let r = self.redis.acquire_permit(&req).await;
+                prop_assert_eq!(norm_acquire(&r), norm_acquire(&m));
+            }
+            Op::Renew { owner } => {
+                let req = renew(&self.spec, OWNERS[*owner]);
+                let m = self.mem.renew_permit_now(&req);
+                let r = self.redis.renew_permit(&req).await;
+                prop_assert_eq!(norm(&r), norm(&m));
+            }
+            Op::Release { owner } => {
+                let req = release(&self.spec, OWNERS[*owner], None);
+                let m = self.mem.release_permit_now(&req);
+                let r = self.redis.release_permit(&req).await;
+                prop_assert_eq!(norm(&r), norm(&m));
+            }
+            Op::Remaining { owner } => {
+                let o = owner(OWNERS[*owner]);
+                let m = self.mem.permit_remaining(&self.spec, &o).await;
+                let r = self.redis.permit_remaining(&self.spec, &o).await;
+                match (&r, &m) {
+                    (Ok(Some(rd)), Ok(Some(md))) => prop_assert!(rd <= md, "{rd:?} > {md:?}"),
+                    _ => prop_assert_eq!(norm(&r), norm(&m)),
+                }
+            }
+            Op::Inspect => {
+                let m = self.mem.inspect_semaphore_now(&self.spec);
+                let r = self.redis.inspect_semaphore(&self.spec).await;
+                let strip = |x: &Result<lease_core::semaphore::SemaphoreInfo, BackendError>| match x
+                {
+                    Ok(i) => format!(
+                        "ok {:?} {:?} {:?} {:?}",
+                        i.permits,
+                        // Equal expiries sort by owner on both sides; TTLs as presence.
+                        i.holders.iter().map(|h| &h.owner).collect::<Vec<_>>(),
+                        i.counter,
+                        i.mark
+                    ),
+                    Err(e) => format!("err {}", kind(e)),
+                };
+                prop_assert_eq!(strip(&r), strip(&m));
+            }
+            Op::LoseKey { size } => {
+                let key = &self.spec.keys()[usize::from(*size)];
+                self.mem.lose_key(key);
+                del(&mut self.raw, key).await;
+            }
+            Op::CorruptCount => {
+                let key = &self.spec.keys()[1];
+                self.mem.put(key, "03");
+                set(&mut self.raw, key, "03").await;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn permit_scripts_match_the_memory_backend() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (_server, backend, raw) = rt.block_on(setup());
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&vec(op(), 1..40), |ops| {
+            rt.block_on(async {
+                let mut flush = raw.clone();
+                let () = redis::cmd("FLUSHALL")
+                    .query_async(&mut flush)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let mut case = Case {
+                    redis: &backend,
+                    raw: raw.clone(),
+                    mem: MemoryBackend::new(ManualClock::new()),
+                    spec: spec(),
+                };
+                for (i, op) in ops.iter().enumerate() {
+                    case.step(op)
+                        .await
+                        .map_err(|e| TestCaseError::fail(format!("op #{i} {op:?}: {e}")))?;
+                }
+                Ok(())
+            })
+        })
+        .expect("parity");
+}
+
+/// Permits expire by the server's clock: a holder that stops renewing frees its permit one TTL
+/// later, without a release; the keys vanish with the last permit.
+#[tokio::test]
+async fn expiry_is_judged_by_the_server() {
+    let (_server, backend, mut raw) = setup().await;
+    let spec = spec();
+    let short = ttl_ms(300);
+    let long = ttl_ms(LONG);
+    for who in ["a", "b"] {
+        let got = backend.acquire_permit(&permit(&spec, who, 2, short)).await;
+        assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "{got:?}");
+    }
+    let full = backend.acquire_permit(&permit(&spec, "c", 2, long)).await;
+    let Ok(AcquireOutcome::Held { holder: None, remaining: Some(r), .. }) = full else {
+        panic!("expected held, got {full:?}");
+    };
+    assert!(r <= Duration::from_millis(300), "{r:?}");
+    assert!(pttl(&mut raw, &spec.keys()[0]).await > 0, "the keys expire with the last permit");
+    // "a" keeps renewing, "b" has crashed.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let renewed = backend.renew_permit(&renew_ttl(&spec, "a", short)).await;
+    assert_eq!(renewed.expect("renew"), RenewOutcome::Renewed);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let renewed = backend.renew_permit(&renew_ttl(&spec, "b", short)).await;
+    assert_eq!(renewed.expect("renew"), RenewOutcome::NotHeld, "b's permit expired");
+    let got = backend.acquire_permit(&permit(&spec, "c", 2, short)).await;
+    assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "b's permit is free: {got:?}");
+    let info = backend.inspect_semaphore(&spec).await.expect("inspect");
+    let owners: Vec<&str> = info.holders.iter().map(|h| h.owner.as_str()).collect();
+    assert_eq!(owners.len(), 2);
+    assert!(owners.contains(&"a") && owners.contains(&"c"), "{owners:?}");
+    assert_eq!(info.permits, Some(2));
+    // Nobody renews: both keys vanish on their own.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(!exists(&mut raw, &spec.keys()[0]).await);
+    assert!(!exists(&mut raw, &spec.keys()[1]).await);
+}
+
+fn renew_ttl(spec: &Arc<LeaseSpec>, who: &str, ttl: Ttl) -> lease_core::RenewRequest {
+    lease_core::RenewRequest::new(Arc::clone(spec), owner(who), ttl)
+}
+
+#[tokio::test]
+async fn another_count_is_refused_typed_and_changes_nothing() {
+    let (_server, backend, _raw) = setup().await;
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let first = backend.acquire_permit(&permit(&spec, "a", 3, long)).await;
+    assert!(matches!(first, Ok(AcquireOutcome::Acquired { .. })));
+    let other = backend.acquire_permit(&permit(&spec, "b", 5, long)).await;
+    match other {
+        Err(ref e @ BackendError::PermitsMismatch { ref name, stored: 3, asked: 5 }) => {
+            assert_eq!(name, "{sem}");
+            assert!(!e.is_transient(), "permanent");
+            assert_eq!(e.effect(), lease_core::Effect::NotApplied);
+        }
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    let info = backend.inspect_semaphore(&spec).await.expect("inspect");
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.counter.map(|t| t.get()), Some(1), "no token minted");
+    // Released, the semaphore is empty: another count may define it.
+    let released = backend.release_permit(&release(&spec, "a", None)).await;
+    assert_eq!(released.expect("release"), ReleaseOutcome::Released);
+    let again = backend.acquire_permit(&permit(&spec, "b", 5, long)).await;
+    assert!(matches!(again, Ok(AcquireOutcome::Acquired { .. })), "{again:?}");
+}
+
+#[tokio::test]
+async fn bad_keys_and_specs_are_refused() {
+    let (_server, backend, mut raw) = setup().await;
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    // A wrong-type permits key: the server's WRONGTYPE, nothing changed.
+    set(&mut raw, &spec.keys()[0], "x").await;
+    let got = backend.acquire_permit(&permit(&spec, "a", 3, long)).await;
+    assert!(matches!(got, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")), "{got:?}");
+    del(&mut raw, &spec.keys()[0]).await;
+    // A lock's spec is not a semaphore's: refused before any round trip.
+    let lock_spec = lock(&["{sem}:x"], None);
+    let req = PermitRequest::new(
+        AcquireRequest::new(lock_spec, owner("a"), long),
+        PermitCount::new(3).expect("count"),
+    );
+    assert!(matches!(backend.acquire_permit(&req).await, Err(BackendError::Invalid(_))));
+    // On Redis Cluster, every key of a semaphore must share a slot: no hash tag, refused
+    // before any round trip (the topology check needs no cluster).
+    let conn = raw.clone();
+    let cluster = RedisBackend::with_topology(conn, Topology::Cluster);
+    let untagged = semaphore_spec("deploys", None).expect("spec");
+    assert!(matches!(cluster.check_semaphore(&untagged), Err(BackendError::Invalid(_))));
+    assert!(cluster.check_semaphore(&semaphore_spec("{deploys}", None).expect("spec")).is_ok());
+    // The in-memory backend keeps semaphores; a backend without permit methods refuses.
+    assert!(MemoryBackend::new(ManualClock::new()).check_semaphore(&spec).is_ok());
+}

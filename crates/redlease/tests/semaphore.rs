@@ -1,0 +1,270 @@
+//! Counting semaphores through the facade, against a real Redis.
+//!
+//! - at most N holders under concurrency (20 tasks, N = 3, counting concurrent holders as the
+//!   tasks themselves see them), and the count is reached (the bound is not vacuous);
+//! - a crashed holder's permit (never released, never renewed) expires with its TTL and a
+//!   waiter gets it then — not before;
+//! - another count is a typed refusal at the first round trip, never retried;
+//! - a release wakes a waiter at once (release notices), far before its retry delay;
+//! - truthful outcomes: an obtain whose reply is lost is "unknown", was applied, and its
+//!   cleanup gives the permit back;
+//! - auto-renewal keeps a permit past its TTL; a backend without semaphores refuses.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::locks::{linear, ms, proxied};
+use lease_testkit::proxy::{FaultProxy, Mode};
+use redlease::{BackendError, LockError, LockOptions, Locker, Semaphore};
+
+/// Every await of these tests is bounded by this.
+const BOUND: Duration = Duration::from_secs(30);
+
+async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {BOUND:?}"))
+}
+
+async fn notified(server: &lease_testkit::redis::RedisServer) -> Locker<impl redlease::LeaseBackend> {
+    Locker::new(
+        redlease::redis::connect(&server.url())
+            .await
+            .expect("connect"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn never_more_than_n_holders_under_concurrency() {
+    let server = common::redis().await;
+    const TASKS: usize = 20;
+    const N: u32 = 3;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        // Each task its own connection and locker: separate "processes".
+        let sem = notified(&server).await.semaphore("{jobs}", N).expect("semaphore");
+        let (holding, peak) = (Arc::clone(&holding), Arc::clone(&peak));
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for round in 0..3 {
+                let permit = sem
+                    .acquire(
+                        ms(10_000),
+                        LockOptions::new().retry(linear(20)).wait(ms(20_000)),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("task {i} round {round}: {e}"));
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokens.push(permit.fence_token().expect("every permit is fenced"));
+                tokio::time::sleep(ms(15)).await;
+                // Counted out before the release is sent: the store holds it at least as long.
+                holding.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.expect("release");
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(bounded("a task", t).await.expect("task"));
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= N as usize, "{peak} holders at once, N = {N}");
+    assert_eq!(peak, N as usize, "the semaphore was never full: the bound was not tested");
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), TASKS * 3, "every permit got its own fencing token");
+}
+
+#[tokio::test]
+async fn a_crashed_holders_permit_expires() {
+    let server = common::redis().await;
+    let locker = notified(&server).await;
+    let sem = locker.semaphore("{crash}", 1).expect("semaphore");
+    let ttl = ms(1_000);
+    let crashed = bounded("obtain", sem.acquire(ttl, LockOptions::new())).await.expect("obtain");
+    let obtained_at = Instant::now();
+    // The holder dies: no release, no renewal (its handle never runs its drop).
+    std::mem::forget(crashed);
+    let other = notified(&server).await.semaphore("{crash}", 1).expect("semaphore");
+    let err = bounded("busy", other.acquire(ms(5_000), LockOptions::new())).await.unwrap_err();
+    assert!(err.is_not_obtained(), "{err:?}");
+    let permit = bounded(
+        "waiter",
+        other.acquire(ms(5_000), LockOptions::new().retry(linear(50)).wait(ms(5_000))),
+    )
+    .await
+    .expect("the crashed permit expires");
+    let waited = obtained_at.elapsed();
+    assert!(waited >= ms(900), "obtained after {waited:?}, before the crashed permit's TTL");
+    assert!(waited < ms(3_000), "obtained only after {waited:?}");
+    permit.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn another_count_is_refused_at_once_and_typed() {
+    let server = common::redis().await;
+    let locker = notified(&server).await;
+    let three = locker.semaphore("{n}", 3).expect("semaphore");
+    let held = bounded("obtain", three.acquire(ms(10_000), LockOptions::new())).await.expect("obtain");
+    let five = locker.semaphore("{n}", 5).expect("a count is checked at the store");
+    let started = Instant::now();
+    let err = bounded(
+        "mismatch",
+        five.acquire(ms(10_000), LockOptions::new().retry(linear(10)).wait(ms(5_000))),
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        LockError::Refused(BackendError::PermitsMismatch { name, stored: 3, asked: 5 }) => {
+            assert_eq!(name, "{n}");
+        }
+        other => panic!("expected a typed mismatch, got {other:?}"),
+    }
+    assert!(started.elapsed() < ms(1_000), "permanent: not retried for the wait");
+    // Bad input is refused before any round trip.
+    assert!(matches!(locker.semaphore("{n}", 0), Err(LockError::Invalid(_))));
+    assert!(matches!(locker.semaphore("", 2), Err(LockError::Invalid(_))));
+    assert!(matches!(
+        three.acquire(ms(1_000), LockOptions::new().metadata("m")).await,
+        Err(LockError::Invalid(_))
+    ));
+    held.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_at_once() {
+    let server = common::redis().await;
+    let holder = notified(&server).await.semaphore("{wake}", 1).expect("semaphore");
+    let waiter = notified(&server).await.semaphore("{wake}", 1).expect("semaphore");
+    let permit = bounded("obtain", holder.acquire(ms(30_000), LockOptions::new())).await.expect("obtain");
+    // The waiter retries only every 10 s; the holder's permit lasts 30 s: only the release
+    // notice can wake it soon.
+    let wait = tokio::spawn(async move {
+        let p = waiter
+            .acquire(ms(30_000), LockOptions::new().retry(linear(10_000)).wait(ms(30_000)))
+            .await;
+        (p, Instant::now())
+    });
+    // Let the waiter find the semaphore full and subscribe.
+    tokio::time::sleep(ms(300)).await;
+    let released_at = Instant::now();
+    permit.release().await.expect("release");
+    let (got, at) = bounded("waiter", wait).await.expect("task");
+    let woken = at - released_at;
+    got.expect("the waiter obtains").release().await.expect("release");
+    assert!(woken < ms(1_000), "woken {woken:?} after the release");
+}
+
+#[tokio::test]
+async fn an_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
+    let locker = Locker::new(proxied(&server, &proxy).await);
+    let sem = locker.semaphore("{lost}", 2).expect("semaphore");
+    // Load the permit scripts while the path is healthy.
+    let warm = bounded("warm", sem.acquire(ms(10_000), LockOptions::new())).await.expect("warm");
+    warm.release().await.expect("release");
+
+    proxy.set_mode(Mode::DropReplies);
+    let err = bounded(
+        "obtain",
+        sem.acquire(
+            ms(10_000),
+            LockOptions::new().operation_timeout(ms(300)).wait(Duration::ZERO),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
+    proxy.set_mode(Mode::Pass);
+    // It was applied (a token was minted), and the cleanup gives the permit back.
+    let reader = notified(&server).await.semaphore("{lost}", 2).expect("semaphore");
+    let info = bounded("inspect", reader.inspect(ms(2_000))).await.expect("inspect");
+    assert_eq!(info.counter.map(|t| t.get()), Some(2), "the lost obtain minted a token");
+    let gone = bounded("cleanup", async {
+        loop {
+            let info = reader.inspect(ms(2_000)).await.expect("inspect");
+            if info.holders.is_empty() {
+                break;
+            }
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    let () = gone;
+}
+
+#[tokio::test]
+async fn auto_renewal_keeps_a_permit_and_loss_is_signalled() {
+    let server = common::redis().await;
+    let sem: Semaphore<_> = notified(&server).await.semaphore("{renew}", 1).expect("semaphore");
+    let permit = bounded(
+        "obtain",
+        sem.acquire(ms(600), LockOptions::new().auto_renew(ms(150))),
+    )
+    .await
+    .expect("obtain");
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(permit.held(), "renewed past its TTL");
+    let ttl = bounded("ttl", permit.ttl()).await.expect("ttl");
+    assert!(ttl > Duration::ZERO && ttl <= ms(600), "{ttl:?}");
+    let other = notified(&server).await.semaphore("{renew}", 1).expect("semaphore");
+    assert!(bounded("busy", other.acquire(ms(600), LockOptions::new())).await.unwrap_err().is_not_obtained());
+    let lost = permit.lost();
+    permit.release().await.expect("release");
+    assert!(lost.is_cancelled());
+}
+
+#[tokio::test]
+async fn a_backend_without_semaphores_refuses_before_any_round_trip() {
+    // A backend that implements only the lease methods: the trait's defaults refuse.
+    struct LocksOnly(redlease::memory::MemoryBackend);
+    #[redlease::async_trait]
+    impl redlease::LeaseBackend for LocksOnly {
+        async fn acquire(
+            &self,
+            r: &redlease::core::AcquireRequest,
+        ) -> Result<redlease::core::AcquireOutcome, BackendError> {
+            self.0.acquire(r).await
+        }
+        async fn renew(
+            &self,
+            r: &redlease::core::RenewRequest,
+        ) -> Result<redlease::core::RenewOutcome, BackendError> {
+            self.0.renew(r).await
+        }
+        async fn release(
+            &self,
+            r: &redlease::core::ReleaseRequest,
+        ) -> Result<redlease::core::ReleaseOutcome, BackendError> {
+            self.0.release(r).await
+        }
+        async fn remaining(
+            &self,
+            s: &redlease::core::LeaseSpec,
+            o: &redlease::core::Owner,
+        ) -> Result<Option<Duration>, BackendError> {
+            self.0.remaining(s, o).await
+        }
+        async fn inspect(
+            &self,
+            s: &redlease::core::LeaseSpec,
+        ) -> Result<redlease::core::LeaseInfo, BackendError> {
+            self.0.inspect(s).await
+        }
+    }
+    let locker = Locker::new(LocksOnly(redlease::memory::MemoryBackend::new(
+        redlease::memory::ManualClock::new(),
+    )));
+    assert!(matches!(
+        locker.semaphore("{x}", 2),
+        Err(LockError::Refused(BackendError::Unsupported(_)))
+    ));
+}
