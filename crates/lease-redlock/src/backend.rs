@@ -288,6 +288,18 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
         self.nodes().iter().try_for_each(|n| n.check_spec(spec))
     }
 
+    /// Refused: a count of permits over independent nodes bounds nothing (with three nodes
+    /// and two permits, three holders can win the majorities {1, 2}, {2, 3} and {1, 3} while
+    /// no node holds more than two). The permit operations keep the trait's refusing defaults.
+    fn check_semaphore(&self, _spec: &LeaseSpec) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "Redlock offers no semaphores: permits counted on independent nodes do not bound the \
+             holders (majorities of different nodes can each stay within the count); use one \
+             Redis primary (with replicas and WAIT) for semaphores"
+                .into(),
+        ))
+    }
+
     /// A watch fed by every node's notices (each node's backend needs its own subscriber, as
     /// [`Node::connect`](crate::Node::connect) gives it); see [`crate::notify`].
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {

@@ -29,7 +29,9 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
         .unwrap_or_else(|_| panic!("{what}: no answer within {BOUND:?}"))
 }
 
-async fn notified(server: &lease_testkit::redis::RedisServer) -> Locker<impl redlease::LeaseBackend> {
+async fn notified(
+    server: &lease_testkit::redis::RedisServer,
+) -> Locker<redlease::redis::RedisBackend<redlease::redis::HealingConnection>> {
     Locker::new(
         redlease::redis::connect(&server.url())
             .await

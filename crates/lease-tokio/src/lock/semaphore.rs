@@ -29,8 +29,8 @@ pub type Permit<B> = Lock<PermitBackend<B>>;
 ///
 /// Every holder of one semaphore must use the same count: an obtain with another count while
 /// permits are held is refused at its first round trip with
-/// [`LockError::Refused`]`(`[`BackendError::PermitsMismatch`]`)`. See `docs/locks.md`,
-/// "Semaphores", for the guarantees and costs.
+/// [`LockError::Refused`]`(`[`BackendError::PermitsMismatch`]`)`. See
+/// `docs/semaphores.md` for the guarantees and costs.
 ///
 /// ```
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -67,12 +67,11 @@ impl<B> Clone for Semaphore<B> {
     }
 }
 
-impl<B: std::fmt::Debug> std::fmt::Debug for Semaphore<B> {
+impl<B> std::fmt::Debug for Semaphore<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Semaphore")
             .field("name", &self.name)
-            .field("backend", self.locker.backend())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
