@@ -34,10 +34,21 @@ const OWNERS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire { owner: usize, ttl_ms: u64, other_count: bool },
-    Renew { owner: usize, ttl_ms: u64 },
-    Release { owner: usize },
-    Advance { ms: u64 },
+    Acquire {
+        owner: usize,
+        ttl_ms: u64,
+        other_count: bool,
+    },
+    Renew {
+        owner: usize,
+        ttl_ms: u64,
+    },
+    Release {
+        owner: usize,
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -92,7 +103,11 @@ impl World {
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let now = self.clock.now();
         match *op {
-            Op::Acquire { owner, ttl_ms, other_count } => {
+            Op::Acquire {
+                owner,
+                ttl_ms,
+                other_count,
+            } => {
                 let asked = if other_count { self.n + 1 } else { self.n };
                 let ttl = Ttl::new(Duration::from_millis(ttl_ms)).expect("a valid ttl");
                 let req = PermitRequest::new(
@@ -112,7 +127,11 @@ impl World {
                 if !mine && current.len() >= asked as usize {
                     let first = current.iter().map(|(_, e)| *e).min().expect("full");
                     match got {
-                        Ok(AcquireOutcome::Held { holder: None, remaining, fence }) => {
+                        Ok(AcquireOutcome::Held {
+                            holder: None,
+                            remaining,
+                            fence,
+                        }) => {
                             prop_assert_eq!(remaining, Some(first - now));
                             prop_assert_eq!(fence.counter.map_or(0, |t| t.get()), self.last_token);
                         }
@@ -136,7 +155,10 @@ impl World {
                 let ttl = Ttl::new(Duration::from_millis(ttl_ms)).expect("a valid ttl");
                 let req = RenewRequest::new(Arc::clone(&self.spec), World::owner(owner), ttl);
                 let held = self.model.get(&owner).is_some_and(|e| *e > now);
-                let got = self.store.renew_permit_now(&req).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let got = self
+                    .store
+                    .renew_permit_now(&req)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 if held {
                     prop_assert_eq!(got, RenewOutcome::Renewed);
                     self.model.insert(owner, now + ttl.get());
@@ -147,8 +169,18 @@ impl World {
             Op::Release { owner } => {
                 let req = ReleaseRequest::new(Arc::clone(&self.spec), World::owner(owner));
                 let held = self.model.remove(&owner).is_some_and(|e| e > now);
-                let got = self.store.release_permit_now(&req).map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(got, if held { ReleaseOutcome::Released } else { ReleaseOutcome::NotHeld });
+                let got = self
+                    .store
+                    .release_permit_now(&req)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(
+                    got,
+                    if held {
+                        ReleaseOutcome::Released
+                    } else {
+                        ReleaseOutcome::NotHeld
+                    }
+                );
             }
             Op::Advance { ms } => self.clock.advance(Duration::from_millis(ms)),
         }
@@ -162,7 +194,10 @@ impl World {
             .inspect_semaphore_now(&self.spec)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let current = self.current();
-        prop_assert!(info.holders.len() <= self.n as usize, "more than N permits: {info:?}");
+        prop_assert!(
+            info.holders.len() <= self.n as usize,
+            "more than N permits: {info:?}"
+        );
         prop_assert_eq!(info.holders.len(), current.len());
         for h in &info.holders {
             prop_assert!(current.iter().any(|(o, _)| OWNERS[*o] == h.owner));
@@ -224,18 +259,34 @@ fn a_broken_count_is_caught() {
         )
     };
     for o in ["a", "b"] {
-        assert!(matches!(store.acquire_permit_now(&ask(o, 2)), Ok(AcquireOutcome::Acquired { .. })));
+        assert!(matches!(
+            store.acquire_permit_now(&ask(o, 2)),
+            Ok(AcquireOutcome::Acquired { .. })
+        ));
     }
     // A third holder asking for 3 would make three holders of a semaphore of two.
     let third = store.acquire_permit_now(&ask("c", 3));
     assert!(
-        matches!(third, Err(BackendError::PermitsMismatch { stored: 2, asked: 3, .. })),
+        matches!(
+            third,
+            Err(BackendError::PermitsMismatch {
+                stored: 2,
+                asked: 3,
+                ..
+            })
+        ),
         "{third:?}"
     );
     let info = store.inspect_semaphore_now(&spec).expect("inspect");
     assert_eq!(info.holders.len(), 2);
     // Once every permit expired, another count may define the semaphore.
     clock.advance(Duration::from_secs(10));
-    assert!(matches!(store.acquire_permit_now(&ask("c", 3)), Ok(AcquireOutcome::Acquired { .. })));
-    assert_eq!(store.inspect_semaphore_now(&spec).expect("inspect").permits, Some(3));
+    assert!(matches!(
+        store.acquire_permit_now(&ask("c", 3)),
+        Ok(AcquireOutcome::Acquired { .. })
+    ));
+    assert_eq!(
+        store.inspect_semaphore_now(&spec).expect("inspect").permits,
+        Some(3)
+    );
 }

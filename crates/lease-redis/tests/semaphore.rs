@@ -220,23 +220,41 @@ async fn expiry_is_judged_by_the_server() {
     let long = ttl_ms(LONG);
     for who in ["a", "b"] {
         let got = backend.acquire_permit(&permit(&spec, who, 2, short)).await;
-        assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "{got:?}");
+        assert!(
+            matches!(got, Ok(AcquireOutcome::Acquired { .. })),
+            "{got:?}"
+        );
     }
     let full = backend.acquire_permit(&permit(&spec, "c", 2, long)).await;
-    let Ok(AcquireOutcome::Held { holder: None, remaining: Some(r), .. }) = full else {
+    let Ok(AcquireOutcome::Held {
+        holder: None,
+        remaining: Some(r),
+        ..
+    }) = full
+    else {
         panic!("expected held, got {full:?}");
     };
     assert!(r <= Duration::from_millis(300), "{r:?}");
-    assert!(pttl(&mut raw, &spec.keys()[0]).await > 0, "the keys expire with the last permit");
+    assert!(
+        pttl(&mut raw, &spec.keys()[0]).await > 0,
+        "the keys expire with the last permit"
+    );
     // "a" keeps renewing, "b" has crashed.
     tokio::time::sleep(Duration::from_millis(150)).await;
     let renewed = backend.renew_permit(&renew_ttl(&spec, "a", short)).await;
     assert_eq!(renewed.expect("renew"), RenewOutcome::Renewed);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let renewed = backend.renew_permit(&renew_ttl(&spec, "b", short)).await;
-    assert_eq!(renewed.expect("renew"), RenewOutcome::NotHeld, "b's permit expired");
+    assert_eq!(
+        renewed.expect("renew"),
+        RenewOutcome::NotHeld,
+        "b's permit expired"
+    );
     let got = backend.acquire_permit(&permit(&spec, "c", 2, short)).await;
-    assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "b's permit is free: {got:?}");
+    assert!(
+        matches!(got, Ok(AcquireOutcome::Acquired { .. })),
+        "b's permit is free: {got:?}"
+    );
     let info = backend.inspect_semaphore(&spec).await.expect("inspect");
     let owners: Vec<&str> = info.holders.iter().map(|h| h.owner.as_str()).collect();
     assert_eq!(owners.len(), 2);
@@ -261,7 +279,13 @@ async fn another_count_is_refused_typed_and_changes_nothing() {
     assert!(matches!(first, Ok(AcquireOutcome::Acquired { .. })));
     let other = backend.acquire_permit(&permit(&spec, "b", 5, long)).await;
     match other {
-        Err(ref e @ BackendError::PermitsMismatch { ref name, stored: 3, asked: 5 }) => {
+        Err(
+            ref e @ BackendError::PermitsMismatch {
+                ref name,
+                stored: 3,
+                asked: 5,
+            },
+        ) => {
             assert_eq!(name, "{sem}");
             assert!(!e.is_transient(), "permanent");
             assert_eq!(e.effect(), lease_core::Effect::NotApplied);
@@ -275,7 +299,10 @@ async fn another_count_is_refused_typed_and_changes_nothing() {
     let released = backend.release_permit(&release(&spec, "a", None)).await;
     assert_eq!(released.expect("release"), ReleaseOutcome::Released);
     let again = backend.acquire_permit(&permit(&spec, "b", 5, long)).await;
-    assert!(matches!(again, Ok(AcquireOutcome::Acquired { .. })), "{again:?}");
+    assert!(
+        matches!(again, Ok(AcquireOutcome::Acquired { .. })),
+        "{again:?}"
+    );
 }
 
 #[tokio::test]
@@ -286,7 +313,10 @@ async fn bad_keys_and_specs_are_refused() {
     // A wrong-type permits key: the server's WRONGTYPE, nothing changed.
     set(&mut raw, &spec.keys()[0], "x").await;
     let got = backend.acquire_permit(&permit(&spec, "a", 3, long)).await;
-    assert!(matches!(got, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")), "{got:?}");
+    assert!(
+        matches!(got, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")),
+        "{got:?}"
+    );
     del(&mut raw, &spec.keys()[0]).await;
     // A lock's spec is not a semaphore's: refused before any round trip.
     let lock_spec = lock(&["{sem}:x"], None);
@@ -294,14 +324,28 @@ async fn bad_keys_and_specs_are_refused() {
         AcquireRequest::new(lock_spec, owner("a"), long),
         PermitCount::new(3).expect("count"),
     );
-    assert!(matches!(backend.acquire_permit(&req).await, Err(BackendError::Invalid(_))));
+    assert!(matches!(
+        backend.acquire_permit(&req).await,
+        Err(BackendError::Invalid(_))
+    ));
     // On Redis Cluster, every key of a semaphore must share a slot: no hash tag, refused
     // before any round trip (the topology check needs no cluster).
     let conn = raw.clone();
     let cluster = RedisBackend::with_topology(conn, Topology::Cluster);
     let untagged = semaphore_spec("deploys", None).expect("spec");
-    assert!(matches!(cluster.check_semaphore(&untagged), Err(BackendError::Invalid(_))));
-    assert!(cluster.check_semaphore(&semaphore_spec("{deploys}", None).expect("spec")).is_ok());
+    assert!(matches!(
+        cluster.check_semaphore(&untagged),
+        Err(BackendError::Invalid(_))
+    ));
+    assert!(
+        cluster
+            .check_semaphore(&semaphore_spec("{deploys}", None).expect("spec"))
+            .is_ok()
+    );
     // The in-memory backend keeps semaphores; a backend without permit methods refuses.
-    assert!(MemoryBackend::new(ManualClock::new()).check_semaphore(&spec).is_ok());
+    assert!(
+        MemoryBackend::new(ManualClock::new())
+            .check_semaphore(&spec)
+            .is_ok()
+    );
 }

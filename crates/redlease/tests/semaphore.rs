@@ -49,7 +49,10 @@ async fn never_more_than_n_holders_under_concurrency() {
     let mut tasks = Vec::new();
     for i in 0..TASKS {
         // Each task its own connection and locker: separate "processes".
-        let sem = notified(&server).await.semaphore("{jobs}", N).expect("semaphore");
+        let sem = notified(&server)
+            .await
+            .semaphore("{jobs}", N)
+            .expect("semaphore");
         let (holding, peak) = (Arc::clone(&holding), Arc::clone(&peak));
         tasks.push(tokio::spawn(async move {
             let mut tokens = Vec::new();
@@ -78,10 +81,17 @@ async fn never_more_than_n_holders_under_concurrency() {
     }
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= N as usize, "{peak} holders at once, N = {N}");
-    assert_eq!(peak, N as usize, "the semaphore was never full: the bound was not tested");
+    assert_eq!(
+        peak, N as usize,
+        "the semaphore was never full: the bound was not tested"
+    );
     all.sort();
     all.dedup();
-    assert_eq!(all.len(), TASKS * 3, "every permit got its own fencing token");
+    assert_eq!(
+        all.len(),
+        TASKS * 3,
+        "every permit got its own fencing token"
+    );
 }
 
 #[tokio::test]
@@ -90,21 +100,34 @@ async fn a_crashed_holders_permit_expires() {
     let locker = notified(&server).await;
     let sem = locker.semaphore("{crash}", 1).expect("semaphore");
     let ttl = ms(1_000);
-    let crashed = bounded("obtain", sem.acquire(ttl, LockOptions::new())).await.expect("obtain");
+    let crashed = bounded("obtain", sem.acquire(ttl, LockOptions::new()))
+        .await
+        .expect("obtain");
     let obtained_at = Instant::now();
     // The holder dies: no release, no renewal (its handle never runs its drop).
     std::mem::forget(crashed);
-    let other = notified(&server).await.semaphore("{crash}", 1).expect("semaphore");
-    let err = bounded("busy", other.acquire(ms(5_000), LockOptions::new())).await.unwrap_err();
+    let other = notified(&server)
+        .await
+        .semaphore("{crash}", 1)
+        .expect("semaphore");
+    let err = bounded("busy", other.acquire(ms(5_000), LockOptions::new()))
+        .await
+        .unwrap_err();
     assert!(err.is_not_obtained(), "{err:?}");
     let permit = bounded(
         "waiter",
-        other.acquire(ms(5_000), LockOptions::new().retry(linear(50)).wait(ms(5_000))),
+        other.acquire(
+            ms(5_000),
+            LockOptions::new().retry(linear(50)).wait(ms(5_000)),
+        ),
     )
     .await
     .expect("the crashed permit expires");
     let waited = obtained_at.elapsed();
-    assert!(waited >= ms(900), "obtained after {waited:?}, before the crashed permit's TTL");
+    assert!(
+        waited >= ms(900),
+        "obtained after {waited:?}, before the crashed permit's TTL"
+    );
     assert!(waited < ms(3_000), "obtained only after {waited:?}");
     permit.release().await.expect("release");
 }
@@ -114,27 +137,49 @@ async fn another_count_is_refused_at_once_and_typed() {
     let server = common::redis().await;
     let locker = notified(&server).await;
     let three = locker.semaphore("{n}", 3).expect("semaphore");
-    let held = bounded("obtain", three.acquire(ms(10_000), LockOptions::new())).await.expect("obtain");
-    let five = locker.semaphore("{n}", 5).expect("a count is checked at the store");
+    let held = bounded("obtain", three.acquire(ms(10_000), LockOptions::new()))
+        .await
+        .expect("obtain");
+    let five = locker
+        .semaphore("{n}", 5)
+        .expect("a count is checked at the store");
     let started = Instant::now();
     let err = bounded(
         "mismatch",
-        five.acquire(ms(10_000), LockOptions::new().retry(linear(10)).wait(ms(5_000))),
+        five.acquire(
+            ms(10_000),
+            LockOptions::new().retry(linear(10)).wait(ms(5_000)),
+        ),
     )
     .await
     .unwrap_err();
     match &err {
-        LockError::Refused(BackendError::PermitsMismatch { name, stored: 3, asked: 5 }) => {
+        LockError::Refused(BackendError::PermitsMismatch {
+            name,
+            stored: 3,
+            asked: 5,
+        }) => {
             assert_eq!(name, "{n}");
         }
         other => panic!("expected a typed mismatch, got {other:?}"),
     }
-    assert!(started.elapsed() < ms(1_000), "permanent: not retried for the wait");
+    assert!(
+        started.elapsed() < ms(1_000),
+        "permanent: not retried for the wait"
+    );
     // Bad input is refused before any round trip.
-    assert!(matches!(locker.semaphore("{n}", 0), Err(LockError::Invalid(_))));
-    assert!(matches!(locker.semaphore("", 2), Err(LockError::Invalid(_))));
     assert!(matches!(
-        three.acquire(ms(1_000), LockOptions::new().metadata("m")).await,
+        locker.semaphore("{n}", 0),
+        Err(LockError::Invalid(_))
+    ));
+    assert!(matches!(
+        locker.semaphore("", 2),
+        Err(LockError::Invalid(_))
+    ));
+    assert!(matches!(
+        three
+            .acquire(ms(1_000), LockOptions::new().metadata("m"))
+            .await,
         Err(LockError::Invalid(_))
     ));
     held.release().await.expect("release");
@@ -143,14 +188,25 @@ async fn another_count_is_refused_at_once_and_typed() {
 #[tokio::test]
 async fn a_release_wakes_a_waiter_at_once() {
     let server = common::redis().await;
-    let holder = notified(&server).await.semaphore("{wake}", 1).expect("semaphore");
-    let waiter = notified(&server).await.semaphore("{wake}", 1).expect("semaphore");
-    let permit = bounded("obtain", holder.acquire(ms(30_000), LockOptions::new())).await.expect("obtain");
+    let holder = notified(&server)
+        .await
+        .semaphore("{wake}", 1)
+        .expect("semaphore");
+    let waiter = notified(&server)
+        .await
+        .semaphore("{wake}", 1)
+        .expect("semaphore");
+    let permit = bounded("obtain", holder.acquire(ms(30_000), LockOptions::new()))
+        .await
+        .expect("obtain");
     // The waiter retries only every 10 s; the holder's permit lasts 30 s: only the release
     // notice can wake it soon.
     let wait = tokio::spawn(async move {
         let p = waiter
-            .acquire(ms(30_000), LockOptions::new().retry(linear(10_000)).wait(ms(30_000)))
+            .acquire(
+                ms(30_000),
+                LockOptions::new().retry(linear(10_000)).wait(ms(30_000)),
+            )
             .await;
         (p, Instant::now())
     });
@@ -160,7 +216,10 @@ async fn a_release_wakes_a_waiter_at_once() {
     permit.release().await.expect("release");
     let (got, at) = bounded("waiter", wait).await.expect("task");
     let woken = at - released_at;
-    got.expect("the waiter obtains").release().await.expect("release");
+    got.expect("the waiter obtains")
+        .release()
+        .await
+        .expect("release");
     assert!(woken < ms(1_000), "woken {woken:?} after the release");
 }
 
@@ -171,7 +230,9 @@ async fn an_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up() {
     let locker = Locker::new(proxied(&server, &proxy).await);
     let sem = locker.semaphore("{lost}", 2).expect("semaphore");
     // Load the permit scripts while the path is healthy.
-    let warm = bounded("warm", sem.acquire(ms(10_000), LockOptions::new())).await.expect("warm");
+    let warm = bounded("warm", sem.acquire(ms(10_000), LockOptions::new()))
+        .await
+        .expect("warm");
     warm.release().await.expect("release");
 
     proxy.set_mode(Mode::DropReplies);
@@ -179,7 +240,9 @@ async fn an_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up() {
         "obtain",
         sem.acquire(
             ms(10_000),
-            LockOptions::new().operation_timeout(ms(300)).wait(Duration::ZERO),
+            LockOptions::new()
+                .operation_timeout(ms(300))
+                .wait(Duration::ZERO),
         ),
     )
     .await
@@ -187,9 +250,18 @@ async fn an_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up() {
     assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
     proxy.set_mode(Mode::Pass);
     // It was applied (a token was minted), and the cleanup gives the permit back.
-    let reader = notified(&server).await.semaphore("{lost}", 2).expect("semaphore");
-    let info = bounded("inspect", reader.inspect(ms(2_000))).await.expect("inspect");
-    assert_eq!(info.counter.map(|t| t.get()), Some(2), "the lost obtain minted a token");
+    let reader = notified(&server)
+        .await
+        .semaphore("{lost}", 2)
+        .expect("semaphore");
+    let info = bounded("inspect", reader.inspect(ms(2_000)))
+        .await
+        .expect("inspect");
+    assert_eq!(
+        info.counter.map(|t| t.get()),
+        Some(2),
+        "the lost obtain minted a token"
+    );
     let gone = bounded("cleanup", async {
         loop {
             let info = reader.inspect(ms(2_000)).await.expect("inspect");
@@ -206,7 +278,10 @@ async fn an_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up() {
 #[tokio::test]
 async fn auto_renewal_keeps_a_permit_and_loss_is_signalled() {
     let server = common::redis().await;
-    let sem: Semaphore<_> = notified(&server).await.semaphore("{renew}", 1).expect("semaphore");
+    let sem: Semaphore<_> = notified(&server)
+        .await
+        .semaphore("{renew}", 1)
+        .expect("semaphore");
     let permit = bounded(
         "obtain",
         sem.acquire(ms(600), LockOptions::new().auto_renew(ms(150))),
@@ -217,8 +292,16 @@ async fn auto_renewal_keeps_a_permit_and_loss_is_signalled() {
     assert!(permit.held(), "renewed past its TTL");
     let ttl = bounded("ttl", permit.ttl()).await.expect("ttl");
     assert!(ttl > Duration::ZERO && ttl <= ms(600), "{ttl:?}");
-    let other = notified(&server).await.semaphore("{renew}", 1).expect("semaphore");
-    assert!(bounded("busy", other.acquire(ms(600), LockOptions::new())).await.unwrap_err().is_not_obtained());
+    let other = notified(&server)
+        .await
+        .semaphore("{renew}", 1)
+        .expect("semaphore");
+    assert!(
+        bounded("busy", other.acquire(ms(600), LockOptions::new()))
+            .await
+            .unwrap_err()
+            .is_not_obtained()
+    );
     let lost = permit.lost();
     permit.release().await.expect("release");
     assert!(lost.is_cancelled());

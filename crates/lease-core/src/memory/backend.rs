@@ -13,8 +13,8 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
-use crate::semaphore::{PermitRequest, SemaphoreInfo, check_semaphore_spec};
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
+use crate::semaphore::{PermitRequest, SemaphoreInfo, check_semaphore_spec};
 use crate::time::Instant;
 use crate::token::{Token, TokenScheme};
 

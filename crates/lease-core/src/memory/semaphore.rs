@@ -15,8 +15,7 @@ use crate::backend::{
     RenewRequest,
 };
 use crate::semaphore::{
-    MAX_PERMITS, PermitHolder, PermitRequest, SemaphoreInfo, check_semaphore_spec,
-    semaphore_name,
+    MAX_PERMITS, PermitHolder, PermitRequest, SemaphoreInfo, check_semaphore_spec, semaphore_name,
 };
 use crate::time::Instant;
 use crate::token::{FenceMark, Token};
@@ -40,7 +39,11 @@ fn keys(spec: &LeaseSpec) -> Result<(&str, &str), BackendError> {
 impl Store {
     /// Every permit (current or expired) at `key`; empty when absent; WRONGTYPE for a key of
     /// another type.
-    fn permits(&mut self, key: &str, now: Instant) -> Result<BTreeMap<String, Instant>, BackendError> {
+    fn permits(
+        &mut self,
+        key: &str,
+        now: Instant,
+    ) -> Result<BTreeMap<String, Instant>, BackendError> {
         match self.live(key, now) {
             None => Ok(BTreeMap::new()),
             Some(Entry {
@@ -155,7 +158,7 @@ impl Store {
         let keys = keys(&req.spec)?;
         let mut permits = self.permits(keys.0, now)?;
         let owner = req.owner.as_str();
-        if !permits.get(owner).is_some_and(|e| *e > now) {
+        if permits.get(owner).is_none_or(|e| *e <= now) {
             return Ok(RenewOutcome::NotHeld);
         }
         permits.insert(owner.to_owned(), now + req.ttl.get());
@@ -170,9 +173,7 @@ impl Store {
     ) -> Result<ReleaseOutcome, BackendError> {
         let keys = keys(&req.spec)?;
         let mut permits = self.permits(keys.0, now)?;
-        let mine = permits
-            .remove(req.owner.as_str())
-            .is_some_and(|e| e > now);
+        let mine = permits.remove(req.owner.as_str()).is_some_and(|e| e > now);
         self.store_permits(keys, permits, None, now);
         Ok(if mine {
             ReleaseOutcome::Released
@@ -208,12 +209,14 @@ impl Store {
             .map(|(o, e)| (e, o))
             .collect();
         current.sort();
-        let mut info = SemaphoreInfo::default();
-        info.permits = self.stored_count(keys.1, current.len(), now)?;
-        info.holders = current
-            .into_iter()
-            .map(|(e, o)| PermitHolder::new(o, e - now))
-            .collect();
+        let mut info = SemaphoreInfo {
+            permits: self.stored_count(keys.1, current.len(), now)?,
+            holders: current
+                .into_iter()
+                .map(|(e, o)| PermitHolder::new(o, e - now))
+                .collect(),
+            ..SemaphoreInfo::default()
+        };
         if let Some(fk) = spec.fence_key() {
             info.counter = Token::new(self.get_int(fk, now)?).ok();
             info.mark = Token::new(self.mark(spec, now)?)

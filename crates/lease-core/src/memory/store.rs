@@ -188,7 +188,11 @@ impl Store {
     }
 
     /// The fence state of `spec` now: max(counter, mark) and the epoch (not created).
-    pub(super) fn fence_state(&mut self, spec: &LeaseSpec, now: Instant) -> Result<FenceState, BackendError> {
+    pub(super) fn fence_state(
+        &mut self,
+        spec: &LeaseSpec,
+        now: Instant,
+    ) -> Result<FenceState, BackendError> {
         let Some(fk) = spec.fence_key() else {
             return Ok(FenceState::UNKNOWN);
         };

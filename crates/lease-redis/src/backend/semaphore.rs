@@ -1,9 +1,9 @@
-//! Semaphores on Redis: the `permit_*.lua` scripts, composed at compile time as `prelude.lua`
-//! + `semaphore.lua` (the permit helpers: the server's clock in ms, the count, `settle`, the
-//! fence state) + the script's own file, and the [`RedisBackend`] side of the permit methods
-//! of [`LeaseBackend`](lease_core::LeaseBackend). The rule is `lease_core::semaphore`'s; the
-//! in-memory backend is its executable specification (`tests/parity.rs` compares them on a
-//! real server).
+//! Semaphores on Redis: the `permit_*.lua` scripts, each composed at compile time from
+//! `prelude.lua`, then `semaphore.lua` (the permit helpers: the server's clock in ms, the
+//! count, `settle`, the fence state), then the script's own file; and the [`RedisBackend`]
+//! side of the permit methods of [`LeaseBackend`](lease_core::LeaseBackend). The rule is
+//! `lease_core::semaphore`'s; the in-memory backend is its executable specification
+//! (`tests/semaphore.rs` compares them on a real server).
 //!
 //! A child module of `backend.rs` (it uses the backend's connection lanes, replica
 //! acknowledgement and notice settings), kept in a file of its own.
@@ -182,7 +182,11 @@ fn inspect_reply(v: &Value) -> Result<SemaphoreInfo, BackendError> {
 
 /// The checks every permit operation makes before its round trip: a semaphore's keys, and on
 /// Redis Cluster every key (fence keys too) in one slot.
-fn precheck<C>(backend: &RedisBackend<C>, op: &'static str, spec: &LeaseSpec) -> Result<(), BackendError>
+fn precheck<C>(
+    backend: &RedisBackend<C>,
+    op: &'static str,
+    spec: &LeaseSpec,
+) -> Result<(), BackendError>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -348,11 +352,26 @@ mod tests {
     /// The SHA1 of every composed permit script, pinned (as `scripts.rs` pins the others):
     /// a change to the prelude, `semaphore.lua` or a script's own file must be deliberate.
     const PINNED_SHA1: [(&str, &str); 5] = [
-        ("permit_acquire.lua", "7cbe0f7bb7b0f66fcf5db2492fa90e8954144a8e"),
-        ("permit_renew.lua", "f50006320f9422ae8eb16af8a6558b129b8bcc85"),
-        ("permit_release.lua", "6a277c2c4ac55d222749c8cea4943ebde7edd864"),
-        ("permit_pttl.lua", "22bb47826c7b34611992695b701250162d202b54"),
-        ("permit_inspect.lua", "a8a370b84bde857dd9ae84ae2f950628c3dbf35a"),
+        (
+            "permit_acquire.lua",
+            "7cbe0f7bb7b0f66fcf5db2492fa90e8954144a8e",
+        ),
+        (
+            "permit_renew.lua",
+            "f50006320f9422ae8eb16af8a6558b129b8bcc85",
+        ),
+        (
+            "permit_release.lua",
+            "6a277c2c4ac55d222749c8cea4943ebde7edd864",
+        ),
+        (
+            "permit_pttl.lua",
+            "22bb47826c7b34611992695b701250162d202b54",
+        ),
+        (
+            "permit_inspect.lua",
+            "a8a370b84bde857dd9ae84ae2f950628c3dbf35a",
+        ),
     ];
 
     #[test]
@@ -373,7 +392,10 @@ mod tests {
             let own = &code[prelude.len()..];
             assert!(own.starts_with(helpers), "{file}");
             let own = &own[helpers.len()..];
-            assert!(own.starts_with(&format!("--[[ {file}:")), "{file} opens with its comment block");
+            assert!(
+                own.starts_with(&format!("--[[ {file}:")),
+                "{file} opens with its comment block"
+            );
             assert_eq!(code.matches("local function now_ms").count(), 1, "{file}");
         }
     }
@@ -391,10 +413,17 @@ mod tests {
         );
         let v = Value::Array(vec![Value::Int(2), Value::BulkString(b"5".to_vec())]);
         match acquire_reply(&v, &req, true) {
-            Err(BackendError::PermitsMismatch { name, stored: 5, asked: 3 }) => assert_eq!(name, "s"),
+            Err(BackendError::PermitsMismatch {
+                name,
+                stored: 5,
+                asked: 3,
+            }) => assert_eq!(name, "s"),
             other => panic!("{other:?}"),
         }
         let garbage = Value::Array(vec![Value::Int(2), Value::BulkString(b"x".to_vec())]);
-        assert!(matches!(acquire_reply(&garbage, &req, true), Err(BackendError::Protocol(_))));
+        assert!(matches!(
+            acquire_reply(&garbage, &req, true),
+            Err(BackendError::Protocol(_))
+        ));
     }
 }
