@@ -256,6 +256,16 @@ pub(crate) struct LockArgs {
     /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
     #[arg(long)]
     pub(crate) stdin: bool,
+    /// A semaphore instead of a lock: at most N holders of KEY at once (like `consul lock -n`),
+    /// each permit fenced (REDLEASE_TOKEN) and expiring with its TTL if its holder dies. Every
+    /// holder of KEY must use the same N (another N exits 64)
+    #[arg(
+        short = 'n',
+        long = "permits",
+        env = "REDLEASE_LOCK_PERMITS",
+        value_name = "N"
+    )]
+    pub(crate) permits: Option<u32>,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]

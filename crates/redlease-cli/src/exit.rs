@@ -137,6 +137,12 @@ impl Failure {
         let code = match e {
             _ if e.is_outcome_unknown() => OUTCOME_UNKNOWN,
             LockError::Invalid(_) => INVALID,
+            // `lock -n N` with another count than the semaphore's holders use, or on a
+            // topology without semaphores (Redlock): the invocation is wrong, not the server.
+            LockError::Refused(
+                redlease::BackendError::PermitsMismatch { .. }
+                | redlease::BackendError::Unsupported(_),
+            ) => INVALID,
             LockError::Unavailable(_) => UNAVAILABLE,
             LockError::DeadlineExceeded { last } => match **last {
                 LockError::Unavailable(_) => UNAVAILABLE,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use redlease::{CancellationToken, LeaseBackend, LockError, LockOptions, Locker, RetryStrategy};
+use redlease::{
+    CancellationToken, LeaseBackend, Lock, LockError, LockOptions, Locker, RetryStrategy,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::child::Cmd;
@@ -100,22 +102,68 @@ async fn lock_on<B: LeaseBackend + 'static>(
     if let Some(sidecar) = sidecar {
         sidecar.serve(view.clone());
     }
+    let what = match args.permits {
+        Some(n) => format!("a permit of semaphore {:?} ({n} permits", args.key),
+        None => format!("lock {:?} (", args.key),
+    };
     progress.event(
         "obtaining",
         &format!(
-            "obtaining lock {:?} (ttl {}, wait {})",
-            args.key,
+            "obtaining {what}{}ttl {}, wait {})",
+            if args.permits.is_some() { ", " } else { "" },
             duration::show(args.ttl),
             duration::show(args.wait)
         ),
         &[("key", Json::from(args.key.as_str()))],
     );
-    let obtained = tokio::select! {
-        r = locker.obtain(args.key.clone(), args.ttl, options) => r,
-        () = signals.stop.cancelled() => return Ok(128 + signals.signo()),
+    let held = Held {
+        progress,
+        view,
+        signals,
+        grace,
     };
-    let lock = obtained
-        .map_err(|e| not_obtained(args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e)))?;
+    let failed =
+        |e: LockError| not_obtained(args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e));
+    match args.permits {
+        None => {
+            let obtained = tokio::select! {
+                r = locker.obtain(args.key.clone(), args.ttl, options) => r,
+                () = held.signals.stop.cancelled() => return Ok(128 + held.signals.signo()),
+            };
+            hold(ctx, args, obtained.map_err(failed)?, held).await
+        }
+        Some(n) => {
+            let semaphore = locker.semaphore(args.key.clone(), n).map_err(failed)?;
+            let obtained = tokio::select! {
+                r = semaphore.acquire(args.ttl, options) => r,
+                () = held.signals.stop.cancelled() => return Ok(128 + held.signals.signo()),
+            };
+            hold(ctx, args, obtained.map_err(failed)?, held).await
+        }
+    }
+}
+
+/// What `lock` keeps while it holds the lock (or the permit).
+struct Held {
+    progress: Arc<Progress>,
+    view: Arc<health::LockSource>,
+    signals: Signals,
+    grace: Duration,
+}
+
+/// Runs CMD under `lock` (a lock, or a semaphore's permit), then releases it.
+async fn hold<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: &LockArgs,
+    lock: Lock<B>,
+    held: Held,
+) -> Result<u8, Failure> {
+    let Held {
+        progress,
+        view,
+        signals,
+        grace,
+    } = held;
     let token = lock.fence_token();
     view.set(health::LockPhase::Held {
         token,
@@ -123,9 +171,13 @@ async fn lock_on<B: LeaseBackend + 'static>(
     });
     progress.event(
         "obtained",
-        &match token {
-            Some(t) => format!("obtained lock {:?} with fencing token {t}", args.key),
-            None => format!("obtained lock {:?}", args.key),
+        &match (token, args.permits) {
+            (Some(t), Some(n)) => format!(
+                "obtained a permit of semaphore {:?} ({n} permits) with fencing token {t}",
+                args.key
+            ),
+            (Some(t), None) => format!("obtained lock {:?} with fencing token {t}", args.key),
+            (None, _) => format!("obtained lock {:?}", args.key),
         },
         &[
             ("key", Json::from(args.key.as_str())),
@@ -137,6 +189,9 @@ async fn lock_on<B: LeaseBackend + 'static>(
         ("REDLEASE_LOCK_KEY", args.key.clone()),
         ("REDLEASE_REDIS_URL", ctx.exported_url.clone()),
     ];
+    if let Some(n) = args.permits {
+        env.push(("REDLEASE_LOCK_PERMITS", n.to_string()));
+    }
     if let Some(t) = token {
         env.push(("REDLEASE_TOKEN", t.to_string()));
     }

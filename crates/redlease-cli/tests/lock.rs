@@ -207,3 +207,81 @@ async fn lock_lost_when_redis_stops_answering() {
         "CMD got SIGTERM"
     );
 }
+
+/// `lock -n 2` is a semaphore: two holders run at once, each with its own fencing token in
+/// REDLEASE_TOKEN (and N in REDLEASE_LOCK_PERMITS); a third is not obtained (71); one asking
+/// for another count is refused as invalid (64) without running CMD; when a holder stops,
+/// its permit is free at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_n_is_a_semaphore() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-n");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut holders = Vec::new();
+    for tag in ["one", "two"] {
+        let mut p = Proc::spawn({
+            let mut c = redlease(&url, d);
+            c.args(["lock", "-n", "2", "{deploy}", "--"])
+                .arg(&job)
+                .arg(tag);
+            c
+        });
+        p.cleanup_group_from(d.join(format!("{tag}.pid")));
+        holders.push(p);
+    }
+    let one: u64 = wait_file(&d.join("one.token"))
+        .await
+        .trim()
+        .parse()
+        .expect("a token");
+    let two: u64 = wait_file(&d.join("two.token"))
+        .await
+        .trim()
+        .parse()
+        .expect("a token");
+    assert_ne!(one, two, "each permit has its own fencing token");
+
+    let third = |n: &str, cmd: &str| {
+        let mut c = redlease(&url, d);
+        c.args([
+            "lock", "-n", n, "{deploy}", "--wait", "0", "--", "sh", "-c", cmd,
+        ]);
+        c
+    };
+    let out = output(third("2", "touch ran")).await;
+    assert_eq!(
+        code(&out),
+        71,
+        "a third holder of two permits: {}",
+        stderr(&out)
+    );
+    let out = output(third("3", "touch ran")).await;
+    assert_eq!(code(&out), 64, "another count: {}", stderr(&out));
+    assert!(stderr(&out).contains("has 2 permits"), "{}", stderr(&out));
+    assert!(!d.join("ran").exists(), "CMD never ran without a permit");
+
+    holders[0].signal("TERM");
+    assert_eq!(
+        holders[0].wait_exit().await.code(),
+        Some(143),
+        "{:#?}",
+        holders[0].lines()
+    );
+    let out = output(third(
+        "2",
+        "test \"$REDLEASE_LOCK_PERMITS\" = 2 && echo $REDLEASE_TOKEN",
+    ))
+    .await;
+    assert_eq!(
+        code(&out),
+        0,
+        "the released permit is free at once: {}",
+        stderr(&out)
+    );
+    let token: u64 = stdout(&out).trim().parse().expect("a token");
+    assert!(token > one.max(two), "tokens increase across permits");
+    holders[1].signal("TERM");
+    assert_eq!(holders[1].wait_exit().await.code(), Some(143));
+}
