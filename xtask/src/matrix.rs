@@ -23,6 +23,10 @@ pub(crate) const COMPAT_SUITE: &[(&str, &str)] = &[
     ("locks_obtain", "locks: obtain, wait, retries"),
     ("locks_release", "locks: release"),
     ("locks_fencing", "locks with fencing tokens"),
+    (
+        "semaphore",
+        "semaphores: permit scripts vs the spec, the server's clock, refusals, the driver",
+    ),
     ("handover", "release notices (PUBLISH / SUBSCRIBE)"),
     (
         "least_privilege",
