@@ -349,3 +349,67 @@ async fn bad_keys_and_specs_are_refused() {
             .is_ok()
     );
 }
+
+/// The permit scripts refuse malformed arguments with an error reply, before writing anything
+/// (sent raw, as a careless or hostile client could).
+#[tokio::test]
+async fn malformed_arguments_are_refused_and_change_nothing() {
+    let (_server, _backend, mut raw) = setup().await;
+    const PRELUDE: &str = include_str!("../scripts/prelude.lua");
+    const HELPERS: &str = include_str!("../scripts/semaphore.lua");
+    let acquire = format!(
+        "{PRELUDE}{HELPERS}{}",
+        include_str!("../scripts/permit_acquire.lua")
+    );
+    let renew = format!(
+        "{PRELUDE}{HELPERS}{}",
+        include_str!("../scripts/permit_renew.lua")
+    );
+    let keys = [
+        "{m}:permits",
+        "{m}:size",
+        "{m}:fence",
+        "{m}:fence:applied",
+        "{m}:fence:epoch",
+    ];
+    for packed in [
+        "",
+        "x",
+        "0:3:counter:0",
+        "10:0:counter:0",
+        "10:10001:counter:0",
+        "10:03:counter:0",
+        "10:3",
+        "10:3:counter",
+        "10:3:counter:x",
+        "-1:3:counter:0",
+        "10:-3:counter:0",
+    ] {
+        let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(&acquire)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg("owner")
+            .arg(packed)
+            .query_async(&mut raw)
+            .await;
+        assert!(r.is_err(), "{packed:?}: {r:?}");
+    }
+    for ttl in ["", "0", "-5", "1.5", "x", "9007199254740993"] {
+        let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(&renew)
+            .arg(2)
+            .arg(&keys[..2])
+            .arg("owner")
+            .arg(ttl)
+            .query_async(&mut raw)
+            .await;
+        assert!(r.is_err(), "renew ttl {ttl:?}: {r:?}");
+    }
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .expect("KEYS");
+    assert!(left.is_empty(), "nothing written: {left:?}");
+}
