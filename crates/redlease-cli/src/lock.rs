@@ -374,12 +374,16 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
     } else {
         format!("within {}", duration::show(args.wait))
     };
-    Some(Failure::new(
-        exit::NOT_OBTAINED,
-        format!(
+    let message = match args.permits {
+        Some(n) => format!(
+            "no permit of semaphore {:?} obtained {within}: all {n} permits held",
+            args.key
+        ),
+        None => format!(
             "lock {:?} not obtained {within}: held by {}",
             args.key,
             holder.as_deref().unwrap_or("another owner")
         ),
-    ))
+    };
+    Some(Failure::new(exit::NOT_OBTAINED, message))
 }

@@ -257,6 +257,11 @@ async fn lock_n_is_a_semaphore() {
         "a third holder of two permits: {}",
         stderr(&out)
     );
+    assert!(
+        stderr(&out).contains("all 2 permits held"),
+        "{}",
+        stderr(&out)
+    );
     let out = output(third("3", "touch ran")).await;
     assert_eq!(code(&out), 64, "another count: {}", stderr(&out));
     assert!(stderr(&out).contains("has 2 permits"), "{}", stderr(&out));
