@@ -21,6 +21,12 @@ use crate::lock::obtain::Locker;
 /// [`fence_token`](Lock::fence_token) is the permit's fencing token, its
 /// [`key`](Lock::key) the semaphore's permits key (`<name>:permits`), and
 /// [`release`](Lock::release) gives the permit back (waking one waiter).
+///
+/// Its [`fencer`](Lock::fencer) applies the lock's fence rule (`token >= mark` at
+/// `<name>:fence:applied`): among permits held at once, a write under an older permit is
+/// refused once a newer one has written. That suits a resource that wants "newest holder
+/// wins"; a resource that must admit all `N` current holders needs a check that the permit is
+/// still current, which is not offered yet (see `docs/semaphores.md`).
 pub type Permit<B> = Lock<PermitBackend<B>>;
 
 /// A counting semaphore: at most `permits` holders of `name` at once, each permit a lease of
