@@ -353,3 +353,73 @@ async fn a_backend_without_semaphores_refuses_before_any_round_trip() {
         Err(LockError::Refused(BackendError::Unsupported(_)))
     ));
 }
+
+/// On a 3-primary Redis Cluster: a hash-tagged semaphore works end to end (its keys, fence keys
+/// and notice channel in one slot), and an untagged name is refused before any round trip —
+/// no script call reaches any node.
+#[tokio::test]
+async fn on_redis_cluster_a_tagged_semaphore_works_and_an_untagged_one_is_refused() {
+    use lease_testkit::cluster::RedisCluster;
+    let cluster = RedisCluster::start().await.expect("cluster");
+    cluster
+        .wait_ready(common::EVENTUALLY)
+        .await
+        .expect("cluster ready");
+    let locker = Locker::new(redlease::redis::RedisBackend::cluster(
+        cluster.connection().await.expect("connection"),
+    ));
+    let sem = locker.semaphore("{deploys}", 2).expect("a tagged name");
+    let a = bounded("a", sem.acquire(ms(10_000), LockOptions::new()))
+        .await
+        .expect("a");
+    let b = bounded("b", sem.acquire(ms(10_000), LockOptions::new()))
+        .await
+        .expect("b");
+    assert!(a.fence_token() < b.fence_token());
+    let full = bounded("c", sem.acquire(ms(10_000), LockOptions::new())).await;
+    assert!(full.unwrap_err().is_not_obtained());
+    a.release().await.expect("release");
+    let c = bounded("c", sem.acquire(ms(10_000), LockOptions::new()))
+        .await
+        .expect("c");
+    let info = bounded("inspect", sem.inspect(ms(2_000)))
+        .await
+        .expect("inspect");
+    assert_eq!(info.holders.len(), 2);
+    assert_eq!(info.permits, Some(2));
+
+    let before = script_calls(&cluster).await;
+    let refused = locker.semaphore("deploys", 2);
+    assert!(
+        matches!(refused, Err(LockError::Refused(BackendError::Invalid(_)))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        script_calls(&cluster).await,
+        before,
+        "no script reached a node"
+    );
+    b.release().await.expect("release");
+    c.release().await.expect("release");
+}
+
+/// Script calls (EVAL, EVALSHA and their read-only forms) served by every node of `cluster`.
+async fn script_calls(cluster: &lease_testkit::cluster::RedisCluster) -> u64 {
+    let mut total = 0u64;
+    for node in cluster.nodes() {
+        let mut conn = node.connection().await.expect("node");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        total += info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_eval"))
+            .filter_map(|l| l.split("calls=").nth(1))
+            .filter_map(|v| v.split(',').next())
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
