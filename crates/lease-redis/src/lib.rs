@@ -84,6 +84,7 @@ pub mod healing;
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub mod healing_cluster;
 pub mod notify;
+mod native;
 mod preflight;
 pub mod replica;
 mod reply;
