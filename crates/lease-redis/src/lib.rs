@@ -83,8 +83,8 @@ pub mod healing;
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub mod healing_cluster;
-pub mod notify;
 mod native;
+pub mod notify;
 mod preflight;
 pub mod replica;
 mod reply;

@@ -20,13 +20,18 @@ const BOUND: Duration = Duration::from_secs(10);
 
 /// Calls per command since the last `CONFIG RESETSTAT` (`cmdstat_<name>` → calls).
 async fn commandstats(raw: &mut Conn) -> HashMap<String, u64> {
-    let info: String = timeout(BOUND, redis::cmd("INFO").arg("commandstats").query_async(raw))
-        .await
-        .expect("bounded")
-        .expect("INFO commandstats");
+    let info: String = timeout(
+        BOUND,
+        redis::cmd("INFO").arg("commandstats").query_async(raw),
+    )
+    .await
+    .expect("bounded")
+    .expect("INFO commandstats");
     let mut out = HashMap::new();
     for line in info.lines() {
-        let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':'))
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
         else {
             continue;
         };
@@ -41,10 +46,13 @@ async fn commandstats(raw: &mut Conn) -> HashMap<String, u64> {
 }
 
 async fn reset_stats(raw: &mut Conn) {
-    let () = timeout(BOUND, redis::cmd("CONFIG").arg("RESETSTAT").query_async(raw))
-        .await
-        .expect("bounded")
-        .expect("CONFIG RESETSTAT");
+    let () = timeout(
+        BOUND,
+        redis::cmd("CONFIG").arg("RESETSTAT").query_async(raw),
+    )
+    .await
+    .expect("bounded")
+    .expect("CONFIG RESETSTAT");
 }
 
 /// Whether the server under test offers `DELIFEQ`: fixed for the named servers of the matrix
@@ -109,14 +117,22 @@ async fn the_plain_lock_runs_no_script_where_the_server_has_native_commands() {
     let stats = commandstats(&mut raw).await;
     if native {
         assert_eq!(calls(&stats, "delifeq"), 3, "{stats:?}");
-        assert_eq!(scripts(&stats), 0, "no script on the plain lock's path: {stats:?}");
+        assert_eq!(
+            scripts(&stats),
+            0,
+            "no script on the plain lock's path: {stats:?}"
+        );
         // One probe for the backend: COMMAND INFO once, not per call.
         assert_eq!(calls(&stats, "command|info"), 1, "{stats:?}");
     } else {
         assert_eq!(calls(&stats, "delifeq") + calls(&stats, "delex"), 0);
         // Every renewal and release ran its script (the first of each by EVAL after NOSCRIPT,
         // which this server also counts as an EVALSHA call).
-        assert_eq!(calls(&stats, "evalsha"), 6, "renew and release by script: {stats:?}");
+        assert_eq!(
+            calls(&stats, "evalsha"),
+            6,
+            "renew and release by script: {stats:?}"
+        );
     }
 
     // Negative control: the same cycle with native commands off runs the scripts.
@@ -179,7 +195,10 @@ async fn native_outcomes_are_the_scripts_outcomes() {
             .expect("release"),
         ReleaseOutcome::NotHeld
     );
-    assert_eq!(get(&mut raw, "native:truth").await.as_deref(), Some("other"));
+    assert_eq!(
+        get(&mut raw, "native:truth").await.as_deref(),
+        Some("other")
+    );
     assert!(pttl(&mut raw, "native:truth").await <= before);
     del(&mut raw, "native:truth").await;
 
@@ -240,7 +259,10 @@ async fn native_outcomes_are_the_scripts_outcomes() {
             "{err:?}"
         );
     }
-    assert_eq!(hget(&mut raw, "native:truth", "f").await.as_deref(), Some("v"));
+    assert_eq!(
+        hget(&mut raw, "native:truth", "f").await.as_deref(),
+        Some("v")
+    );
 }
 
 async fn set_pttl(raw: &mut Conn, key: &str, ms: u64) {
