@@ -22,7 +22,7 @@ use crate::replica::{
 };
 use crate::reply;
 use crate::scripts::{
-    Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW, S_RENEW_MANY,
+    Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RELEASE_ONE, S_RENEW, S_RENEW_MANY,
 };
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
@@ -162,6 +162,23 @@ where
             && spec.keys().len() == 1
             && spec.fence_key().is_none()
             && self.native.enabled()
+    }
+
+    /// The release scripts' notice argument for a lease whose first key is `key`: `''` when
+    /// releases do not publish, else `p:<channel>` (`PUBLISH`) or `s:<channel>` (`SPUBLISH`,
+    /// Redis Cluster).
+    fn notice_arg(&self, key: &str) -> String {
+        if !self.publish {
+            return String::new();
+        }
+        let verb = match self.topology {
+            Topology::Cluster => "s:",
+            _ => "p:",
+        };
+        let mut notice = String::with_capacity(verb.len() + 32 + key.len());
+        notice.push_str(verb);
+        notify::push_channel(&mut notice, key, self.topology);
+        notice
     }
 
     /// The plain lock's release by the server's compare-and-delete command, with the
@@ -603,6 +620,15 @@ where
             return Ok(outcome);
         }
         let mut call = Call::new();
+        if let ([key], None) = (spec.keys(), spec.fence_key()) {
+            // The plain lock: release_one.lua, the same rule without the prelude, key count,
+            // or term.
+            call.key(key).arg(req.owner.as_str());
+            call.arg(self.notice_arg(key));
+            let mut conn = self.conn.clone();
+            let v = call.run(&mut conn, &S_RELEASE_ONE).await?;
+            return reply::release(&v);
+        }
         for k in spec.keys() {
             call.key(k);
         }
@@ -614,21 +640,10 @@ where
             _ => None,
         };
         call.arg(req.owner.as_str()).arg(spec.keys().len());
-        match spec.keys().first().filter(|_| self.publish) {
-            Some(key) => {
-                let verb = match self.topology {
-                    Topology::Cluster => "s:",
-                    _ => "p:",
-                };
-                let mut notice = String::with_capacity(verb.len() + 32 + key.len());
-                notice.push_str(verb);
-                notify::push_channel(&mut notice, key, self.topology);
-                call.arg(notice);
-            }
-            None => {
-                call.arg("");
-            }
-        }
+        match spec.keys().first() {
+            Some(key) => call.arg(self.notice_arg(key)),
+            None => call.arg(""),
+        };
         if let Some(term) = term {
             call.arg(term.to_string());
         }
