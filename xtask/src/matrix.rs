@@ -18,6 +18,10 @@ pub(crate) const COMPAT_SUITE: &[(&str, &str)] = &[
         "backend",
         "the Lua adapter: acquire, renew, release, inspect, errors",
     ),
+    (
+        "native",
+        "native conditional commands (DELIFEQ, SET IFEQ) where offered, the scripts elsewhere",
+    ),
     ("fence", "fencing tokens and fenced writes"),
     ("election_redis", "elections"),
     ("locks_obtain", "locks: obtain, wait, retries"),

@@ -16,13 +16,14 @@ use lease_core::{
 use redis::aio::ConnectionLike;
 
 use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
+use crate::native::{self, Native};
 use crate::notify::{self, ReleaseNotices};
 use crate::replica::{
     AckConnections, AckLane, DEFAULT_ACK_CONNECTIONS, MAX_ACK_CONNECTIONS, ReplicaAck,
 };
 use crate::reply;
 use crate::scripts::{
-    Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RENEW, S_RENEW_MANY,
+    Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RAISE, S_RELEASE, S_RELEASE_ONE, S_RENEW, S_RENEW_MANY,
 };
 use crate::slot::{self, SlotError};
 use crate::topology::{Topology, check_mark_key};
@@ -78,6 +79,8 @@ pub struct RedisBackend<C> {
     /// The clock-drift allowance's factor (see [`RedisBackend::with_drift_factor`]).
     drift_factor: f64,
     notices: Option<ReleaseNotices>,
+    /// Which native conditional commands the server offers (probed once, shared by clones).
+    native: Native,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -91,6 +94,7 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("publish", &self.publish)
             .field("drift_factor", &self.drift_factor)
             .field("notices", &self.notices)
+            .field("native", &self.native)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +130,138 @@ where
             publish: true,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             notices: None,
+            native: Native::new(),
+        }
+    }
+
+    /// Whether the plain lock's renewals and releases use the server's native conditional
+    /// commands when it offers them (default `true`): `DELIFEQ` (Valkey 9.0+) or `DELEX ..
+    /// IFEQ` (Redis 8.4+) to release, `SET .. IFEQ .. PX` (Valkey 8.1+, Redis 8.4+) to renew,
+    /// instead of a script. They apply only to an unfenced single-key lock on a standalone
+    /// server (fenced, term-scoped and multi-key leases, and Redis Cluster, always run the
+    /// scripts). What the server offers is probed once per backend (shared by its clones)
+    /// with `COMMAND INFO delifeq delex` and a `SET .. IFEQ` on a scratch key that cannot
+    /// match, never guessed from a version string; a server that later refuses a native
+    /// command (a failover to an older one) gets the script for that call and from then on.
+    /// A stored value with metadata is not equal to its owner alone: such a lock's native
+    /// command changes nothing and the script runs after it (one more round trip). `false`
+    /// always runs the scripts (a comparison, or a server whose native commands you do not
+    /// trust).
+    pub fn with_native_commands(mut self, native: bool) -> RedisBackend<C> {
+        self.native = if native { Native::new() } else { Native::off() };
+        self
+    }
+
+    /// Whether native conditional commands may be used (see
+    /// [`with_native_commands`](Self::with_native_commands)).
+    pub fn native_commands(&self) -> bool {
+        self.native.enabled()
+    }
+
+    /// Whether `spec` is a lease the native commands can serve: one key, no fence, a
+    /// standalone server, native commands not switched off.
+    fn native_fits(&self, spec: &LeaseSpec) -> bool {
+        self.topology == Topology::Standalone
+            && spec.keys().len() == 1
+            && spec.fence_key().is_none()
+            && self.native.enabled()
+    }
+
+    /// The release scripts' notice argument for a lease whose first key is `key`: `''` when
+    /// releases do not publish, else `p:<channel>` (`PUBLISH`) or `s:<channel>` (`SPUBLISH`,
+    /// Redis Cluster).
+    fn notice_arg(&self, key: &str) -> String {
+        if !self.publish {
+            return String::new();
+        }
+        let verb = match self.topology {
+            Topology::Cluster => "s:",
+            _ => "p:",
+        };
+        let mut notice = String::with_capacity(verb.len() + 32 + key.len());
+        notice.push_str(verb);
+        notify::push_channel(&mut notice, key, self.topology);
+        notice
+    }
+
+    /// The plain lock's release by the server's compare-and-delete command, with the
+    /// release notice pipelined after it. `Ok(None)`: the native command did not delete
+    /// (or is not offered) and changed nothing, so the script must decide (a stored value
+    /// with metadata is ours but not equal to the owner alone).
+    async fn release_native(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Result<Option<ReleaseOutcome>, BackendError> {
+        let mut conn = self.conn.clone();
+        let Some(delete) = self.native.delete(&mut conn).await else {
+            return Ok(None);
+        };
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(delete.cmd(key, owner));
+        if self.publish {
+            // After the delete on the same connection, so the server runs it after the key
+            // is gone, as release.lua does; a refused publish (ACL) is ignored as there.
+            // It goes out whether or not the delete applied: a notice after a release that
+            // did not delete only wakes a waiter whose next attempt fails (see
+            // docs/handover.md, "Native releases").
+            let mut channel = String::with_capacity(32 + key.len());
+            notify::push_channel(&mut channel, key, self.topology);
+            pipe.cmd("PUBLISH").arg(channel).arg(owner);
+        }
+        let replies: Vec<redis::RedisResult<redis::Value>> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(crate::error::backend_error)?;
+        match replies.into_iter().next() {
+            Some(Ok(redis::Value::Int(1))) => Ok(Some(ReleaseOutcome::Released)),
+            Some(Ok(redis::Value::Int(0))) => Ok(None),
+            Some(Err(e)) if native::not_offered(&e) => {
+                self.native.disable();
+                Ok(None)
+            }
+            Some(Err(e)) => Err(crate::error::backend_error(e)),
+            other => Err(BackendError::Protocol(format!(
+                "unexpected reply to a native release: {other:?}"
+            ))),
+        }
+    }
+
+    /// The plain lock's renewal by `SET key owner IFEQ owner PX ttl` (the value is rewritten
+    /// unchanged, the TTL set, only while the key holds exactly `owner`). `Ok(None)`: not
+    /// renewed and nothing changed, so the script must decide (metadata, not ours, or not
+    /// offered).
+    async fn renew_native<K: ConnectionLike + Send>(
+        &self,
+        conn: &mut K,
+        req: &RenewRequest,
+        key: &str,
+    ) -> Result<Option<RenewOutcome>, BackendError> {
+        if !self.native.set_ifeq(conn).await {
+            return Ok(None);
+        }
+        let owner = req.owner.as_str();
+        let r: redis::RedisResult<redis::Value> = redis::cmd("SET")
+            .arg(key)
+            .arg(owner)
+            .arg("IFEQ")
+            .arg(owner)
+            .arg("PX")
+            .arg(req.ttl.as_millis())
+            .query_async(conn)
+            .await;
+        match r {
+            Ok(redis::Value::Okay) => Ok(Some(RenewOutcome::Renewed)),
+            Ok(redis::Value::Nil) => Ok(None),
+            Err(e) if native::not_offered(&e) => {
+                self.native.disable();
+                Ok(None)
+            }
+            Err(e) => Err(crate::error::backend_error(e)),
+            Ok(other) => Err(BackendError::Protocol(format!(
+                "unexpected reply to a native renewal: {other:?}"
+            ))),
         }
     }
 
@@ -411,12 +547,19 @@ where
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         let spec = &*req.spec;
         self.precheck("renew", spec)?;
+        let mut conn = self.lane().await;
+        if self.native_fits(spec)
+            && let [key] = spec.keys()
+            && let Some(outcome) = self.renew_native(&mut conn, req, key).await?
+        {
+            self.acknowledge(&mut conn).await?;
+            return Ok(outcome);
+        }
         let mut call = Call::new();
         for k in spec.keys() {
             call.key(k);
         }
         call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-        let mut conn = self.lane().await;
         let v = call.run(&mut conn, &S_RENEW).await?;
         let outcome = reply::renew(&v)?;
         if outcome == RenewOutcome::Renewed {
@@ -473,7 +616,22 @@ where
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         let spec = &*req.spec;
         self.precheck("release", spec)?;
+        if self.native_fits(spec)
+            && let [key] = spec.keys()
+            && let Some(outcome) = self.release_native(key, req.owner.as_str()).await?
+        {
+            return Ok(outcome);
+        }
         let mut call = Call::new();
+        if let ([key], None) = (spec.keys(), spec.fence_key()) {
+            // The plain lock: release_one.lua, the same rule without the prelude, key count,
+            // or term.
+            call.key(key).arg(req.owner.as_str());
+            call.arg(self.notice_arg(key));
+            let mut conn = self.conn.clone();
+            let v = call.run(&mut conn, &S_RELEASE_ONE).await?;
+            return reply::release(&v);
+        }
         for k in spec.keys() {
             call.key(k);
         }
@@ -485,21 +643,10 @@ where
             _ => None,
         };
         call.arg(req.owner.as_str()).arg(spec.keys().len());
-        match spec.keys().first().filter(|_| self.publish) {
-            Some(key) => {
-                let verb = match self.topology {
-                    Topology::Cluster => "s:",
-                    _ => "p:",
-                };
-                let mut notice = String::with_capacity(verb.len() + 32 + key.len());
-                notice.push_str(verb);
-                notify::push_channel(&mut notice, key, self.topology);
-                call.arg(notice);
-            }
-            None => {
-                call.arg("");
-            }
-        }
+        match spec.keys().first() {
+            Some(key) => call.arg(self.notice_arg(key)),
+            None => call.arg(""),
+        };
         if let Some(term) = term {
             call.arg(term.to_string());
         }

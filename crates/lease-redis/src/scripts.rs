@@ -74,6 +74,10 @@ pub const RENEW: &str = plain_script!("renew.lua");
 pub const RENEW_MANY: &str = plain_script!("renew_many.lua");
 /// `release.lua`: compare-and-delete, optionally only while the counter is at the term.
 pub const RELEASE: &str = plain_script!("release.lua");
+/// `release_one.lua`: release.lua's rule for one unfenced key, alone (**no prelude**: the
+/// plain lock's release is every lock cycle's second round trip on a server without a native
+/// compare-and-delete, and the prelude's definitions were most of its server time).
+pub const RELEASE_ONE: &str = lua_file!("release_one.lua");
 /// `pttl.lua`: the minimum remaining TTL of a lease held on every key.
 pub const PTTL: &str = plain_script!("pttl.lua");
 /// `inspect.lua`: holder, TTL, counter and mark, raw.
@@ -135,6 +139,7 @@ script!(S_ACQUIRE, "acquire", ACQUIRE);
 script!(S_RENEW, "renew", RENEW);
 script!(S_RENEW_MANY, "renew_many", RENEW_MANY);
 script!(S_RELEASE, "release", RELEASE);
+script!(S_RELEASE_ONE, "release_one", RELEASE_ONE);
 script!(S_PTTL, "pttl", PTTL);
 script!(S_INSPECT, "inspect", INSPECT);
 script!(S_RAISE, "raise", RAISE);
@@ -390,6 +395,27 @@ mod tests {
         ] {
             assert!(code.starts_with(&format!("--[[ {file}:")), "{file}");
         }
+    }
+
+    /// release_one.lua stands alone (no prelude), so it is checked here rather than with the
+    /// composed scripts; its SHA1 is pinned like theirs.
+    #[test]
+    fn release_one_stands_alone_and_is_pinned() {
+        assert!(RELEASE_ONE.starts_with("--[[ release_one.lua:"));
+        for word in ["KEYS", "ARGV", "Returns"] {
+            assert!(
+                RELEASE_ONE.contains(word),
+                "release_one.lua documents {word}"
+            );
+        }
+        assert!(RELEASE_ONE.ends_with('\n'));
+        assert!(!RELEASE_ONE.contains(PRELUDE));
+        assert!(!RELEASE_ONE.contains("tostring("));
+        assert_eq!(
+            redis::Script::new(RELEASE_ONE).get_hash(),
+            "ce0cd32e94f48b7c1fa46a2826142b6d2688ab19",
+            "release_one.lua changed: check, then re-pin"
+        );
     }
 
     #[test]

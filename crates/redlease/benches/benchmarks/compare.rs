@@ -140,12 +140,17 @@ pub(crate) struct Concurrent {
     pub(crate) tasks: usize,
     pub(crate) window: Duration,
     /// Per round: redlease, rslock, raw.
-    pub(crate) rounds: Vec<[Throughput; 3]>,
+    /// Per round: redlease, rslock, raw, and redlease with native commands off (the scripts
+    /// only; the same as redlease on a server without them).
+    pub(crate) rounds: Vec<[Throughput; 4]>,
 }
 
 #[derive(Clone, Copy)]
 enum Client {
     Redlease,
+    /// redlease with `with_native_commands(false)`: the scripts even where the server has
+    /// `DELIFEQ` / `SET IFEQ`.
+    RedleaseScripts,
     Rslock,
     Raw,
 }
@@ -167,7 +172,9 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let locker = Locker::new(RedisBackend::new(conn.clone()));
+    let backend = RedisBackend::new(conn.clone())
+        .with_native_commands(!matches!(client, Client::RedleaseScripts));
+    let locker = Locker::new(backend);
     let mut manager = rslock::LockManager::from_clients(vec![redis_client.clone()]);
     manager.set_retry(1, Duration::from_millis(1));
     let manager = Arc::new(manager);
@@ -188,7 +195,7 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
                     break;
                 }
                 match client {
-                    Client::Redlease => {
+                    Client::Redlease | Client::RedleaseScripts => {
                         let key = format!("bench:c:redlease:{t}");
                         let lock = locker
                             .obtain(key, TTL, LockOptions::new())
@@ -245,7 +252,8 @@ pub(crate) async fn concurrent(
         let a = concurrent_round(env, Client::Redlease, tasks, window).await;
         let b = concurrent_round(env, Client::Rslock, tasks, window).await;
         let c = concurrent_round(env, Client::Raw, tasks, window).await;
-        out.rounds.push([a, b, c]);
+        let d = concurrent_round(env, Client::RedleaseScripts, tasks, window).await;
+        out.rounds.push([a, b, c, d]);
     }
     out
 }
@@ -263,8 +271,13 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
         c.tasks,
         c.window.as_millis()
     );
-    for (i, [a, b, r]) in c.rounds.iter().enumerate() {
-        for (name, t) in [("redlease", a), ("rslock 0.10", b), ("raw redis-rs", r)] {
+    for (i, [a, b, r, d]) in c.rounds.iter().enumerate() {
+        for (name, t) in [
+            ("redlease", a),
+            ("rslock 0.10", b),
+            ("raw redis-rs", r),
+            ("redlease, scripts only", d),
+        ] {
             s.push_str(&format!(
                 "| {} | {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2}× | {:.2} |\n",
                 i + 1,

@@ -55,7 +55,15 @@ fn main() {
     let failovers = failover::bench(&mut c, &rt, &env);
     c.final_summary();
 
-    if bench_mode {
+    if bench_mode && std::env::var_os("REDLEASE_BENCH_COMPARE_ONLY").is_some() {
+        // The comparison with other clients only (serial and 64 tasks), for a short run:
+        // `REDLEASE_BENCH_COMPARE_ONLY=1 cargo bench -p redlease --bench benchmarks -- none`.
+        let compared = rt.block_on(compare::interleaved(&env, 1_500));
+        let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
+        let mut text = compare::render(&compared);
+        text.push_str(&compare::render_concurrent(&concurrent));
+        println!("\n{text}");
+    } else if bench_mode {
         let paired = rt.block_on(ops::paired(&env, 1_500));
         let idle = rt
             .block_on(idle::measure(Duration::from_secs(10)))

@@ -1,0 +1,361 @@
+//! Native conditional commands on the plain lock's path (`DELIFEQ` / `DELEX .. IFEQ` to
+//! release, `SET .. IFEQ .. PX` to renew), against the server the kit runs: on Valkey 9
+//! (`cargo xtask test --server valkey9`) the plain lock runs no script at all; on Redis 7.0
+//! and 6.2, which have none of them, the scripts run as before. Either way every outcome is
+//! the script's (the in-memory backend's) outcome.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use lease_core::notify::WatchRole;
+use lease_core::{BackendError, LeaseBackend, ReleaseOutcome, RenewOutcome};
+use lease_redis::{RedisBackend, ReleaseNotices};
+use lease_testkit::server::{self, ServerKind};
+use tokio::time::timeout;
+
+const BOUND: Duration = Duration::from_secs(10);
+
+/// Calls per command since the last `CONFIG RESETSTAT` (`cmdstat_<name>` → calls).
+async fn commandstats(raw: &mut Conn) -> HashMap<String, u64> {
+    let info: String = timeout(
+        BOUND,
+        redis::cmd("INFO").arg("commandstats").query_async(raw),
+    )
+    .await
+    .expect("bounded")
+    .expect("INFO commandstats");
+    let mut out = HashMap::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let calls = rest
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        out.insert(name.to_owned(), calls);
+    }
+    out
+}
+
+async fn reset_stats(raw: &mut Conn) {
+    let () = timeout(
+        BOUND,
+        redis::cmd("CONFIG").arg("RESETSTAT").query_async(raw),
+    )
+    .await
+    .expect("bounded")
+    .expect("CONFIG RESETSTAT");
+}
+
+/// Whether the server under test offers `DELIFEQ`: fixed for the named servers of the matrix
+/// (so the Valkey 9 run proves the native path and the Redis runs the fallback), asked of the
+/// server itself for any other binary.
+async fn expect_native(raw: &mut Conn) -> bool {
+    match server::choice().expect("server choice").kind {
+        Some(ServerKind::Valkey9) => true,
+        Some(ServerKind::Redis70 | ServerKind::Redis62) => false,
+        _ => {
+            let v: redis::Value = timeout(
+                BOUND,
+                redis::cmd("COMMAND")
+                    .arg("INFO")
+                    .arg("delifeq")
+                    .query_async(raw),
+            )
+            .await
+            .expect("bounded")
+            .expect("COMMAND INFO");
+            matches!(v, redis::Value::Array(ref a) if a.first().is_some_and(|e| *e != redis::Value::Nil))
+        }
+    }
+}
+
+fn calls(stats: &HashMap<String, u64>, cmd: &str) -> u64 {
+    stats.get(cmd).copied().unwrap_or(0)
+}
+
+fn scripts(stats: &HashMap<String, u64>) -> u64 {
+    calls(stats, "evalsha") + calls(stats, "eval")
+}
+
+/// A lock cycle of the plain lock (acquire, renew, release) sends native commands only where
+/// the server has them, and the scripts otherwise; switched off, always the scripts.
+#[tokio::test]
+async fn the_plain_lock_runs_no_script_where_the_server_has_native_commands() {
+    let (_server, backend, mut raw) = setup().await;
+    let native = expect_native(&mut raw).await;
+    let spec = lock(&["native:cycle"], None);
+
+    reset_stats(&mut raw).await;
+    for _ in 0..3 {
+        let got = timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+            .await
+            .expect("bounded")
+            .expect("acquire");
+        assert!(matches!(got, lease_core::AcquireOutcome::Acquired { .. }));
+        let renewed = timeout(BOUND, backend.renew(&renew(&spec, "a")))
+            .await
+            .expect("bounded")
+            .expect("renew");
+        assert_eq!(renewed, RenewOutcome::Renewed);
+        assert!(pttl(&mut raw, "native:cycle").await > (LONG as i64) - 5_000);
+        let released = timeout(BOUND, backend.release(&release(&spec, "a", None)))
+            .await
+            .expect("bounded")
+            .expect("release");
+        assert_eq!(released, ReleaseOutcome::Released);
+        assert!(!exists(&mut raw, "native:cycle").await);
+    }
+    let stats = commandstats(&mut raw).await;
+    if native {
+        assert_eq!(calls(&stats, "delifeq"), 3, "{stats:?}");
+        assert_eq!(
+            scripts(&stats),
+            0,
+            "no script on the plain lock's path: {stats:?}"
+        );
+        // One probe for the backend: COMMAND INFO once, not per call.
+        assert_eq!(calls(&stats, "command|info"), 1, "{stats:?}");
+    } else {
+        assert_eq!(calls(&stats, "delifeq") + calls(&stats, "delex"), 0);
+        // Every renewal and release ran its script (the first of each by EVAL after NOSCRIPT,
+        // which this server also counts as an EVALSHA call).
+        assert_eq!(
+            calls(&stats, "evalsha"),
+            6,
+            "renew and release by script: {stats:?}"
+        );
+    }
+
+    // Negative control: the same cycle with native commands off runs the scripts.
+    let scripted = RedisBackend::new(server_conn(&_server).await).with_native_commands(false);
+    assert!(!scripted.native_commands());
+    reset_stats(&mut raw).await;
+    timeout(BOUND, scripted.acquire(&acq(&spec, "b")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    assert_eq!(
+        timeout(BOUND, scripted.renew(&renew(&spec, "b")))
+            .await
+            .expect("bounded")
+            .expect("renew"),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        timeout(BOUND, scripted.release(&release(&spec, "b", None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    let stats = commandstats(&mut raw).await;
+    // (A first EVALSHA answered NOSCRIPT, then EVAL: servers count both.)
+    assert!(scripts(&stats) >= 2, "{stats:?}");
+    assert_eq!(calls(&stats, "delifeq") + calls(&stats, "command|info"), 0);
+}
+
+async fn server_conn(server: &lease_testkit::RedisServer) -> Conn {
+    timeout(BOUND, server.connection())
+        .await
+        .expect("bounded")
+        .expect("connection")
+}
+
+/// Every outcome is the script's: someone else's lock, a lock with metadata (its stored value
+/// is not the owner alone, so the native command changes nothing and the script decides), a
+/// key that is gone (a renewal never creates it), a key of another type.
+#[tokio::test]
+async fn native_outcomes_are_the_scripts_outcomes() {
+    let (_server, backend, mut raw) = setup().await;
+    let spec = lock(&["native:truth"], None);
+
+    // Someone else's lock: neither renewed nor released, untouched.
+    timeout(BOUND, backend.acquire(&acq(&spec, "other")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    let before = pttl(&mut raw, "native:truth").await;
+    assert_eq!(
+        backend.renew(&renew(&spec, "me")).await.expect("renew"),
+        RenewOutcome::NotHeld
+    );
+    assert_eq!(
+        backend
+            .release(&release(&spec, "me", None))
+            .await
+            .expect("release"),
+        ReleaseOutcome::NotHeld
+    );
+    assert_eq!(
+        get(&mut raw, "native:truth").await.as_deref(),
+        Some("other")
+    );
+    assert!(pttl(&mut raw, "native:truth").await <= before);
+    del(&mut raw, "native:truth").await;
+
+    // Ours with metadata: renewed and released (by the script, after the native command).
+    timeout(BOUND, backend.acquire(&acq_meta(&spec, "me", "host=a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    set_pttl(&mut raw, "native:truth", 5_000).await;
+    assert_eq!(
+        backend.renew(&renew(&spec, "me")).await.expect("renew"),
+        RenewOutcome::Renewed
+    );
+    assert!(pttl(&mut raw, "native:truth").await > 10_000);
+    assert_eq!(
+        get(&mut raw, "native:truth").await.as_deref(),
+        Some("me\0host=a"),
+        "the metadata survives a renewal"
+    );
+    assert_eq!(
+        backend
+            .release(&release(&spec, "me", None))
+            .await
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(!exists(&mut raw, "native:truth").await);
+
+    // Gone: not held, and a renewal does not create the key.
+    assert_eq!(
+        backend.renew(&renew(&spec, "me")).await.expect("renew"),
+        RenewOutcome::NotHeld
+    );
+    assert!(!exists(&mut raw, "native:truth").await);
+    assert_eq!(
+        backend
+            .release(&release(&spec, "me", None))
+            .await
+            .expect("release"),
+        ReleaseOutcome::NotHeld
+    );
+
+    // Another type: refused, as the scripts refuse it (WRONGTYPE), nothing changed.
+    let () = redis::cmd("HSET")
+        .arg("native:truth")
+        .arg("f")
+        .arg("v")
+        .query_async::<i64>(&mut raw)
+        .await
+        .map(|_| ())
+        .expect("HSET");
+    for err in [
+        backend.renew(&renew(&spec, "me")).await.err(),
+        backend.release(&release(&spec, "me", None)).await.err(),
+    ] {
+        assert!(
+            matches!(&err, Some(BackendError::Refused(m)) if m.contains("WRONGTYPE")),
+            "{err:?}"
+        );
+    }
+    assert_eq!(
+        hget(&mut raw, "native:truth", "f").await.as_deref(),
+        Some("v")
+    );
+}
+
+async fn set_pttl(raw: &mut Conn, key: &str, ms: u64) {
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(ms)
+        .query_async(raw)
+        .await
+        .expect("PEXPIRE");
+}
+
+/// A native release still wakes waiters: a contender's watch (the subscriber a lock waiter
+/// uses) is woken by the notice pipelined after the delete, and the key is gone by then.
+#[tokio::test]
+async fn a_native_release_wakes_a_waiter() {
+    let (server, backend, mut raw) = setup().await;
+    let native = expect_native(&mut raw).await;
+    let notices = ReleaseNotices::new(server.client().expect("client"));
+    let backend = backend.with_release_notices(notices);
+    let spec = lock(&["native:notice"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    let mut watch = backend
+        .release_watch(&spec, WatchRole::Contender)
+        .expect("a watch");
+    watch.set_contending(true);
+    watch.activate();
+    // Going live wakes the watch once (the resynchronisation); nothing else has.
+    timeout(BOUND, watch.notified())
+        .await
+        .expect("the subscription goes live within the bound");
+    assert!(watch.is_live());
+    assert!(!watch.take_wake(), "no notice before the release");
+
+    reset_stats(&mut raw).await;
+    assert_eq!(
+        timeout(BOUND, backend.release(&release(&spec, "a", None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    timeout(BOUND, watch.notified())
+        .await
+        .expect("the waiter is woken within the bound");
+    assert!(!exists(&mut raw, "native:notice").await);
+    let stats = commandstats(&mut raw).await;
+    if native {
+        assert_eq!(calls(&stats, "delifeq"), 1, "{stats:?}");
+        assert_eq!(scripts(&stats), 0, "{stats:?}");
+    }
+    assert_eq!(calls(&stats, "publish"), 1, "{stats:?}");
+}
+
+/// A server that refuses the native command after the probe (here an ACL that takes
+/// `DELIFEQ` away, as a failover to an older server would) gets the script for that same call,
+/// with the script's outcome, and from then on.
+#[tokio::test]
+async fn a_refused_native_command_falls_back_to_the_script() {
+    let (_server, backend, mut raw) = setup().await;
+    if !expect_native(&mut raw).await {
+        // Nothing to refuse: the fallback is the only path (the test above proves it).
+        return;
+    }
+    let spec = lock(&["native:refused"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    // Probe now, while DELIFEQ is allowed.
+    assert_eq!(
+        backend.renew(&renew(&spec, "a")).await.expect("renew"),
+        RenewOutcome::Renewed
+    );
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-delifeq")
+        .query_async(&mut raw)
+        .await
+        .expect("ACL SETUSER");
+    reset_stats(&mut raw).await;
+    assert_eq!(
+        timeout(BOUND, backend.release(&release(&spec, "a", None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(!exists(&mut raw, "native:refused").await);
+    let stats = commandstats(&mut raw).await;
+    assert!(scripts(&stats) >= 1, "the script ran: {stats:?}");
+    assert_eq!(calls(&stats, "delifeq"), 0, "{stats:?}");
+}
