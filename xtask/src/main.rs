@@ -23,6 +23,8 @@
 //!   `cluster` feature.
 //! * `docsrs` — docs.rs's build locally (`--cfg docsrs`, all features, `RUSTC_BOOTSTRAP=1`),
 //!   and a check that feature-gated items show their feature's badge.
+//! * `perf` — the performance gate ([`perf`]): instructions per lock cycle, renewal and
+//!   release under callgrind against the committed baselines (`--update` rewrites them).
 //! * `jepsen` — build the `lease-jepsen` package and run its harness (`jepsen`) with the
 //!   given options (`--time`, `--seed`, `--scenario`, `--nodes`, `--runs`, `--workload`);
 //!   needs root.
@@ -32,6 +34,7 @@ mod leaks;
 #[cfg(test)]
 mod map;
 mod matrix;
+mod perf;
 mod plan;
 mod proof;
 mod publish;
@@ -76,6 +79,9 @@ commands:
                            each feature alone; redis-rs's cluster code only with `cluster`
   docsrs                   cargo doc of the published crates as docs.rs builds them (--cfg
                            docsrs, all features) into target/docsrs; checks feature badges
+  perf [--update]          the performance gate: client instructions per lock cycle, renewal
+                           and release (callgrind, against a fresh redis-server) compared
+                           with xtask/perf-baseline.txt; fails above +4%; --update rewrites it
   help                     this text
 
 environment:
@@ -102,6 +108,7 @@ fn main() -> ExitCode {
         Some("package") => ctx.package(),
         Some("features") => ctx.features(),
         Some("docsrs") => ctx.docsrs(),
+        Some("perf") => ctx.perf(&rest),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
             return if command.is_some() {

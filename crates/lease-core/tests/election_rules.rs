@@ -7,7 +7,7 @@ use lease_core::election::{Event, Op, Reply, RequestKind};
 use lease_core::memory::{ManualClock, MemoryBackend, MemoryWrite};
 use lease_core::{
     AcquireOutcome, BackendError, Election, ElectionConfig, FenceOutcome, FenceState, Instant,
-    RenewOutcome, Token,
+    Token,
 };
 
 fn ms(v: u64) -> Duration {

@@ -5,7 +5,10 @@
 //!
 //! `scripts/callgrind-cycle.sh` runs it under callgrind at two cycle counts per client and
 //! divides the difference of the totals by the difference of the counts, which removes
-//! start-up and connection costs. Arguments: `<redlease|rslock|raw> <cycles>`. Without them
+//! start-up and connection costs. Arguments: `<client> <cycles>`, the client one of
+//! `redlease`, `rslock`, `raw` (a lock cycle each), `redlease-renew` (a refresh of one held
+//! lock) and `redlease-release` (a raw `SET`, then `RedisBackend::release` of it); `cargo xtask
+//! perf` gates the three `redlease*` counts against committed baselines. Without them
 //! (as `cargo test --all-targets` runs it, or `cargo bench`) it runs a few cycles of each
 //! client against a kit Redis, as a smoke test.
 
@@ -65,7 +68,45 @@ async fn cycles(url: &str, client: &str, n: u64) {
                 assert_eq!(deleted, 1);
             }
         }
-        other => panic!("unknown client {other:?}: expected redlease, rslock or raw"),
+        "redlease-renew" => {
+            let locker = Locker::new(RedisBackend::new(conn));
+            let lock = locker
+                .obtain("bench:ir:renew", TTL, LockOptions::new())
+                .await
+                .expect("obtain");
+            for _ in 0..n {
+                lock.refresh(TTL).await.expect("refresh");
+            }
+            lock.release().await.expect("release");
+        }
+        "redlease-release" => {
+            let backend = RedisBackend::new(conn.clone());
+            let spec = std::sync::Arc::new(
+                redlease::core::LeaseSpec::lock(["bench:ir:release"], None).expect("spec"),
+            );
+            for i in 0..n {
+                let owner = format!("owner-{i}");
+                let _: () = redis::cmd("SET")
+                    .arg("bench:ir:release")
+                    .arg(&owner)
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SET");
+                let req = redlease::core::ReleaseRequest::new(
+                    std::sync::Arc::clone(&spec),
+                    redlease::core::Owner::new(owner).expect("owner"),
+                );
+                let outcome = redlease::core::LeaseBackend::release(&backend, &req)
+                    .await
+                    .expect("release");
+                assert!(matches!(outcome, redlease::core::ReleaseOutcome::Released));
+            }
+        }
+        other => panic!(
+            "unknown client {other:?}: expected redlease, rslock, raw, redlease-renew or redlease-release"
+        ),
     }
 }
 
@@ -90,10 +131,16 @@ fn main() {
                 .await
                 .expect("a kit Redis");
             let url = server.url();
-            for client in ["redlease", "rslock", "raw"] {
+            for client in [
+                "redlease",
+                "rslock",
+                "raw",
+                "redlease-renew",
+                "redlease-release",
+            ] {
                 cycles(&url, client, 3).await;
             }
-            println!("smoke: 3 cycles of each client");
+            println!("smoke: 3 cycles of each client and measure");
         }),
     }
 }

@@ -40,6 +40,8 @@ use crate::config::Ttl;
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
 use crate::semaphore::{PermitRequest, SemaphoreInfo};
+#[cfg(doc)]
+use crate::token::FenceState;
 use crate::token::{FenceMark, Token};
 
 /// How many leases the Redis backend renews in one script call of a batch

@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::config::{ConfigError, MAX_ID_LEN, MAX_NAME_LEN, check_text};
+#[cfg(doc)]
+use crate::token::Epoch;
 
 /// The most keys one lease may span.
 pub const MAX_KEYS: usize = 64;

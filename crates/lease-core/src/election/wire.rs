@@ -1,6 +1,8 @@
 //! What an election and its driver exchange: requests ([`Request`], [`RequestKind`]), replies
 //! ([`Reply`]), and what the election reports ([`Event`], [`Role`], [`StepDownReason`]).
 
+#[cfg(doc)]
+use super::Election;
 use super::RequestId;
 use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, ReleaseOutcome, ReleaseRequest, RenewOutcome,

@@ -142,6 +142,8 @@ use super::turn::TurnKey;
 use super::wire::{
     Asked, NodeReply, NodeRequest, NodeRequestId, NodeRequestKind, RoundInputError, Verdict,
 };
+#[cfg(doc)]
+use crate::backend::{AcquireOutcome, RenewOutcome};
 use crate::backend::{BackendError, LeaseSpec, Owner};
 use crate::time::Instant;
 use crate::token::Token;

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+#[cfg(doc)]
+use super::NodeRequest;
 use crate::backend::{LeaseSpec, Owner};
 
 /// The ordering key of a request that changes a node's state (acquire, raise, renew, release

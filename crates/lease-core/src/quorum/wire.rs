@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::turn::TurnKey;
+#[cfg(doc)]
+use super::{Quorum, Round};
 use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome,
     ReleaseRequest, RenewOutcome, RenewRequest,
