@@ -5,7 +5,14 @@
 //! [`Hooks`] around each call: [`Hooks::before`] with the [`Call`] before it is forwarded, and
 //! [`Hooks::after`] with the call and its [`Answer`] once the wrapped backend answered (before
 //! the answer is returned). Both default to doing nothing, so a test implements only its twist.
-//! The synchronous methods (`check_spec`, `validity_margin`) are forwarded without hooks.
+//! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`) and `preflight`
+//! are forwarded without hooks: release notices reach a waiter behind the wrapper as they
+//! would without it.
+//!
+//! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
+//! it in one round trip still does; the hooks see each renewal in it as a [`Call::Renew`]:
+//! every `before` runs (concurrently) before the batch is sent, so a hook that delays one
+//! renewal delays the whole batch, and every `after` runs once the batch is answered.
 //!
 //! [`Wrapped`] dereferences to its hooks, so the hooks' own methods (a count, a wait on a
 //! signal) are called on the wrapper.
@@ -38,6 +45,8 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lease_core::notify::{ReleaseWatch, WatchRole};
+use lease_core::preflight::StoreReport;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
     ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Ttl,
@@ -194,6 +203,20 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
         .await
     }
 
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        let calls: Vec<Call<'_>> = reqs.iter().map(|r| Call::Renew(r)).collect();
+        join_all(calls.iter().map(|c| self.hooks.before(c))).await;
+        let answers = self.inner.renew_many(reqs).await;
+        join_all(
+            calls
+                .iter()
+                .zip(&answers)
+                .map(|(c, a)| async move { self.hooks.after(c, &Answer::Renew(a)).await }),
+        )
+        .await;
+        answers
+    }
+
     async fn remaining(
         &self,
         spec: &LeaseSpec,
@@ -223,9 +246,28 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
     fn validity_margin(&self, ttl: Ttl) -> Duration {
         self.inner.validity_margin(ttl)
     }
-    async fn preflight(&self) -> Result<lease_core::preflight::StoreReport, BackendError> {
+
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
         self.inner.preflight().await
     }
+
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        self.inner.release_watch(spec, role)
+    }
+}
+
+/// Runs `futures` concurrently to completion (their outputs are `()`).
+async fn join_all<F: Future<Output = ()>>(futures: impl IntoIterator<Item = F>) {
+    let mut set: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if set.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
@@ -307,5 +349,86 @@ mod tests {
         );
         // Deref reaches the hooks.
         assert_eq!(backend.0.lock().unwrap().len(), 10);
+    }
+
+    /// Counts the batches that reach it (and forwards them).
+    struct Batches {
+        inner: MemoryBackend,
+        batches: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait]
+    impl LeaseBackend for Batches {
+        async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+            self.inner.acquire(req).await
+        }
+        async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+            self.inner.renew(req).await
+        }
+        async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+            self.inner.release(req).await
+        }
+        async fn renew_many(
+            &self,
+            reqs: &[&RenewRequest],
+        ) -> Vec<Result<RenewOutcome, BackendError>> {
+            self.batches
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.renew_many(reqs).await
+        }
+        async fn remaining(
+            &self,
+            spec: &LeaseSpec,
+            owner: &Owner,
+        ) -> Result<Option<Duration>, BackendError> {
+            self.inner.remaining(spec, owner).await
+        }
+        async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+            self.inner.inspect(spec).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_stays_one_batch_and_its_hooks_see_each_renewal() {
+        let log = Log::default();
+        let backend = Wrapped::with_hooks(
+            Batches {
+                inner: MemoryBackend::new(ManualClock::new()),
+                batches: std::sync::atomic::AtomicU32::new(0),
+            },
+            log.clone(),
+        );
+        let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
+        let owner = Owner::new("a").unwrap();
+        let (a, b) = (
+            Arc::new(LeaseSpec::election("a")),
+            Arc::new(LeaseSpec::election("b")),
+        );
+        let bound = Duration::from_secs(5);
+        let acquire = AcquireRequest::new(a.clone(), owner.clone(), ttl);
+        let got = tokio::time::timeout(bound, backend.acquire(&acquire)).await;
+        assert!(got.unwrap().is_ok());
+        let (ra, rb) = (
+            RenewRequest::new(a, owner.clone(), ttl),
+            RenewRequest::new(b, owner, ttl),
+        );
+        let got = tokio::time::timeout(bound, backend.renew_many(&[&ra, &rb])).await;
+        let outcomes = got.unwrap();
+        assert!(matches!(outcomes[0], Ok(RenewOutcome::Renewed)));
+        assert!(matches!(outcomes[1], Ok(RenewOutcome::NotHeld)));
+        let batches = backend
+            .inner()
+            .batches
+            .load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(batches, 1, "forwarded as one batch");
+        assert_eq!(
+            log.0.lock().unwrap()[2..],
+            [
+                "before Renew",
+                "before Renew",
+                "after Renew failed=false",
+                "after Renew failed=false",
+            ]
+        );
     }
 }

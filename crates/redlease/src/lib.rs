@@ -111,6 +111,7 @@ pub use lease_core::{
 };
 
 // Shared: configuration errors, TTLs, outcomes, the backend trait, cancellation.
+pub use lease_core::quorum::QuorumConfigError;
 pub use lease_core::{BackendError, ConfigError, Effect, LeaseBackend, Ttl};
 
 // What a store discloses about how long its tokens survive.
@@ -141,16 +142,29 @@ pub fn describe_metrics() {
 
 /// The sans-IO core, for adapter authors and simulations: the backend contract and the
 /// machines the driver runs (the same items as the `lease-core` crate's, listed by name).
+///
+/// Everything a [`LeaseBackend`] method takes or returns is named here,
+/// so a wrapper backend (one that forwards every method to another, adding a twist) can be
+/// written against this facade alone; `tests/facade.rs` is such a wrapper.
 pub mod core {
     // The backend contract.
+    pub use lease_core::backend::{
+        MAX_KEYS, MAX_METADATA_LEN, RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each,
+    };
     pub use lease_core::{
         AcquireOutcome, AcquireRequest, BackendError, Effect, Epoch, FenceMark, FenceOutcome,
         FenceState, FencedResource, Fencing, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
         ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, StoreLoss, Token, TokenError,
         TokenScheme,
     };
+    // Release notifications: what `LeaseBackend::release_watch` hands out.
+    pub use lease_core::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
     // Configuration, time and retries.
-    pub use lease_core::config::{MAX_TTL, MIN_INTERVAL};
+    pub use lease_core::config::{
+        MAX_ID_LEN, MAX_NAME_LEN, MAX_TTL, MIN_ELECTION_TTL, MIN_INTERVAL,
+    };
+    pub use lease_core::quorum::QuorumConfigError;
+    pub use lease_core::token::MAX_TOKEN;
     pub use lease_core::{
         ConfigError, ElectionConfig, ElectionConfigBuilder, Instant, RetrySequence, RetryStrategy,
         Ttl,
@@ -161,9 +175,10 @@ pub mod core {
         Election, Event, Reply, Request, RequestId, RequestKind, Role, StepDownReason,
     };
     // The lease and lock machines.
+    pub use lease_core::lease::{LeaseTiming, RenewOrder};
     pub use lease_core::lock::{
-        Attempt, HeldLock, LockEvent, Obtain, ObtainPlan, Obtained, Refresh, RefreshOrder,
-        RefreshReply, RefreshTurn,
+        Attempt, HeldLock, LockEvent, NextAttempt, Obtain, ObtainPlan, ObtainSchedule, Obtained,
+        Refresh, RefreshOrder, RefreshReply, RefreshTurn, release_request, release_result,
     };
     pub use lease_core::{HeldLease, LeaseEvent, LossReason};
     // Semaphores: the permit rule's types and the view the lock machines drive permits through.
@@ -334,6 +349,11 @@ pub mod redis {
 #[cfg(feature = "redlock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
 pub mod redlock {
+    /// How a round treats the requests it no longer waits for: only the default is safe; the
+    /// others are negative controls for tests
+    /// ([`RedlockBackend::with_late_requests_unsafe`]).
+    #[doc(hidden)]
+    pub use lease_redlock::LateRequests;
     pub use lease_redlock::{
         DEFAULT_DRIFT_FACTOR, DEFAULT_OPERATION_TIMEOUT_CAP, Node, NodeCause, NodeFailure,
         QuorumError, QuorumNode, QuorumOp, RaiseCounter, RedisNode, RedlockBackend, RedlockConfig,

@@ -15,6 +15,7 @@ use common::locks::{SLACK, ms};
 use common::{EVENTUALLY, config, wait_leader, wait_role};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
+use lease_testkit::wrap::{Answer, Call, Hooks, Wrapped};
 use redlease::redis::HealingConnection;
 use redlease::redis::{RedisBackend, ReleaseNotices, Topology, notice_channel};
 use redlease::{CancellationToken, Elector, LeaderWatch, LockOptions, Locker, RetryStrategy, Role};
@@ -497,4 +498,118 @@ async fn cluster_notices_stay_on_the_node_that_owns_the_slot() {
             .unwrap()
             .unwrap();
     }
+}
+
+/// A wrapper that overrides only the required methods, so `release_watch` keeps its default
+/// (no watch): the negative control for the wrappers that forward notices.
+#[derive(Clone)]
+struct Bare<B>(B);
+
+#[redlease::async_trait]
+impl<B: redlease::LeaseBackend> redlease::LeaseBackend for Bare<B> {
+    async fn acquire(
+        &self,
+        req: &redlease::core::AcquireRequest,
+    ) -> Result<redlease::core::AcquireOutcome, redlease::BackendError> {
+        self.0.acquire(req).await
+    }
+    async fn renew(
+        &self,
+        req: &redlease::core::RenewRequest,
+    ) -> Result<redlease::core::RenewOutcome, redlease::BackendError> {
+        self.0.renew(req).await
+    }
+    async fn release(
+        &self,
+        req: &redlease::core::ReleaseRequest,
+    ) -> Result<redlease::core::ReleaseOutcome, redlease::BackendError> {
+        self.0.release(req).await
+    }
+    async fn remaining(
+        &self,
+        spec: &redlease::core::LeaseSpec,
+        owner: &redlease::core::Owner,
+    ) -> Result<Option<Duration>, redlease::BackendError> {
+        self.0.remaining(spec, owner).await
+    }
+    async fn inspect(
+        &self,
+        spec: &redlease::core::LeaseSpec,
+    ) -> Result<redlease::core::LeaseInfo, redlease::BackendError> {
+        self.0.inspect(spec).await
+    }
+}
+
+/// Counts the waiter's acquire attempts once answered: a signal that the first one found
+/// the lock held.
+#[derive(Clone, Default)]
+struct Attempts(Arc<tokio::sync::watch::Sender<u32>>);
+
+#[redlease::async_trait]
+impl Hooks for Attempts {
+    async fn after(&self, call: &Call<'_>, _answer: &Answer<'_>) {
+        if let Call::Acquire(_) = call {
+            self.0.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Holds a lock with one backend, starts a waiter (polling every 20 s) behind the kit's
+/// [`Wrapped`] around `inner` (around [`Bare`]`(inner)` when `bare`), releases once the
+/// waiter's first attempt was answered (and `inner`'s subscriber is live for it, unless
+/// bare), and returns whether the waiter obtained the lock within [`PROMPT`] of the release.
+async fn woken_behind_wrapped(server: &RedisServer, bare: bool) -> bool {
+    let key = if bare { "job-bare" } else { "job" };
+    let a = Locker::new(connect(server).await);
+    let inner = connect(server).await;
+    let attempts = Attempts::default();
+    let mut answered = attempts.0.subscribe();
+    let held = a
+        .obtain(key, Duration::from_secs(30), LockOptions::new())
+        .await
+        .unwrap();
+    let waiter = if bare {
+        let b = Locker::new(Wrapped::with_hooks(Bare(inner.clone()), attempts));
+        tokio::spawn(async move {
+            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
+            (lock.map(drop), Instant::now())
+        })
+    } else {
+        let b = Locker::new(Wrapped::with_hooks(inner.clone(), attempts));
+        tokio::spawn(async move {
+            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
+            (lock.map(drop), Instant::now())
+        })
+    };
+    tokio::time::timeout(EVENTUALLY, answered.wait_for(|n| *n >= 1))
+        .await
+        .expect("the waiter's first attempt")
+        .unwrap();
+    if !bare {
+        wait_live(&inner, &channel(key)).await;
+    }
+    let released = Instant::now();
+    held.release().await.unwrap();
+    match tokio::time::timeout(PROMPT + SLACK, waiter).await {
+        Ok(joined) => {
+            let (lock, at) = joined.unwrap();
+            lock.expect("obtained");
+            at.duration_since(released) < PROMPT
+        }
+        Err(_) => {
+            let notices = inner.release_notices().unwrap();
+            assert!(bare, "not woken: {:?}", notices.stats());
+            assert!(!notices.is_live(&channel(key)), "no watch, no subscription");
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_behind_the_kits_wrapper_is_woken_by_the_release_notice() {
+    let server = RedisServer::start().await.expect("redis");
+    assert!(woken_behind_wrapped(&server, false).await);
+    // The negative control: behind a wrapper that keeps the default `release_watch` the
+    // notices are dropped, and the waiter is left to its 20 s poll.
+    assert!(!woken_behind_wrapped(&server, true).await);
 }

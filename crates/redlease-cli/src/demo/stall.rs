@@ -1,13 +1,16 @@
 //! The stall wrapper: a backend whose calls hang while a flag is set.
+//!
+//! It overrides every [`LeaseBackend`] method, the defaulted ones too: a batch of renewals
+//! stays one batch, and the wrapped backend's release notices reach the demo's waiters.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redlease::core::{
     AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
-    RenewOutcome, RenewRequest,
+    ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
 };
-use redlease::{BackendError, LeaseBackend, Ttl};
+use redlease::{BackendError, LeaseBackend, StoreReport, Ttl};
 use tokio::sync::watch;
 
 /// A backend whose calls hang while `stalled` is set (a paused process cannot reach the
@@ -39,6 +42,10 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
         self.gate().await;
         self.inner.release(req).await
     }
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.gate().await;
+        self.inner.renew_many(reqs).await
+    }
     async fn remaining(
         &self,
         spec: &LeaseSpec,
@@ -56,5 +63,71 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
     }
     fn validity_margin(&self, ttl: Ttl) -> Duration {
         self.inner.validity_margin(ttl)
+    }
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        self.gate().await;
+        self.inner.preflight().await
+    }
+    /// No I/O (the subscription is the wrapped backend's): not gated.
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        self.inner.release_watch(spec, role)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use lease_testkit::redis::RedisServer;
+    use redlease::redis::{Topology, notice_channel};
+    use redlease::{LockOptions, Locker, RetryStrategy};
+
+    use super::*;
+
+    /// Every wait here is bounded by this, far below the waiter's 20 s poll.
+    const BOUND: Duration = Duration::from_secs(5);
+
+    async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(BOUND, f)
+            .await
+            .unwrap_or_else(|_| panic!("{what} took longer than {BOUND:?}"))
+    }
+
+    #[tokio::test]
+    async fn a_waiter_behind_the_stall_wrapper_is_woken_by_the_release_notice() {
+        let server = RedisServer::start().await.expect("redis");
+        let holder = Locker::new(redlease::redis::connect(&server.url()).await.unwrap());
+        let inner = redlease::redis::connect(&server.url()).await.unwrap();
+        let notices = inner.release_notices().expect("notices").clone();
+        let (_flag, stalled) = watch::channel(false);
+        let waiting = Locker::new(Stall { inner, stalled });
+        let held = bounded(
+            "the first lock",
+            holder.obtain("job", Duration::from_secs(30), LockOptions::new()),
+        )
+        .await
+        .unwrap();
+        // Polling alone would take 20 s: only the notice wakes the waiter within the bound.
+        let slow = LockOptions::new()
+            .retry(RetryStrategy::linear(Duration::from_secs(20)).unwrap())
+            .wait(Duration::from_secs(60));
+        let waiter = tokio::spawn(async move {
+            let lock = waiting.obtain("job", Duration::from_secs(30), slow).await;
+            (lock.map(drop), Instant::now())
+        });
+        // The hub's live flag has no signal of its own besides the wake-up this test is
+        // about; a bounded check every few milliseconds does not race.
+        let channel = notice_channel("job", Topology::Standalone);
+        bounded("the waiter's subscription", async {
+            while !notices.is_live(&channel) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let released = Instant::now();
+        bounded("the release", held.release()).await.unwrap();
+        let (lock, at) = bounded("the woken waiter", waiter).await.unwrap();
+        lock.expect("obtained");
+        assert!(at.duration_since(released) < BOUND);
     }
 }

@@ -1,0 +1,288 @@
+//! The facade is complete: a wrapper backend that overrides every [`LeaseBackend`] method (and
+//! [`Fencing`]) is written here with `redlease::*` paths only — no `lease-core`, no
+//! `lease-redis` — and, on a real Redis, every call reaches the wrapped backend through it,
+//! batches stay batches and a lock waiter behind it is woken by the holder's release notice.
+//!
+//! A method added to [`LeaseBackend`] with a default must be added to [`Forward`] too (and to
+//! [`Method::ALL`]): a wrapper that keeps the default silently drops what the wrapped backend
+//! does there (release notices, batched renewals), which is the defect this file guards.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use lease_testkit::redis::RedisServer;
+use redlease::core::{
+    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
+    ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
+};
+use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
+use redlease::{
+    BackendError, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy, StoreReport, Token,
+    Ttl, async_trait,
+};
+
+/// Every bound on a wait in this file: far below the 20 s poll of the waiter.
+const BOUND: Duration = Duration::from_secs(5);
+
+/// Each overridable method of [`LeaseBackend`] and [`Fencing`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Acquire,
+    Renew,
+    Release,
+    RenewMany,
+    Remaining,
+    Inspect,
+    CheckSpec,
+    ValidityMargin,
+    Preflight,
+    ReleaseWatch,
+    Fencer,
+}
+
+impl Method {
+    const ALL: [Method; 11] = [
+        Method::Acquire,
+        Method::Renew,
+        Method::Release,
+        Method::RenewMany,
+        Method::Remaining,
+        Method::Inspect,
+        Method::CheckSpec,
+        Method::ValidityMargin,
+        Method::Preflight,
+        Method::ReleaseWatch,
+        Method::Fencer,
+    ];
+}
+
+/// Forwards every method to `inner` and counts the calls of each.
+#[derive(Clone)]
+struct Forward<B> {
+    inner: B,
+    calls: Arc<[AtomicU32; Method::ALL.len()]>,
+}
+
+impl<B> Forward<B> {
+    fn new(inner: B) -> Self {
+        Forward {
+            inner,
+            calls: Arc::new(std::array::from_fn(|_| AtomicU32::new(0))),
+        }
+    }
+
+    fn count(&self, m: Method) {
+        self.calls[m as usize].fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn calls(&self, m: Method) -> u32 {
+        self.calls[m as usize].load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl<B: LeaseBackend> LeaseBackend for Forward<B> {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.count(Method::Acquire);
+        self.inner.acquire(req).await
+    }
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.count(Method::Renew);
+        self.inner.renew(req).await
+    }
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.count(Method::Release);
+        self.inner.release(req).await
+    }
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.count(Method::RenewMany);
+        self.inner.renew_many(reqs).await
+    }
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.count(Method::Remaining);
+        self.inner.remaining(spec, owner).await
+    }
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.count(Method::Inspect);
+        self.inner.inspect(spec).await
+    }
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.count(Method::CheckSpec);
+        self.inner.check_spec(spec)
+    }
+    fn validity_margin(&self, ttl: Ttl) -> Duration {
+        self.count(Method::ValidityMargin);
+        self.inner.validity_margin(ttl)
+    }
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        self.count(Method::Preflight);
+        self.inner.preflight().await
+    }
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        self.count(Method::ReleaseWatch);
+        self.inner.release_watch(spec, role)
+    }
+}
+
+impl<B: Fencing> Fencing for Forward<B> {
+    type Fencer = B::Fencer;
+
+    fn fencer(&self, mark_key: &str, token: Token) -> B::Fencer {
+        self.count(Method::Fencer);
+        self.inner.fencer(mark_key, token)
+    }
+}
+
+type Backend = RedisBackend<HealingConnection>;
+
+async fn connect(server: &RedisServer) -> Backend {
+    redlease::redis::connect(&server.url())
+        .await
+        .expect("connect")
+}
+
+/// Bounds `f` by [`BOUND`].
+async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} took longer than {BOUND:?}"))
+}
+
+#[tokio::test]
+async fn every_method_reaches_the_wrapped_backend() {
+    let server = RedisServer::start().await.expect("redis");
+    let backend = Forward::new(connect(&server).await);
+    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+    let owner = Owner::new("facade").unwrap();
+    let spec = Arc::new(LeaseSpec::lock(["f:a"], Some("f:fence".to_owned())).unwrap());
+    let other = Arc::new(LeaseSpec::lock(["f:b"], None).unwrap());
+
+    backend.check_spec(&spec).unwrap();
+    // The Redis backend's drift allowance (the default would be zero).
+    let margin = backend.validity_margin(ttl);
+    assert_eq!(margin, backend.inner.validity_margin(ttl));
+    assert!(margin > Duration::ZERO);
+    let report = bounded("preflight", backend.preflight()).await.unwrap();
+    // The real server answered (the default would know nothing, not even the server).
+    assert!(report.server.is_some(), "{report:?}");
+    let mut watch = backend
+        .release_watch(&spec, WatchRole::Observer)
+        .expect("the Redis backend's watch came through the wrapper");
+    assert_eq!(watch.role(), WatchRole::Observer);
+    watch.activate();
+    // Going live wakes an activated watch once: the subscription is confirmed.
+    bounded("the subscription", watch.notified()).await;
+
+    let mut token = None;
+    for s in [&spec, &other] {
+        let got = bounded(
+            "acquire",
+            backend.acquire(&AcquireRequest::new(s.clone(), owner.clone(), ttl)),
+        )
+        .await
+        .unwrap();
+        let AcquireOutcome::Acquired { token: t, .. } = got else {
+            panic!("not acquired: {got:?}");
+        };
+        token = token.or(t);
+    }
+    let renew = RenewRequest::new(spec.clone(), owner.clone(), ttl);
+    let renewed = bounded("renew", backend.renew(&renew)).await.unwrap();
+    assert_eq!(renewed, RenewOutcome::Renewed);
+    let both = [
+        &renew,
+        &RenewRequest::new(other.clone(), owner.clone(), ttl),
+    ];
+    let outcomes = bounded("renew_many", backend.renew_many(&both)).await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(RenewOutcome::Renewed))),
+        "{outcomes:?}"
+    );
+    let left = bounded("remaining", backend.remaining(&spec, &owner))
+        .await
+        .unwrap();
+    assert!(left.is_some_and(|d| d <= Duration::from_secs(10)));
+    let info = bounded("inspect", backend.inspect(&spec)).await.unwrap();
+    assert_eq!(info.holder.as_deref(), Some("facade"));
+
+    let fencer = backend.fencer(
+        spec.mark_key().as_deref().unwrap(),
+        token.expect("a fenced lock has a token"),
+    );
+    assert!(
+        bounded("a fenced write", fencer.set("f:value", "v"))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+
+    let released = bounded(
+        "release",
+        backend.release(&ReleaseRequest::new(spec.clone(), owner.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(released, ReleaseOutcome::Released);
+    // The release was announced to the watch that came through the wrapper.
+    bounded("the release notice", watch.notified()).await;
+
+    for m in Method::ALL {
+        let expected = match m {
+            Method::Acquire => 2,
+            _ => 1,
+        };
+        assert_eq!(backend.calls(m), expected, "{m:?}");
+    }
+    // The batch went to the wrapped backend as one batch: no single renewals behind it.
+    assert_eq!(backend.calls(Method::Renew), 1);
+}
+
+/// Long polls: a lock waiter that only polls would wait 20 s.
+fn slow_retry() -> LockOptions {
+    LockOptions::new()
+        .retry(RetryStrategy::linear(Duration::from_secs(20)).unwrap())
+        .wait(Duration::from_secs(60))
+}
+
+#[tokio::test]
+async fn a_waiter_behind_the_wrapper_is_woken_by_the_release_notice() {
+    let server = RedisServer::start().await.expect("redis");
+    let holder = Locker::new(connect(&server).await);
+    let inner = connect(&server).await;
+    let notices = inner.release_notices().expect("notices").clone();
+    let waiting = Locker::new(Forward::new(inner));
+    let held = bounded(
+        "the first lock",
+        holder.obtain("job", Duration::from_secs(30), LockOptions::new()),
+    )
+    .await
+    .unwrap();
+    let waiter = tokio::spawn(async move {
+        let lock = waiting
+            .obtain("job", Duration::from_secs(30), slow_retry())
+            .await;
+        (lock.map(drop), Instant::now())
+    });
+    // The waiter subscribes after its first attempt found the lock held. The hub's live flag
+    // has no signal of its own besides the waiter's wake-up this test is about; a bounded
+    // check every few milliseconds does not race.
+    let channel = notice_channel("job", Topology::Standalone);
+    bounded("the waiter's subscription", async {
+        while !notices.is_live(&channel) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let released = Instant::now();
+    bounded("the release", held.release()).await.unwrap();
+    let (lock, at) = bounded("the woken waiter", waiter).await.unwrap();
+    lock.expect("obtained");
+    assert!(at.duration_since(released) < BOUND);
+}
