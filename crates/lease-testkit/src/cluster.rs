@@ -15,9 +15,10 @@
 //! ```
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::mode::ServerMode;
+use crate::poll::{Look, poll_until};
 use crate::process::{describe_output, display_command, require_program, run_with_timeout_async};
 use crate::redis::{RedisOptions, RedisServer};
 use crate::resp::{self, Reply};
@@ -215,27 +216,15 @@ impl RedisCluster {
     /// every other node, and every replica's link to its primary is up (a replica that never
     /// synced cannot be promoted); also usable after restarting a node.
     pub async fn wait_ready(&self, deadline: Duration) -> Result<()> {
-        let started = Instant::now();
-        loop {
-            let mut last_error = None;
+        poll_until(deadline, "redis cluster", || async move {
             for node in &self.nodes {
                 if let Err(e) = self.node_ready(node).await {
-                    last_error = Some(format!("{}: {e}", node.addr()));
-                    break;
+                    return Look::NotYet(format!("{}: {e}", node.addr()));
                 }
             }
-            let Some(last_error) = last_error else {
-                return Ok(());
-            };
-            if started.elapsed() > deadline {
-                return Err(Error::NotReady {
-                    what: "redis cluster".to_owned(),
-                    waited: started.elapsed(),
-                    last_error,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            Look::Done(())
+        })
+        .await
     }
 
     /// `Ok` for a primary, or a replica whose link to its primary is up.

@@ -40,6 +40,7 @@ pub mod cluster;
 mod docker;
 mod error;
 pub mod mode;
+pub mod poll;
 pub mod postgres;
 mod process;
 pub mod proxy;

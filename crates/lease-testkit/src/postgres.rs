@@ -18,8 +18,9 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::poll::{Look, poll_until, with_detail};
 use crate::process::{
     ServerProcess, describe_output, display_command, free_port, log_stdio, log_tail, lookup_user,
     loopback, run_with_timeout_async, running_as_root,
@@ -219,38 +220,36 @@ fn connection_string(port: u16, user: &str, database: &str) -> String {
 
 /// Polls until the server accepts a query on the `postgres` database.
 async fn wait_ready(process: &mut ServerProcess, port: u16, user: &str, log: &Path) -> Result<()> {
-    let started = Instant::now();
-    let conn = connection_string(port, user, "postgres");
-    loop {
-        if let Some(status) = process.try_exited() {
-            return Err(Error::Exited {
-                what: format!("postgres on port {port}"),
-                status: status.to_string(),
-                log: log_tail(log),
-            });
-        }
-        let last_error = match tokio_postgres::connect(&conn, tokio_postgres::NoTls).await {
-            Ok((client, connection)) => {
-                let task = tokio::spawn(connection);
-                let ok = client.simple_query("SELECT 1").await;
-                drop(client);
-                let _ = task.await;
-                match ok {
-                    Ok(_) => return Ok(()),
-                    Err(e) => e.to_string(),
-                }
+    let conn = &connection_string(port, user, "postgres");
+    let what = format!("postgres on port {port}");
+    poll_until(START_DEADLINE, what.clone(), || {
+        let exited = process.try_exited();
+        let what = what.clone();
+        async move {
+            if let Some(status) = exited {
+                return Look::Fail(Error::Exited {
+                    what,
+                    status: status.to_string(),
+                    log: log_tail(log),
+                });
             }
-            Err(e) => e.to_string(),
-        };
-        if started.elapsed() > START_DEADLINE {
-            return Err(Error::NotReady {
-                what: format!("postgres on port {port}"),
-                waited: started.elapsed(),
-                last_error: format!("{last_error}; log tail:\n{}", log_tail(log)),
-            });
+            match tokio_postgres::connect(conn, tokio_postgres::NoTls).await {
+                Ok((client, connection)) => {
+                    let task = tokio::spawn(connection);
+                    let ok = client.simple_query("SELECT 1").await;
+                    drop(client);
+                    let _ = task.await;
+                    match ok {
+                        Ok(_) => Look::Done(()),
+                        Err(e) => Look::NotYet(e.to_string()),
+                    }
+                }
+                Err(e) => Look::NotYet(e.to_string()),
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
+    .map_err(|e| with_detail(e, || format!("; log tail:\n{}", log_tail(log))))
 }
 
 /// A Postgres server owned by the test. Dropping it shuts it down (SIGQUIT, then

@@ -30,10 +30,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::docker::{docker, on_kit_runtime};
 use crate::mode::{ServerMode, selection};
+use crate::poll::{Look, poll_every, with_detail};
 use crate::process::{ServerProcess, log_tail, loopback};
 use crate::resp::{self, ProbeAuth};
 use crate::{Error, Result};
@@ -51,6 +52,8 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 const PORT_ATTEMPTS: usize = 8;
 /// Docker CLI timeout.
 const DOCKER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a starting server is pinged.
+const READY_POLL: Duration = Duration::from_millis(25);
 
 /// The lifecycle state of a [`RedisServer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,36 +161,34 @@ impl RedisServer {
     }
     /// Polls PING until it answers PONG (not LOADING) or the deadline passes.
     async fn wait_ready(&self, deadline: Duration) -> Result<()> {
-        let started = Instant::now();
-        let auth = self.probe_auth();
+        let auth = &self.probe_auth();
         let addr = self.addr();
-        let what = format!("redis ({}) on {addr}", self.mode);
-        loop {
+        let what = &format!("redis ({}) on {addr}", self.mode);
+        let ready = poll_every(READY_POLL, deadline, what.clone(), || async move {
             if let Backend::Process(p) = &mut *self.inner.lock().await {
                 let exited = p.process.as_mut().and_then(ServerProcess::try_exited);
                 if let Some(status) = exited {
                     p.process = None;
                     self.set_state(ServerState::Stopped);
-                    return Err(Error::Exited {
-                        what,
+                    return Look::Fail(Error::Exited {
+                        what: what.clone(),
                         status: status.to_string(),
                         log: log_tail(&p.log_path()),
                     });
                 }
             }
-            let last_error = match resp::ping(addr, &auth).await {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if started.elapsed() > deadline {
-                let log = self.logs().await.unwrap_or_default();
-                return Err(Error::NotReady {
-                    what,
-                    waited: started.elapsed(),
-                    last_error: format!("{last_error}; log tail:\n{log}"),
-                });
+            match resp::ping(addr, auth).await {
+                Ok(()) => Look::Done(()),
+                Err(e) => Look::NotYet(e),
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+        })
+        .await;
+        match ready {
+            Err(e @ Error::NotReady { .. }) => {
+                let log = self.logs().await.unwrap_or_default();
+                Err(with_detail(e, || format!("; log tail:\n{log}")))
+            }
+            other => other,
         }
     }
 
