@@ -25,11 +25,12 @@ pub mod nemesis;
 pub mod netns;
 pub mod report;
 pub mod rng;
+pub mod run;
 pub mod scenario;
 pub mod svg;
 
 pub use crate::error::{JepsenError, Result};
-pub use crate::harness::{RunConfig, RunResult, RunSummary, Workload};
+pub use crate::run::{RunConfig, RunResult, RunSummary, Workload};
 pub use crate::scenario::Scenario;
 
 /// The election's name (its keys are `jepsen:leader`, `jepsen:fence`, ...).

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::checker::Mode;
-use crate::harness::RunSummary;
+use crate::run::RunSummary;
 
 /// Milliseconds from the run's start.
 fn rel(summary: &RunSummary, at_us: u64) -> String {

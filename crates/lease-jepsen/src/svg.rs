@@ -5,9 +5,9 @@
 use std::fmt::Write;
 
 use crate::checker::Mode;
-use crate::harness::RunSummary;
 use crate::history::{Outcome, Target};
 use crate::nemesis::{Direction, Fault};
+use crate::run::RunSummary;
 
 /// The narrowest picture; longer runs get 24 px per second (a 10-minute run scrolls).
 const MIN_WIDTH: f64 = 1600.0;

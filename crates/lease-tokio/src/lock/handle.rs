@@ -4,19 +4,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use lease_core::lease::RenewOrder;
 use lease_core::lock::{
     HeldLock, LockError, LockEvent, ObtainPlan, Obtained, Refresh, RefreshReply, RefreshTurn,
     release_request, release_result,
 };
 use lease_core::{
-    BackendError, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, RenewRequest, RetryStrategy,
-    Token, Ttl,
+    BackendError, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, RenewOutcome, RenewRequest,
+    RetryStrategy, Token, Ttl,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::ids::jitter_seed;
-use crate::lock::renewals::Renewals;
+use crate::lock::renewals::{Renewable, Renewals};
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
 use crate::telemetry;
@@ -40,7 +41,7 @@ pub(crate) struct Shared<B> {
     /// watch `lost()` asks for).
     watching: AtomicBool,
     /// The locker's renewal task.
-    renewals: Arc<Renewals<B>>,
+    renewals: Arc<Renewals<Shared<B>>>,
     /// This lock, for waking the renewal task.
     me: Weak<Shared<B>>,
     /// The generation of this lock's entry in the renewal task's queue (older entries are
@@ -135,6 +136,47 @@ impl<B: LeaseBackend> Shared<B> {
     }
 }
 
+impl<B: LeaseBackend> Renewable for Shared<B> {
+    type Backend = B;
+
+    fn coalesce_window(&self) -> Duration {
+        self.coalesce_window
+    }
+
+    fn poll_renewal(&self, window: Duration) -> (Option<RenewOrder>, Option<lease_core::Instant>) {
+        self.with(|m, now| {
+            let order = m.poll_renew_within(now, window);
+            m.handle_timeout(now);
+            (order, m.poll_timeout())
+        })
+    }
+
+    fn cancel(&self) {
+        self.lost.cancel();
+    }
+
+    fn schedule(&self) -> &AtomicU64 {
+        &self.schedule
+    }
+
+    fn to_tokio(&self, at: lease_core::Instant) -> tokio::time::Instant {
+        self.clock.to_tokio(at)
+    }
+
+    fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    fn renew_request(&self) -> &RenewRequest {
+        &self.renew
+    }
+
+    fn handle_renew(&self, reply: Result<RenewOutcome, BackendError>) {
+        self.with(|m, now| m.handle_renew(now, reply));
+        self.moved();
+    }
+}
+
 /// A held lock. Dropping it without [`Lock::release`] releases it best-effort in the
 /// background (on the current tokio runtime, if any); call `release` to learn the outcome.
 #[derive(Debug)]
@@ -156,7 +198,7 @@ impl<B: LeaseBackend> Lock<B> {
         obtained: Obtained,
         clock: Clock,
         observer: Option<Arc<dyn LockObserver>>,
-        renewals: Arc<Renewals<B>>,
+        renewals: Arc<Renewals<Shared<B>>>,
     ) -> Self {
         let ttl = plan.request.ttl;
         let margin = backend.validity_margin(ttl);

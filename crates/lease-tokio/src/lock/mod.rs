@@ -14,6 +14,9 @@
 //! - `semaphore.rs`: [`Semaphore`] and its [`Permit`]s, a [`Locker`] over the backend's
 //!   permit operations (`lease_core::semaphore::PermitBackend`).
 //!
+//! Imports go one way: `obtain` → `handle` → `renewals` (and `task`). The renewal task reads
+//! a lock only through its `Renewable` trait, which the handle's shared state implements.
+//!
 //! [`Obtain`]: lease_core::lock::Obtain
 //! [`HeldLock`]: lease_core::lock::HeldLock
 //! [`Refresh`]: lease_core::lock::Refresh

@@ -9,7 +9,7 @@ use lease_core::{AcquireRequest, BackendError, LeaseBackend};
 
 use crate::clock::Clock;
 use crate::ids::{jitter_seed, random_token};
-use crate::lock::handle::Lock;
+use crate::lock::handle::{Lock, Shared};
 use crate::lock::renewals::Renewals;
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
@@ -34,7 +34,7 @@ pub struct Locker<B> {
     backend: Arc<B>,
     observer: Option<Arc<dyn LockObserver>>,
     /// One renewal task for every lock of this locker and its clones.
-    renewals: Arc<Renewals<B>>,
+    renewals: Arc<Renewals<Shared<B>>>,
 }
 
 impl<B> Clone for Locker<B> {

@@ -27,27 +27,51 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lease_core::lease::RenewOrder;
-use lease_core::{BackendError, LeaseBackend};
+use lease_core::{BackendError, LeaseBackend, RenewOutcome, RenewRequest};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::lock::handle::Shared;
+/// What the renewal task needs of a lock: its machine, read and fed through the lock's own
+/// mutex. The lock's shared state implements it (`handle.rs`); this task knows nothing else of
+/// the lock, so the handle depends on the task and not the other way round.
+pub(crate) trait Renewable: Send + Sync + 'static {
+    /// The backend the lock's renewals go to.
+    type Backend: LeaseBackend;
+    /// How early this lock's renewal may join a batch
+    /// ([`HeldLock::coalesce_window`](lease_core::lock::HeldLock::coalesce_window)).
+    fn coalesce_window(&self) -> Duration;
+    /// Reads the machine now: the renewal due within `window` (taken), and the instant it
+    /// next needs attention (none: lost or released).
+    fn poll_renewal(&self, window: Duration) -> (Option<RenewOrder>, Option<lease_core::Instant>);
+    /// The lock is gone from the task's view (lost or released): fires its loss signal.
+    fn cancel(&self);
+    /// The generation of this lock's entry in the timer queue (older entries are stale).
+    fn schedule(&self) -> &AtomicU64;
+    /// `at` on tokio's clock.
+    fn to_tokio(&self, at: lease_core::Instant) -> Instant;
+    /// The backend.
+    fn backend(&self) -> &Arc<Self::Backend>;
+    /// The renewal to send.
+    fn renew_request(&self) -> &RenewRequest;
+    /// Feeds a renewal's reply to the machine (and wakes whoever waits on it).
+    fn handle_renew(&self, reply: Result<RenewOutcome, BackendError>);
+}
 
 /// The renewal task of one locker (and of every clone of it): started on the first
 /// auto-renewed lock, on that caller's runtime; it ends once the locker and all its locks are
 /// gone.
-pub(crate) struct Renewals<B> {
-    tx: Mutex<Option<mpsc::UnboundedSender<Weak<Shared<B>>>>>,
+pub(crate) struct Renewals<L> {
+    tx: Mutex<Option<mpsc::UnboundedSender<Weak<L>>>>,
     /// The timer queue's length after the task's last step (for tests and diagnostics).
     queued: Arc<AtomicUsize>,
 }
 
-impl<B> std::fmt::Debug for Renewals<B> {
+impl<L> std::fmt::Debug for Renewals<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let running = self
             .tx
@@ -60,9 +84,9 @@ impl<B> std::fmt::Debug for Renewals<B> {
     }
 }
 
-impl<B: LeaseBackend> Renewals<B> {
+impl<L: Renewable> Renewals<L> {
     /// No task yet.
-    pub(crate) fn new() -> Renewals<B> {
+    pub(crate) fn new() -> Renewals<L> {
         Renewals {
             tx: Mutex::new(None),
             queued: Arc::new(AtomicUsize::new(0)),
@@ -78,7 +102,7 @@ impl<B: LeaseBackend> Renewals<B> {
     /// Asks the task to read `lock`'s machine now (a new lock, or its deadline or turn
     /// moved). Starts the task if it is not running (first lock, or its runtime is gone).
     /// Returns `false` when there is no tokio runtime to run it on.
-    pub(crate) fn wake(&self, lock: &Arc<Shared<B>>) -> bool {
+    pub(crate) fn wake(&self, lock: &Arc<L>) -> bool {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(sender) = tx.as_ref()
             && sender.send(Arc::downgrade(lock)).is_ok()
@@ -101,33 +125,33 @@ impl<B: LeaseBackend> Renewals<B> {
 pub(crate) const COMPACT_SLACK: usize = 64;
 
 /// A lock's place in the timer queue: valid while `generation` is the lock's current one.
-struct Entry<B> {
+struct Entry<L> {
     at: Instant,
     seq: u64,
     generation: u64,
-    lock: Weak<Shared<B>>,
+    lock: Weak<L>,
 }
 
-impl<B> PartialEq for Entry<B> {
+impl<L> PartialEq for Entry<L> {
     fn eq(&self, other: &Self) -> bool {
         (self.at, self.seq) == (other.at, other.seq)
     }
 }
-impl<B> Eq for Entry<B> {}
-impl<B> PartialOrd for Entry<B> {
+impl<L> Eq for Entry<L> {}
+impl<L> PartialOrd for Entry<L> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl<B> Ord for Entry<B> {
+impl<L> Ord for Entry<L> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (self.at, self.seq).cmp(&(other.at, other.seq))
     }
 }
 
 /// The timer queue and the batch being gathered.
-struct Queue<B> {
-    heap: BinaryHeap<Reverse<Entry<B>>>,
+struct Queue<L> {
+    heap: BinaryHeap<Reverse<Entry<L>>>,
     seq: u64,
     /// The widest coalesce window of the locks seen: how far past `now` a due batch looks.
     horizon: Duration,
@@ -137,26 +161,22 @@ struct Queue<B> {
 }
 
 /// A renewal to send, with its lock.
-type Order<B> = (Arc<Shared<B>>, RenewOrder);
+type Order<L> = (Arc<L>, RenewOrder);
 
-impl<B: LeaseBackend> Queue<B> {
+impl<L: Renewable> Queue<L> {
     /// Reads `lock`'s machine at `now`: takes its renewal if one is due within its window,
     /// then queues it at the instant it next needs attention (or lets it go: lost, released).
-    fn visit(&mut self, lock: Arc<Shared<B>>, batch: &mut Vec<Order<B>>) {
-        let window = lock.coalesce_window;
+    fn visit(&mut self, lock: Arc<L>, batch: &mut Vec<Order<L>>) {
+        let window = lock.coalesce_window();
         self.horizon = self.horizon.max(window);
-        let (order, next) = lock.with(|m, now| {
-            let order = m.poll_renew_within(now, window);
-            m.handle_timeout(now);
-            (order, m.poll_timeout())
-        });
+        let (order, next) = lock.poll_renewal(window);
         let Some(next) = next else {
-            // Lost (the loss signal fired in `with`) or released: nothing more to do.
-            lock.lost.cancel();
+            // Lost (the loss signal fired in `poll_renewal`) or released: nothing more to do.
+            lock.cancel();
             return;
         };
-        let at = lock.clock.to_tokio(next);
-        let generation = lock.schedule.fetch_add(1, Ordering::AcqRel) + 1;
+        let at = lock.to_tokio(next);
+        let generation = lock.schedule().fetch_add(1, Ordering::AcqRel) + 1;
         self.seq += 1;
         self.heap.push(Reverse(Entry {
             at,
@@ -178,7 +198,7 @@ impl<B: LeaseBackend> Queue<B> {
         self.heap.retain(|Reverse(e)| {
             e.lock
                 .upgrade()
-                .is_some_and(|l| l.schedule.load(Ordering::Acquire) == e.generation)
+                .is_some_and(|l| l.schedule().load(Ordering::Acquire) == e.generation)
         });
         self.compact_at = self.heap.len() * 2 + COMPACT_SLACK;
         tracing::trace!(
@@ -194,7 +214,7 @@ impl<B: LeaseBackend> Queue<B> {
 
     /// Visits every lock queued at or before `now + horizon` (those not due are queued again
     /// at their own instant); the renewals due.
-    fn due(&mut self, now: Instant) -> Vec<Order<B>> {
+    fn due(&mut self, now: Instant) -> Vec<Order<L>> {
         let mut batch = Vec::new();
         let until = now + self.horizon;
         while let Some(Reverse(e)) = self.heap.peek() {
@@ -207,7 +227,7 @@ impl<B: LeaseBackend> Queue<B> {
             let Some(lock) = e.lock.upgrade() else {
                 continue;
             };
-            if lock.schedule.load(Ordering::Acquire) != e.generation {
+            if lock.schedule().load(Ordering::Acquire) != e.generation {
                 continue; // a later visit queued it again
             }
             self.visit(lock, &mut batch);
@@ -217,10 +237,7 @@ impl<B: LeaseBackend> Queue<B> {
 }
 
 /// The task: wakes at the earliest queued instant or when a lock asks, and sends what is due.
-async fn run<B: LeaseBackend>(
-    mut rx: mpsc::UnboundedReceiver<Weak<Shared<B>>>,
-    queued: Arc<AtomicUsize>,
-) {
+async fn run<L: Renewable>(mut rx: mpsc::UnboundedReceiver<Weak<L>>, queued: Arc<AtomicUsize>) {
     let mut queue = Queue {
         heap: BinaryHeap::new(),
         seq: 0,
@@ -249,11 +266,11 @@ async fn run<B: LeaseBackend>(
 
 /// The locks that asked to be read (this one and any others already waiting), read now; the
 /// renewals due among them.
-fn woken<B: LeaseBackend>(
-    queue: &mut Queue<B>,
-    rx: &mut mpsc::UnboundedReceiver<Weak<Shared<B>>>,
-    first: Weak<Shared<B>>,
-) -> Vec<Order<B>> {
+fn woken<L: Renewable>(
+    queue: &mut Queue<L>,
+    rx: &mut mpsc::UnboundedReceiver<Weak<L>>,
+    first: Weak<L>,
+) -> Vec<Order<L>> {
     let mut batch = Vec::new();
     let mut next = Some(first);
     while let Some(weak) = next {
@@ -269,18 +286,18 @@ fn woken<B: LeaseBackend>(
 /// earliest deadline among its renewals, and feeds each reply to its own lock. A batch that
 /// got no answer in time gives every renewal in it [`BackendError::Timeout`] (outcome
 /// unknown; each machine tolerates it until its own deadline).
-fn send<B: LeaseBackend>(batch: Vec<Order<B>>) {
+fn send<L: Renewable>(batch: Vec<Order<L>>) {
     let Some((first, _)) = batch.first() else {
         return;
     };
-    let backend = Arc::clone(&first.backend);
+    let backend = Arc::clone(first.backend());
     tokio::spawn(async move {
         let deadline = batch
             .iter()
-            .map(|(lock, order)| lock.clock.to_tokio(order.deadline))
+            .map(|(lock, order)| lock.to_tokio(order.deadline))
             .min()
             .unwrap_or_else(Instant::now);
-        let requests: Vec<_> = batch.iter().map(|(lock, _)| &lock.renew).collect();
+        let requests: Vec<_> = batch.iter().map(|(lock, _)| lock.renew_request()).collect();
         let sent = Instant::now();
         let replies = tokio::time::timeout_at(deadline, backend.renew_many(&requests)).await;
         let mut replies = match replies {
@@ -300,8 +317,7 @@ fn send<B: LeaseBackend>(batch: Vec<Order<B>>) {
                     "a batch of renewals got fewer answers than renewals".into(),
                 ))
             });
-            lock.with(|m, now| m.handle_renew(now, reply));
-            lock.moved();
+            lock.handle_renew(reply);
         }
     });
 }

@@ -9,8 +9,11 @@
 //!
 //! The parts: `stall` (the wrapper backend that hangs a leader's calls), `store` (the
 //! in-memory or Redis store the story runs on), `story` (the contenders and the plot, with its
-//! checks) and `render` (what is printed: the observer, the write outcomes, the verdict).
+//! checks), `render` (what is printed: the observer, the write outcomes, the verdict) and
+//! `model` (what they share: the story's constants, its keys and its summary). Imports go one
+//! way: `story` uses `stall`, `store` and `render`; all of them use `model`, which uses none.
 
+mod model;
 mod render;
 mod stall;
 mod store;
@@ -30,19 +33,6 @@ use crate::{Ctx, conn};
 use render::finish;
 use store::{MemoryStore, RedisStore};
 use story::story;
-
-/// The lease TTL of the story: short, so the whole story takes about two seconds.
-const TTL: Duration = Duration::from_secs(1);
-/// The contenders.
-const NAMES: [&str; 3] = ["alpha", "bravo", "charlie"];
-/// A hang guard for each step of the story (never reached when things work).
-const STEP_LIMIT: Duration = Duration::from_secs(5);
-/// How long the first leader works before it stalls (pacing of the story only).
-const WORK_BEFORE_STALL: Duration = Duration::from_millis(300);
-/// The delay between the contenders' starts.
-const STAGGER: Duration = Duration::from_millis(20);
-/// The exit code when the story did not go as expected.
-const STORY_FAILED: u8 = 1;
 
 pub(crate) async fn demo(ctx: &Ctx) -> Result<u8, Failure> {
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stdout));

@@ -5,8 +5,7 @@ use std::sync::{Arc, Mutex};
 use redlease::Op;
 use redlease::{BackendError, FenceOutcome, Observer, StepDownReason, Token};
 
-use super::story::Summary;
-use super::{NAMES, STORY_FAILED};
+use super::model::{NAMES, STORY_FAILED, Summary};
 use crate::exit::{self, Failure};
 use crate::output::{Json, Progress};
 

@@ -8,7 +8,7 @@ use redlease::redis::RedisBackend;
 use redlease::redis::client::aio::MultiplexedConnection;
 use redlease::{FenceOutcome, FencedResource, Fencing, LeaseBackend, Token};
 
-use super::story::report_key;
+use super::model::report_key;
 use crate::conn;
 
 /// The store the story runs on: its lease backend and fenced writes.

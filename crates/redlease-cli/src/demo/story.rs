@@ -6,20 +6,12 @@ use redlease::core::LeaseSpec;
 use redlease::{CancellationToken, ElectionConfig, Elector, FenceOutcome, Term, Token};
 use tokio::sync::{mpsc, watch};
 
+use super::model::{NAMES, STAGGER, STEP_LIMIT, Summary, TTL, WORK_BEFORE_STALL, report_key};
 use super::render::{DemoObserver, describe_write, outcome_name};
 use super::stall::Stall;
 use super::store::Store;
-use super::{NAMES, STAGGER, STEP_LIMIT, TTL, WORK_BEFORE_STALL};
 use crate::duration;
 use crate::output::{Json, Progress};
-
-/// What the story proved.
-#[derive(Debug)]
-pub(super) struct Summary {
-    pub(super) first_token: Token,
-    pub(super) successor_token: Token,
-    pub(super) refused_mark: Token,
-}
 
 /// What the contenders report to the story.
 #[derive(Debug)]
@@ -35,10 +27,6 @@ enum Report {
         who: usize,
         write: Result<FenceOutcome, String>,
     },
-}
-
-pub(super) fn report_key(name: &str) -> String {
-    format!("{name}:report")
 }
 
 fn report_value(who: usize, token: Token) -> String {
