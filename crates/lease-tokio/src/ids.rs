@@ -46,16 +46,16 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// A random 128-bit ownership token, as 32 lowercase hex digits, read from the operating
-/// system's randomness (no two tokens share state: one observed token says nothing about any
-/// other).
+/// A random owner string: 128 bits as 32 lowercase hex digits, read from the operating
+/// system's randomness (no two share state: one observed owner says nothing about any other).
+/// It is what a lock is held under (its [`Owner`](lease_core::Owner)), not a fencing token.
 ///
 /// ```
-/// let a = lease_tokio::random_token();
+/// let a = lease_tokio::random_owner();
 /// assert_eq!(a.len(), 32);
-/// assert_ne!(a, lease_tokio::random_token());
+/// assert_ne!(a, lease_tokio::random_owner());
 /// ```
-pub fn random_token() -> String {
+pub fn random_owner() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bytes = [0u8; 16];
     fill(&mut bytes);
@@ -65,6 +65,15 @@ pub fn random_token() -> String {
         out.push(char::from(HEX[usize::from(b & 0xf)]));
     }
     out
+}
+
+/// The old name of [`random_owner`]: it returns an owner string, not a fencing token.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed `random_owner`: it returns an owner string, not a fencing token"
+)]
+pub fn random_token() -> String {
+    random_owner()
 }
 
 /// A seed for one call's retry jitter, from the operating system's randomness.
@@ -100,9 +109,11 @@ pub fn default_instance_id() -> String {
 mod tests {
     use std::collections::HashSet;
 
+    use lease_core::rng::SplitMix64;
+
     #[test]
     fn tokens_are_distinct_lowercase_hex() {
-        let tokens: HashSet<String> = (0..10_000).map(|_| super::random_token()).collect();
+        let tokens: HashSet<String> = (0..10_000).map(|_| super::random_owner()).collect();
         assert_eq!(tokens.len(), 10_000);
         assert!(tokens.iter().all(|t| {
             t.len() == 32
@@ -110,7 +121,7 @@ mod tests {
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         }));
         // Another thread draws too.
-        let other = std::thread::spawn(super::random_token)
+        let other = std::thread::spawn(super::random_owner)
             .join()
             .expect("thread");
         assert!(!tokens.contains(&other));
@@ -128,26 +139,24 @@ mod tests {
             z = (z ^ (z >> 27) ^ (z >> 54)).wrapping_mul(0x96de_1b17_3f11_9089);
             z ^ (z >> 30) ^ (z >> 60)
         }
-        fn mix(state: &mut u64) -> u64 {
-            *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = *state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
+        // The workspace's SplitMix64: its first output from `state` is the output function of
+        // `state` plus the increment.
+        let increment = 0x9e37_79b9_7f4a_7c15u64;
         // The inverse is right (checked on a known state).
-        let mut s = 12345u64;
-        let out = mix(&mut s);
-        assert_eq!(unmix(out), s);
+        let s = 12345u64;
+        let out = SplitMix64::new(s).next_u64();
+        assert_eq!(unmix(out), s.wrapping_add(increment));
 
         for _ in 0..100 {
-            let t = super::random_token();
-            let next = super::random_token();
+            let t = super::random_owner();
+            let next = super::random_owner();
             let hi = u64::from_str_radix(&t[..16], 16).expect("hex");
-            let mut state = unmix(hi);
-            let a = mix(&mut state);
-            let b = mix(&mut state);
-            let c = mix(&mut state);
+            // The generator that would have produced `hi` next produces these.
+            let mut rng = SplitMix64::new(unmix(hi).wrapping_sub(increment));
+            assert_eq!(rng.next_u64(), hi);
+            let a = rng.next_u64();
+            let b = rng.next_u64();
+            let c = rng.next_u64();
             let predicted_b = format!("{a:016x}{b:016x}");
             let predicted_next = format!("{b:016x}{c:016x}");
             assert_ne!(

@@ -96,9 +96,12 @@ pub use lease_tokio::{
 
 // Locks.
 pub use lease_core::RetryStrategy;
+/// The old name of [`random_owner`] (deprecated: it returns an owner string, not a token).
+#[allow(deprecated)]
+pub use lease_tokio::random_token;
 pub use lease_tokio::{
     AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock, LockError,
-    LockObserver, LockOptions, Locker, random_token,
+    LockObserver, LockOptions, Locker, random_owner,
 };
 // Counting semaphores (at most N holders; each permit a lease with its own fencing token).
 pub use lease_core::semaphore::{MAX_PERMITS, PermitHolder, SemaphoreInfo};

@@ -8,7 +8,7 @@ use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::{AcquireRequest, BackendError, LeaseBackend};
 
 use crate::clock::Clock;
-use crate::ids::{jitter_seed, random_token};
+use crate::ids::{jitter_seed, random_owner};
 use crate::lock::handle::{Lock, Shared};
 use crate::lock::renewals::Renewals;
 use crate::lock::task::spawn_release;
@@ -119,7 +119,7 @@ impl<B: LeaseBackend> Locker<B> {
         S: Into<String>,
     {
         // Everything is validated before the first round trip.
-        let plan = options.plan(keys, ttl, random_token)?;
+        let plan = options.plan(keys, ttl, random_owner)?;
         self.obtain_plan(plan).await
     }
 

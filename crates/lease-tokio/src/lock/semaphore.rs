@@ -13,7 +13,7 @@ use lease_core::lock::{LockError, LockOptions};
 use lease_core::semaphore::{PermitBackend, PermitCount, SemaphoreInfo, semaphore_spec};
 use lease_core::{BackendError, LeaseBackend, LeaseSpec};
 
-use crate::ids::random_token;
+use crate::ids::random_owner;
 use crate::lock::handle::Lock;
 use crate::lock::obtain::Locker;
 
@@ -140,7 +140,7 @@ impl<B: LeaseBackend> Semaphore<B> {
         ttl: Duration,
         options: LockOptions,
     ) -> Result<Permit<B>, LockError> {
-        let plan = options.plan_permit(&self.name, ttl, random_token)?;
+        let plan = options.plan_permit(&self.name, ttl, random_owner)?;
         self.locker.obtain_plan(plan).await
     }
 

@@ -38,7 +38,7 @@ pub(crate) async fn demo(ctx: &Ctx) -> Result<u8, Failure> {
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stdout));
     if ctx.redis_explicit {
         let connection = conn::connect(ctx).await?;
-        let suffix: String = redlease::random_token().chars().take(8).collect();
+        let suffix: String = redlease::random_owner().chars().take(8).collect();
         let store = RedisStore {
             backend: RedisBackend::new(connection),
         };
