@@ -127,6 +127,15 @@ mod tests {
         assert!(!tokens.contains(&other));
     }
 
+    /// The old name still answers (deprecated, not removed), with an owner of the new kind.
+    #[test]
+    #[allow(deprecated)]
+    fn the_old_name_is_an_alias() {
+        let old = super::random_token();
+        assert_eq!(old.len(), 32);
+        assert_ne!(old, super::random_owner());
+    }
+
     /// The finding of issue 27: with a per-thread SplitMix64 stream, one token (the state's
     /// two outputs) predicted every later token of the thread. Inverting SplitMix64's output
     /// function on the first half of a token gives the state; stepping it must not give the
