@@ -5,9 +5,11 @@
 //! [`Hooks`] around each call: [`Hooks::before`] with the [`Call`] before it is forwarded, and
 //! [`Hooks::after`] with the call and its [`Answer`] once the wrapped backend answered (before
 //! the answer is returned). Both default to doing nothing, so a test implements only its twist.
-//! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`) and `preflight`
-//! are forwarded without hooks: release notices reach a waiter behind the wrapper as they
-//! would without it.
+//! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`,
+//! `check_semaphore`), `preflight` and the semaphore's permit methods (`acquire_permit`,
+//! `renew_permit`, `release_permit`, `permit_remaining`, `inspect_semaphore`) are forwarded
+//! without hooks: release notices reach a waiter behind the wrapper as they would without it,
+//! and a semaphore works behind it.
 //!
 //! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
 //! it in one round trip still does; the hooks see each renewal in it as a [`Call::Renew`]:
@@ -47,6 +49,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
+use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
     ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Ttl,
@@ -253,6 +256,34 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.release_watch(spec, role)
+    }
+
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_semaphore(spec)
+    }
+
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        self.inner.acquire_permit(req).await
+    }
+
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.inner.renew_permit(req).await
+    }
+
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.inner.release_permit(req).await
+    }
+
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.inner.permit_remaining(spec, owner).await
+    }
+
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        self.inner.inspect_semaphore(spec).await
     }
 }
 

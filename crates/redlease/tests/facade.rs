@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 
 use lease_testkit::redis::RedisServer;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
-    ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
+    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, PermitCount, PermitRequest,
+    ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
+    semaphore_spec,
 };
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
-    BackendError, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy, StoreReport, Token,
-    Ttl, async_trait,
+    BackendError, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy, SemaphoreInfo,
+    StoreReport, Token, Ttl, async_trait,
 };
 
 /// Every bound on a wait in this file: far below the 20 s poll of the waiter.
@@ -38,11 +39,17 @@ enum Method {
     ValidityMargin,
     Preflight,
     ReleaseWatch,
+    CheckSemaphore,
+    AcquirePermit,
+    RenewPermit,
+    ReleasePermit,
+    PermitRemaining,
+    InspectSemaphore,
     Fencer,
 }
 
 impl Method {
-    const ALL: [Method; 11] = [
+    const ALL: [Method; 17] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -53,6 +60,12 @@ impl Method {
         Method::ValidityMargin,
         Method::Preflight,
         Method::ReleaseWatch,
+        Method::CheckSemaphore,
+        Method::AcquirePermit,
+        Method::RenewPermit,
+        Method::ReleasePermit,
+        Method::PermitRemaining,
+        Method::InspectSemaphore,
         Method::Fencer,
     ];
 }
@@ -126,6 +139,34 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         self.count(Method::ReleaseWatch);
         self.inner.release_watch(spec, role)
+    }
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.count(Method::CheckSemaphore);
+        self.inner.check_semaphore(spec)
+    }
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        self.count(Method::AcquirePermit);
+        self.inner.acquire_permit(req).await
+    }
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.count(Method::RenewPermit);
+        self.inner.renew_permit(req).await
+    }
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.count(Method::ReleasePermit);
+        self.inner.release_permit(req).await
+    }
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.count(Method::PermitRemaining);
+        self.inner.permit_remaining(spec, owner).await
+    }
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        self.count(Method::InspectSemaphore);
+        self.inner.inspect_semaphore(spec).await
     }
 }
 
@@ -232,6 +273,41 @@ async fn every_method_reaches_the_wrapped_backend() {
     assert_eq!(released, ReleaseOutcome::Released);
     // The release was announced to the watch that came through the wrapper.
     bounded("the release notice", watch.notified()).await;
+
+    // A semaphore through the wrapper: every permit method reaches the Redis backend, which
+    // has permit scripts (the defaults would refuse with `Unsupported`).
+    let sem = Arc::new(semaphore_spec("f:sem", None).unwrap());
+    backend.check_semaphore(&sem).unwrap();
+    let permit = PermitRequest::new(
+        AcquireRequest::new(sem.clone(), owner.clone(), ttl),
+        PermitCount::new(2).unwrap(),
+    );
+    let got = bounded("acquire_permit", backend.acquire_permit(&permit))
+        .await
+        .unwrap();
+    assert!(matches!(got, AcquireOutcome::Acquired { .. }), "{got:?}");
+    let renewed = bounded(
+        "renew_permit",
+        backend.renew_permit(&RenewRequest::new(sem.clone(), owner.clone(), ttl)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(renewed, RenewOutcome::Renewed);
+    let left = bounded("permit_remaining", backend.permit_remaining(&sem, &owner))
+        .await
+        .unwrap();
+    assert!(left.is_some());
+    let info = bounded("inspect_semaphore", backend.inspect_semaphore(&sem))
+        .await
+        .unwrap();
+    assert_eq!(info.permits, Some(2));
+    let released = bounded(
+        "release_permit",
+        backend.release_permit(&ReleaseRequest::new(sem.clone(), owner.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(released, ReleaseOutcome::Released);
 
     for m in Method::ALL {
         let expected = match m {

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
-    ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
+    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, PermitRequest, ReleaseOutcome,
+    ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
 };
-use redlease::{BackendError, LeaseBackend, StoreReport, Ttl};
+use redlease::{BackendError, LeaseBackend, SemaphoreInfo, StoreReport, Ttl};
 use tokio::sync::watch;
 
 /// A backend whose calls hang while `stalled` is set (a paused process cannot reach the
@@ -71,6 +71,33 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
     /// No I/O (the subscription is the wrapped backend's): not gated.
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.release_watch(spec, role)
+    }
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_semaphore(spec)
+    }
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        self.gate().await;
+        self.inner.acquire_permit(req).await
+    }
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.gate().await;
+        self.inner.renew_permit(req).await
+    }
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.gate().await;
+        self.inner.release_permit(req).await
+    }
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.gate().await;
+        self.inner.permit_remaining(spec, owner).await
+    }
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        self.gate().await;
+        self.inner.inspect_semaphore(spec).await
     }
 }
 
