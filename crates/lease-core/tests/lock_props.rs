@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use lease_core::lease::LeaseTiming;
 use lease_core::lock::{
-    HeldLock, LockEvent, LockOptions, Obtain, RefreshReply, RefreshTurn, release_result,
+    HeldLock, LockEvent, LockOptions, Obtain, RefreshReply, RefreshStart, release_result,
 };
 use lease_core::{
     AcquireOutcome, BackendError, FenceState, Instant, ReleaseOutcome, RenewOutcome, RetryStrategy,
@@ -299,7 +299,7 @@ proptest! {
                     let new_ttl = Ttl::new(ms((ttl.as_millis() as u64 * permille / 1000).max(1))).expect("valid");
                     let was_held = h.lock.is_held(h.now);
                     match h.lock.begin_refresh(h.now, new_ttl, timing.margin) {
-                        RefreshTurn::Send(order) => {
+                        RefreshStart::Send(order) => {
                             prop_assert!(h.renew.is_none() && h.refresh.is_none(), "refresh while a request is in flight");
                             prop_assert!(was_held, "a refresh of a lock that is not held");
                             prop_assert!(order.deadline > order.sent_at);
@@ -308,8 +308,8 @@ proptest! {
                             h.store.send(expiry);
                             h.refresh = Some(InFlight { expiry, bound: order.deadline - order.sent_at });
                         }
-                        RefreshTurn::Busy => prop_assert!(h.renew.is_some() || h.refresh.is_some(), "busy with nothing in flight"),
-                        RefreshTurn::NotHeld => prop_assert!(h.renew.is_some() || h.refresh.is_some() || !was_held || !h.lock.is_held(h.now)),
+                        RefreshStart::Busy => prop_assert!(h.renew.is_some() || h.refresh.is_some(), "busy with nothing in flight"),
+                        RefreshStart::NotHeld => prop_assert!(h.renew.is_some() || h.refresh.is_some() || !was_held || !h.lock.is_held(h.now)),
                         _ => {}
                     }
                 }

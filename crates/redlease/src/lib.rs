@@ -181,7 +181,8 @@ pub mod core {
     pub use lease_core::lease::{LeaseTiming, RenewOrder};
     pub use lease_core::lock::{
         Attempt, HeldLock, LockEvent, NextAttempt, Obtain, ObtainPlan, ObtainSchedule, Obtained,
-        Refresh, RefreshOrder, RefreshReply, RefreshTurn, release_request, release_result,
+        Refresh, RefreshOrder, RefreshReply, RefreshStart, release_bound, release_request,
+        release_result,
     };
     pub use lease_core::{HeldLease, LeaseEvent, LossReason};
     // Semaphores: the permit rule's types and the view the lock machines drive permits through.

@@ -44,7 +44,7 @@ pub enum LockEvent {
 
 /// The TTL-changing request in flight: one at a time.
 #[derive(Clone, Copy, Debug)]
-enum Turn {
+enum Slot {
     Renew { sent_at: Instant },
     Refresh { told: Instant },
 }
@@ -64,8 +64,8 @@ pub struct RefreshOrder {
 /// The answer of [`HeldLock::begin_refresh`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum RefreshTurn {
-    /// Send this attempt now; the turn is the refresh's until its reply is handled.
+pub enum RefreshStart {
+    /// Send this attempt now; the slot is the refresh's until its reply is handled.
     Send(RefreshOrder),
     /// A renewal is in flight: wait until its reply was handled, then ask again.
     Busy,
@@ -95,15 +95,15 @@ pub enum RefreshReply {
 /// use std::time::Duration;
 /// use lease_core::{Instant, RenewOutcome, Ttl};
 /// use lease_core::lease::LeaseTiming;
-/// use lease_core::lock::{HeldLock, RefreshReply, RefreshTurn};
+/// use lease_core::lock::{HeldLock, RefreshReply, RefreshStart};
 /// let s = Duration::from_secs;
 /// let timing = LeaseTiming::new(Ttl::new(s(10))?, s(10));
 /// let mut lock = HeldLock::new(timing, false, None, true, Instant::ZERO, Instant::ZERO);
 /// assert_eq!(lock.valid_until(), Instant::ZERO + s(10));
 /// // A refresh to a shorter TTL shortens the deadline before it is sent.
-/// let RefreshTurn::Send(order) = lock.begin_refresh(Instant::ZERO + s(1), Ttl::new(s(2))?, Duration::ZERO) else { panic!() };
+/// let RefreshStart::Send(order) = lock.begin_refresh(Instant::ZERO + s(1), Ttl::new(s(2))?, Duration::ZERO) else { panic!() };
 /// assert_eq!(lock.valid_until(), Instant::ZERO + s(3));
-/// assert_eq!(lock.begin_refresh(Instant::ZERO + s(1), Ttl::new(s(2))?, Duration::ZERO), RefreshTurn::Busy);
+/// assert_eq!(lock.begin_refresh(Instant::ZERO + s(1), Ttl::new(s(2))?, Duration::ZERO), RefreshStart::Busy);
 /// assert!(matches!(lock.handle_refresh(Instant::ZERO + s(1), Ok(RenewOutcome::Renewed)), RefreshReply::Refreshed));
 /// assert!(!lock.is_held(Instant::ZERO + s(3)), "never held at the deadline");
 /// # Ok::<(), lease_core::ConfigError>(())
@@ -115,7 +115,7 @@ pub struct HeldLock {
     valid_until: Instant,
     /// The auto-renewal machine, when auto-renewing.
     renewal: Option<HeldLease>,
-    turn: Option<Turn>,
+    slot: Option<Slot>,
     lost: Option<LossReason>,
     released: bool,
     private_token: bool,
@@ -140,7 +140,7 @@ impl HeldLock {
             token,
             valid_until: timing.valid_until(sent_at),
             renewal: auto_renew.then(|| HeldLease::renewed_when_due(timing, token, sent_at, now)),
-            turn: None,
+            slot: None,
             lost: None,
             released: false,
             private_token,
@@ -200,12 +200,10 @@ impl HeldLock {
         self.private_token
     }
 
-    /// The bound of a round trip that does not change the TTL (release, reading the TTL): the
-    /// operation timeout, else one TTL.
+    /// The bound of a round trip that does not change the TTL (release, reading the TTL):
+    /// [`release_bound`] of this lock's TTL and operation timeout.
     pub fn bound(&self) -> Duration {
-        self.timing
-            .operation_timeout
-            .unwrap_or(self.timing.ttl.get())
+        release_bound(self.timing.ttl, self.timing.operation_timeout)
     }
 
     /// The next auto-renewal to send, if one is due at `now` (never while a refresh or another
@@ -227,11 +225,11 @@ impl HeldLock {
     /// (see [`HeldLease::poll_renew_within`]; the deadline rules are those of every renewal).
     pub fn poll_renew_within(&mut self, now: Instant, early: Duration) -> Option<RenewOrder> {
         self.handle_timeout(now);
-        if self.turn.is_some() || !self.is_held(now) {
+        if self.slot.is_some() || !self.is_held(now) {
             return None;
         }
         let mut order = self.renewal.as_mut()?.poll_renew_within(now, early)?;
-        self.turn = Some(Turn::Renew {
+        self.slot = Some(Slot::Renew {
             sent_at: order.sent_at,
         });
         // Like a refresh: from the moment it is sent the store may apply it, so after a refresh
@@ -250,10 +248,10 @@ impl HeldLock {
     /// may have set a later one that this renewal replaced). Unknown: the store may have been
     /// told that, so a later deadline shrinks to it.
     pub fn handle_renew(&mut self, now: Instant, reply: Result<RenewOutcome, BackendError>) {
-        let Some(Turn::Renew { sent_at }) = self.turn else {
+        let Some(Slot::Renew { sent_at }) = self.slot else {
             return;
         };
-        self.turn = None;
+        self.slot = None;
         let Some(lease) = self.renewal.as_mut() else {
             return;
         };
@@ -268,22 +266,22 @@ impl HeldLock {
         self.collect();
     }
 
-    /// Takes the turn for an explicit refresh attempt to `ttl` at `now`; `margin` is the
+    /// Takes the slot for an explicit refresh attempt to `ttl` at `now`; `margin` is the
     /// backend's drift allowance for `ttl`.
     ///
     /// From the moment it is sent the store may apply it, so the deadline never stays later
     /// than what it tells (`now + ttl − margin`), even if the attempt is abandoned or gets no
     /// answer. Each attempt is bounded by the remaining validity (at least 1 ms), capped by
     /// the operation timeout.
-    pub fn begin_refresh(&mut self, now: Instant, ttl: Ttl, margin: Duration) -> RefreshTurn {
-        if self.turn.is_some() {
-            return RefreshTurn::Busy;
+    pub fn begin_refresh(&mut self, now: Instant, ttl: Ttl, margin: Duration) -> RefreshStart {
+        if self.slot.is_some() {
+            return RefreshStart::Busy;
         }
         // Past the deadline the lock has lapsed, even if nobody noticed yet (a stalled
         // thread): it is never extended, only obtained again.
         self.handle_timeout(now);
         if !self.is_held(now) {
-            return RefreshTurn::NotHeld;
+            return RefreshStart::NotHeld;
         }
         let told = now + ttl.get().saturating_sub(margin);
         if told < self.valid_until {
@@ -293,8 +291,8 @@ impl HeldLock {
         if let Some(cap) = self.timing.operation_timeout {
             bound = bound.min(cap);
         }
-        self.turn = Some(Turn::Refresh { told });
-        RefreshTurn::Send(RefreshOrder {
+        self.slot = Some(Slot::Refresh { told });
+        RefreshStart::Send(RefreshOrder {
             sent_at: now,
             deadline: now + bound,
             told,
@@ -309,10 +307,10 @@ impl HeldLock {
         now: Instant,
         reply: Result<RenewOutcome, BackendError>,
     ) -> RefreshReply {
-        let Some(Turn::Refresh { told }) = self.turn else {
+        let Some(Slot::Refresh { told }) = self.slot else {
             return RefreshReply::NotHeld;
         };
-        self.turn = None;
+        self.slot = None;
         match reply {
             Ok(RenewOutcome::Renewed) => {
                 self.handle_timeout(now);
@@ -331,22 +329,22 @@ impl HeldLock {
         }
     }
 
-    /// The refresh attempt in flight was abandoned (the caller gave up waiting): the turn is
+    /// The refresh attempt in flight was abandoned (the caller gave up waiting): the slot is
     /// free again. Its outcome is unknown; the deadline already allows for it.
     pub fn abandon_refresh(&mut self) {
-        if matches!(self.turn, Some(Turn::Refresh { .. })) {
-            self.turn = None;
+        if matches!(self.slot, Some(Slot::Refresh { .. })) {
+            self.slot = None;
         }
     }
 
     /// When the machine next needs [`HeldLock::handle_timeout`]; `None` once lost or
-    /// released. While a refresh holds the turn, only the deadline: the renewal that is due
+    /// released. While a refresh holds the slot, only the deadline: the renewal that is due
     /// waits for the refresh's reply.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.lost.is_some() || self.released {
             return None;
         }
-        match (&self.renewal, self.turn) {
+        match (&self.renewal, self.slot) {
             (Some(lease), None) => lease.poll_timeout(),
             _ => Some(self.valid_until),
         }
@@ -371,7 +369,7 @@ impl HeldLock {
     /// (bounded by [`HeldLock::bound`]) and maps its reply with [`release_result`].
     pub fn release(&mut self) {
         self.released = true;
-        self.turn = None;
+        self.slot = None;
         if let Some(lease) = self.renewal.as_mut() {
             lease.end();
         }
@@ -435,6 +433,25 @@ impl HeldLock {
             self.renewal.is_some() && reason == LossReason::DeadlineExpired && self.private_token;
         self.events.push_back(LockEvent::Lost { reason, release });
     }
+}
+
+/// The one bound of every round trip of a lock that does not change its TTL — an explicit
+/// release, every background release (on drop, after a loss, after an abandoned obtain) and
+/// a read of the TTL: the caller's operation timeout, else one TTL, and never more than one
+/// TTL (a release answered later than that is moot: the key has expired).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::Ttl;
+/// use lease_core::lock::release_bound;
+/// let ttl = Ttl::new(Duration::from_secs(2))?;
+/// assert_eq!(release_bound(ttl, None), Duration::from_secs(2));
+/// assert_eq!(release_bound(ttl, Some(Duration::from_millis(300))), Duration::from_millis(300));
+/// assert_eq!(release_bound(ttl, Some(Duration::from_secs(5))), Duration::from_secs(2));
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+pub fn release_bound(ttl: Ttl, operation_timeout: Option<Duration>) -> Duration {
+    operation_timeout.map_or(ttl.get(), |t| t.min(ttl.get()))
 }
 
 /// A compare-and-delete of `owner`'s value on every key of `spec` (not term-scoped): what a

@@ -30,13 +30,13 @@
 //! - sends each renewal [`HeldLock::poll_renew`] returns (auto-renewing locks only), bounded
 //!   by its deadline, and feeds the reply (a timeout as [`BackendError::Timeout`]) to
 //!   [`HeldLock::handle_renew`];
-//! - for an explicit refresh, owns a [`Refresh`]: each attempt takes the *turn* with
-//!   [`HeldLock::begin_refresh`] ([`RefreshTurn::Busy`]: a renewal is in flight, wait until
+//! - for an explicit refresh, owns a [`Refresh`]: each attempt takes the *slot* with
+//!   [`HeldLock::begin_refresh`] ([`RefreshStart::Busy`]: a renewal is in flight, wait until
 //!   its reply was handled), sends the renewal with the refresh's TTL, feeds the reply to
 //!   [`HeldLock::handle_refresh`] (or [`HeldLock::abandon_refresh`] if the caller gave up),
 //!   and asks [`Refresh::after_failure`] when to retry after a failed attempt;
 //! - sleeps until [`HeldLock::poll_timeout`] — or until a refresh or renewal moved the deadline
-//!   or freed the turn — and calls [`HeldLock::handle_timeout`];
+//!   or freed the slot — and calls [`HeldLock::handle_timeout`];
 //! - acts on each [`LockEvent`] from [`HeldLock::poll_event`];
 //! - on release, calls [`HeldLock::release`], sends the release and maps its reply with
 //!   [`release_result`]; when the handle is dropped instead, sends one in the background if
@@ -70,8 +70,8 @@ mod schedule;
 
 pub use error::LockError;
 pub use held::{
-    HeldLock, LockEvent, Refresh, RefreshOrder, RefreshReply, RefreshTurn, release_request,
-    release_result,
+    HeldLock, LockEvent, Refresh, RefreshOrder, RefreshReply, RefreshStart, release_bound,
+    release_request, release_result,
 };
 pub use obtain::{Attempt, Obtain, Obtained};
 pub use options::{AutoRenew, LockOptions, ObtainPlan};

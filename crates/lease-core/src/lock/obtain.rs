@@ -200,6 +200,12 @@ impl Obtain {
         self.bound
     }
 
+    /// The bound of the cleanup release [`Obtain::needs_cleanup`] asks for: the lock's one
+    /// rule for releases, [`crate::lock::release_bound`] (the same figure as an attempt's).
+    pub fn cleanup_bound(&self) -> Duration {
+        self.bound
+    }
+
     /// Whether release notices are arriving for this lock (the driver's watch is live). While
     /// they are, an attempt that found the lock held waits for the notice of its release —
     /// and polls only when the holder's key would expire if the holder had crashed (its

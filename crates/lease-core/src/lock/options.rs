@@ -212,8 +212,12 @@ impl ObtainPlan {
     /// The bound of each obtain attempt: the operation timeout, else one TTL, and never more
     /// than one TTL (a grant heard later than that is worthless).
     pub fn attempt_bound(&self) -> Duration {
-        self.operation_timeout
-            .unwrap_or(self.request.ttl.get())
-            .min(self.request.ttl.get())
+        super::release_bound(self.request.ttl, self.operation_timeout)
+    }
+
+    /// The bound of the cleanup release after an abandoned or unknown obtain: the lock's one
+    /// rule, [`super::release_bound`] (the same figure as an attempt's bound).
+    pub fn release_bound(&self) -> Duration {
+        super::release_bound(self.request.ttl, self.operation_timeout)
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lease_core::lease::RenewOrder;
 use lease_core::lock::{
-    HeldLock, LockError, LockEvent, ObtainPlan, Obtained, Refresh, RefreshReply, RefreshTurn,
+    HeldLock, LockError, LockEvent, ObtainPlan, Obtained, Refresh, RefreshReply, RefreshStart,
     release_request, release_result,
 };
 use lease_core::{
@@ -33,7 +33,7 @@ pub(crate) struct Shared<B> {
     pub(crate) clock: Clock,
     /// The rules. Never held across a round trip.
     machine: Mutex<HeldLock>,
-    /// Wakes whoever waits on the machine: the deadline moved, or the turn was freed.
+    /// Wakes whoever waits on the machine: the deadline moved, or the slot was freed.
     pub(crate) moved: tokio::sync::Notify,
     /// Fires when the lock is no longer held, for any reason.
     pub(crate) lost: CancellationToken,
@@ -49,6 +49,9 @@ pub(crate) struct Shared<B> {
     pub(crate) schedule: AtomicU64,
     /// How early a renewal of this lock may join a batch ([`HeldLock::coalesce_window`]).
     pub(crate) coalesce_window: Duration,
+    /// The bound of every release of this lock ([`HeldLock::bound`], the core's
+    /// `lock::release_bound`).
+    release_bound: Duration,
     /// The lock's span (`lock`, with its keys and fencing token): its events, and its
     /// background task, run inside it.
     pub(crate) span: tracing::Span,
@@ -106,7 +109,7 @@ impl<B: LeaseBackend> Shared<B> {
                     spawn_release(
                         Arc::clone(&self.backend),
                         release_request(&self.spec, &self.owner),
-                        self.renew.ttl.get(),
+                        self.release_bound,
                     );
                 }
             }
@@ -114,8 +117,8 @@ impl<B: LeaseBackend> Shared<B> {
         }
     }
 
-    /// The machine's deadline or turn moved: wakes whoever waits on it (a refresh waiting for
-    /// the turn) and the renewal task, if it watches this lock.
+    /// The machine's deadline or slot moved: wakes whoever waits on it (a refresh waiting for
+    /// the slot) and the renewal task, if it watches this lock.
     pub(crate) fn moved(&self) {
         self.moved.notify_waiters();
         if self.watching.load(Ordering::Acquire)
@@ -229,6 +232,7 @@ impl<B: LeaseBackend> Lock<B> {
             me: me.clone(),
             schedule: AtomicU64::new(0),
             coalesce_window,
+            release_bound: bound,
             span,
             observer: observer.map(ObserverSlot),
         });
@@ -338,7 +342,7 @@ impl<B: LeaseBackend> Lock<B> {
     /// have been applied, the result is [`LockError::OutcomeUnknown`] and the deadline is not
     /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied.
     ///
-    /// **Dropping the future** ends the refresh: the turn goes back to the auto-renewal, and
+    /// **Dropping the future** ends the refresh: the slot goes back to the auto-renewal, and
     /// a request in flight counts as unknown (the deadline is not extended by it).
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         let result = self.refresh_inner(ttl).await;
@@ -359,13 +363,13 @@ impl<B: LeaseBackend> Lock<B> {
                 shared.lost.cancel();
                 return Err(LockError::NotHeld);
             };
-            // Whatever happens to this call from here on, the turn is given back.
-            let mut turn = TurnGuard { shared, held: true };
+            // Whatever happens to this call from here on, the slot is given back.
+            let mut slot = SlotGuard { shared, held: true };
             let sent = shared.backend.renew(&req);
             let reply = tokio::time::timeout_at(shared.clock.to_tokio(order.deadline), sent)
                 .await
                 .unwrap_or(Err(BackendError::Timeout(order.deadline - order.sent_at)));
-            turn.held = false;
+            slot.held = false;
             let answer = shared.with(|m, now| m.handle_refresh(now, reply));
             shared.moved();
             let error = match answer {
@@ -382,7 +386,7 @@ impl<B: LeaseBackend> Lock<B> {
         }
     }
 
-    /// Waits for the turn (a renewal may be in flight) and takes it for one refresh attempt;
+    /// Waits for the slot (a renewal may be in flight) and takes it for one refresh attempt;
     /// `None` when the lock is not held.
     async fn take_turn(
         &self,
@@ -396,12 +400,12 @@ impl<B: LeaseBackend> Lock<B> {
             // Registered before the machine is asked: a renewal's reply in between wakes us.
             moved.as_mut().enable();
             match shared.with(|m, now| m.begin_refresh(now, ttl, margin)) {
-                RefreshTurn::Send(order) => {
+                RefreshStart::Send(order) => {
                     // The deadline may have moved: whoever sleeps towards it re-reads it.
                     shared.moved();
                     return Some(order);
                 }
-                RefreshTurn::Busy => moved.await,
+                RefreshStart::Busy => moved.await,
                 _ => return None,
             }
         }
@@ -478,14 +482,14 @@ impl<B: LeaseBackend> Drop for ReleaseGuard<'_, B> {
     }
 }
 
-/// Gives the turn back when a refresh attempt is abandoned (its future dropped) before its
+/// Gives the slot back when a refresh attempt is abandoned (its future dropped) before its
 /// reply was handled.
-struct TurnGuard<'a, B: LeaseBackend> {
+struct SlotGuard<'a, B: LeaseBackend> {
     shared: &'a Shared<B>,
     held: bool,
 }
 
-impl<B: LeaseBackend> Drop for TurnGuard<'_, B> {
+impl<B: LeaseBackend> Drop for SlotGuard<'_, B> {
     fn drop(&mut self) {
         if self.held {
             self.shared.with(|m, _| m.abandon_refresh());

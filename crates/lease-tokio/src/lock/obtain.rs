@@ -248,7 +248,7 @@ impl<B: LeaseBackend> Drop for ObtainRun<'_, B> {
             spawn_release(
                 Arc::clone(&self.backend),
                 release_request(&self.request.spec, &self.request.owner),
-                self.request.ttl.get(),
+                self.obtain.cleanup_bound(),
             );
         }
     }

@@ -99,7 +99,7 @@ impl<L: Renewable> Renewals<L> {
         self.queued.load(Ordering::Relaxed)
     }
 
-    /// Asks the task to read `lock`'s machine now (a new lock, or its deadline or turn
+    /// Asks the task to read `lock`'s machine now (a new lock, or its deadline or slot
     /// moved). Starts the task if it is not running (first lock, or its runtime is gone).
     /// Returns `false` when there is no tokio runtime to run it on.
     pub(crate) fn wake(&self, lock: &Arc<L>) -> bool {

@@ -1,0 +1,310 @@
+//! The [`LeaseBackend`] and [`Fencing`] implementations of [`RedisBackend`]: each operation
+//! one script (or, where the server has them, the native conditional commands of the plain
+//! lock), its reply parsed truthfully.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
+use lease_core::notify::{ReleaseWatch, WatchRole};
+use lease_core::preflight::StoreReport;
+use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
+    LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
+    TokenScheme,
+};
+use redis::aio::ConnectionLike;
+
+use crate::fence::RedisFencer;
+use crate::notify::{self};
+use crate::reply;
+use crate::scripts::{
+    Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RELEASE, S_RELEASE_ONE, S_RENEW, S_RENEW_MANY,
+};
+use crate::topology::Topology;
+
+use super::{RedisBackend, semaphore};
+
+#[async_trait]
+impl<C> LeaseBackend for RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        let spec = &*req.spec;
+        self.precheck("acquire", spec)?;
+        if let ([key], None) = (spec.keys(), spec.fence_key()) {
+            // Fast path for the common unfenced single-key lock: a free key is taken with one
+            // plain `SET NX PX` (no script). When the key exists — someone else's, or ours
+            // (reentrant takeover), or of another type — the script below decides, exactly as
+            // if it had been called first: `SET NX` changed nothing.
+            let mut conn = self.lane().await;
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(req.owner.stored_value(&req.metadata))
+                .arg("NX")
+                .arg("PX")
+                .arg(req.ttl.as_millis())
+                .query_async(&mut conn)
+                .await
+                .map_err(crate::error::backend_error)?;
+            if set.is_some() {
+                self.acknowledge(&mut conn).await?;
+                return Ok(AcquireOutcome::Acquired {
+                    token: None,
+                    fence: FenceState::UNKNOWN,
+                });
+            }
+        }
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        if let Some(fence) = spec.fence_key() {
+            call.key(fence)
+                .key(mark_key_of(fence))
+                .key(epoch_key_of(fence));
+        }
+        call.arg(req.owner.stored_value(&req.metadata))
+            .arg(req.ttl.as_millis());
+        if spec.fence_key().is_some() {
+            let scheme = match self.scheme {
+                TokenScheme::Counter => "counter",
+                _ => "clock",
+            };
+            call.arg(format!("{scheme}:{}", req.floor.map_or(0, Token::get)));
+        }
+        let mut conn = self.lane().await;
+        let v = call.run(&mut conn, &S_ACQUIRE).await?;
+        let outcome = reply::acquire(&v, spec.fence_key().is_some())?;
+        if matches!(outcome, AcquireOutcome::Acquired { .. }) {
+            self.acknowledge(&mut conn).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        let spec = &*req.spec;
+        self.precheck("renew", spec)?;
+        let mut conn = self.lane().await;
+        if self.native_fits(spec)
+            && let [key] = spec.keys()
+            && let Some(outcome) = self.renew_native(&mut conn, req, key).await?
+        {
+            self.acknowledge(&mut conn).await?;
+            return Ok(outcome);
+        }
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+        let v = call.run(&mut conn, &S_RENEW).await?;
+        let outcome = reply::renew(&v)?;
+        if outcome == RenewOutcome::Renewed {
+            self.acknowledge(&mut conn).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// On a standalone server, one `renew_many.lua` call per [`RENEW_BATCH_CHUNK`] leases, all
+    /// in one pipeline (and one `WAIT` after it with replica acknowledgement). On Redis Cluster
+    /// each lease's renewal goes to its own slot's node, all at once.
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        if self.topology == Topology::Cluster || reqs.len() < 2 {
+            return renew_each(self, reqs).await;
+        }
+        let calls: Vec<Call> = reqs
+            .chunks(RENEW_BATCH_CHUNK)
+            .map(|chunk| {
+                let mut call = Call::new();
+                for req in chunk {
+                    for k in req.spec.keys() {
+                        call.key(k);
+                    }
+                    call.arg(req.spec.keys().len())
+                        .arg(req.owner.as_str())
+                        .arg(req.ttl.as_millis());
+                }
+                call
+            })
+            .collect();
+        let mut conn = self.lane().await;
+        let replies = match Call::run_pipelined(&calls, &mut conn, &S_RENEW_MANY).await {
+            Ok(replies) => replies,
+            Err(e) => return reqs.iter().map(|_| Err(e.duplicate())).collect(),
+        };
+        let mut out = Vec::with_capacity(reqs.len());
+        for (chunk, reply) in reqs.chunks(RENEW_BATCH_CHUNK).zip(replies) {
+            match reply.and_then(|v| reply::renew_many(&v, chunk.len())) {
+                Ok(outcomes) => out.extend(outcomes),
+                Err(e) => out.extend(chunk.iter().map(|_| Err(e.duplicate()))),
+            }
+        }
+        let renewed = out.iter().any(|r| matches!(r, Ok(RenewOutcome::Renewed)));
+        if renewed && let Err(e) = self.acknowledge(&mut conn).await {
+            for r in &mut out {
+                if matches!(r, Ok(RenewOutcome::Renewed)) {
+                    *r = Err(e.duplicate());
+                }
+            }
+        }
+        out
+    }
+
+    async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let spec = &*req.spec;
+        self.precheck("release", spec)?;
+        if self.native_fits(spec)
+            && let [key] = spec.keys()
+            && let Some(outcome) = self.release_native(key, req.owner.as_str()).await?
+        {
+            return Ok(outcome);
+        }
+        let mut call = Call::new();
+        if let ([key], None) = (spec.keys(), spec.fence_key()) {
+            // The plain lock: release_one.lua, the same rule without the prelude, key count,
+            // or term.
+            call.key(key).arg(req.owner.as_str());
+            call.arg(self.notice_arg(key));
+            let mut conn = self.conn.clone();
+            let v = call.run(&mut conn, &S_RELEASE_ONE).await?;
+            return reply::release(&v);
+        }
+        for k in spec.keys() {
+            call.key(k);
+        }
+        let term = match (req.term_token, spec.fence_key()) {
+            (Some(term), Some(fence)) => {
+                call.key(fence);
+                Some(term)
+            }
+            _ => None,
+        };
+        call.arg(req.owner.as_str()).arg(spec.keys().len());
+        match spec.keys().first() {
+            Some(key) => call.arg(self.notice_arg(key)),
+            None => call.arg(""),
+        };
+        if let Some(term) = term {
+            call.arg(term.to_string());
+        }
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_RELEASE).await?;
+        reply::release(&v)
+    }
+
+    async fn remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.precheck("remaining", spec)?;
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        call.arg(owner.as_str());
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_PTTL).await?;
+        reply::remaining(&v)
+    }
+
+    async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.precheck("inspect", spec)?;
+        let Some(first) = spec.keys().first() else {
+            return Err(BackendError::Invalid("a lease without keys".into()));
+        };
+        let mut call = Call::new();
+        call.key(first);
+        if let Some(fence) = spec.fence_key() {
+            call.key(fence)
+                .key(mark_key_of(fence))
+                .key(epoch_key_of(fence));
+        }
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_INSPECT).await?;
+        reply::inspect(&v, spec.fence_key().is_some())
+    }
+
+    fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.precheck("check", spec)
+    }
+
+    /// `ceil(ttl × drift factor) + 2 ms` (see [`RedisBackend::with_drift_factor`]).
+    fn validity_margin(&self, ttl: lease_core::Ttl) -> Duration {
+        lease_core::quorum::drift(ttl.get(), self.drift_factor)
+    }
+
+    fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
+        let key = spec.keys().first()?;
+        let notices = self.notices.as_ref()?;
+        Some(notices.watch(&notify::notice_channel(key, self.topology), role))
+    }
+
+    /// `CONFIG GET` of the persistence and eviction settings (one parameter per call on
+    /// Redis 6.2), `INFO server` (product and version), `INFO replication` and `TIME` (clock
+    /// skew), on the server this connection reaches (on Cluster: the node the client routes
+    /// to; see the notes). A refused command leaves its part unknown, which the report
+    /// lists as a risk ("cannot confirm ...").
+    async fn preflight(&self) -> Result<StoreReport, BackendError> {
+        let mut conn = self.conn.clone();
+        let mut report = crate::preflight::read(&mut conn).await?;
+        if self.topology == Topology::Cluster {
+            report
+                .notes
+                .push("Redis Cluster: the node the client routed to; check every primary".into());
+            // Sharded pub/sub (SPUBLISH, SSUBSCRIBE) came with Redis 7.0.
+            if let Some(server) = &report.server
+                && server.product == "redis"
+                && server.version_numbers().is_some_and(|v| v < (7, 0, 0))
+            {
+                report.notes.push(format!(
+                    "{server} on Redis Cluster has no sharded pub/sub (SPUBLISH, Redis 7.0+): \
+                     no release notices, waiters poll"
+                ));
+            }
+        }
+        Ok(report)
+    }
+
+    // Semaphores: the permit scripts, in `backend/semaphore.rs`.
+    fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        semaphore::check(self, spec)
+    }
+    async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
+        semaphore::acquire(self, req).await
+    }
+    async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        semaphore::renew(self, req).await
+    }
+    async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        semaphore::release(self, req).await
+    }
+    async fn permit_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        semaphore::remaining(self, spec, owner).await
+    }
+    async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
+        semaphore::inspect(self, spec).await
+    }
+}
+
+impl<C> Fencing for RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    type Fencer = RedisFencer<C>;
+
+    fn fencer(&self, mark_key: &str, token: Token) -> RedisFencer<C> {
+        // Infallible by the trait: no hash-tag check here (the spec was checked when it was
+        // acquired); target keys are still checked against the mark's slot on every write.
+        RedisFencer::from_parts(self.conn.clone(), mark_key.to_owned(), token, self.topology)
+            .with_timeout(self.fence_timeout)
+            .with_replica_ack_opt(self.replica_ack, self.acks.clone())
+    }
+}
