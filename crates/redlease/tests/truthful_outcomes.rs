@@ -61,6 +61,15 @@ async fn warm_up(backend: &Backend) {
     let f = backend.fencer("warm:fence:applied", lock.fence_token().unwrap());
     assert!(f.set("warm:v", "1").await.unwrap().is_applied());
     lock.release().await.unwrap();
+    // The plain lock's path too: the backend probes once for native conditional commands
+    // (lease-redis `native.rs`) on its first unfenced single-key renewal or release; the
+    // probe must not be the call whose reply a test drops.
+    let plain = locker
+        .obtain("warm:plain", ms(10_000), LockOptions::new())
+        .await
+        .unwrap();
+    plain.refresh(ms(10_000)).await.unwrap();
+    plain.release().await.unwrap();
 }
 
 /// Polls (bounded) until `key` holds `want`.

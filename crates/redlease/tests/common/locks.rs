@@ -167,7 +167,8 @@ pub async fn proxied(server: &RedisServer, proxy: &FaultProxy) -> Backend {
     .with_token_scheme(TokenScheme::Counter)
 }
 
-/// Loads the scripts (a fenced obtain and a release on another key): a request whose reply
+/// Loads the scripts (a fenced obtain and a release on another key, and a plain lock's cycle,
+/// which probes for native commands once): a request whose reply
 /// is lost then runs at the server as soon as it arrives, instead of answering NOSCRIPT to a
 /// caller that stopped waiting (whose EVAL fallback is then never sent).
 pub async fn warm_up<B: LeaseBackend>(locker: &Locker<B>) {
@@ -180,6 +181,13 @@ pub async fn warm_up<B: LeaseBackend>(locker: &Locker<B>) {
         .await
         .unwrap();
     lock.release().await.unwrap();
+    // The plain lock's path too: a backend probes once for native conditional commands on
+    // its first unfenced single-key release, and that probe must not be a test's faulted call.
+    let plain = locker
+        .obtain("warm-up:plain", ms(10_000), LockOptions::new())
+        .await
+        .unwrap();
+    plain.release().await.unwrap();
 }
 
 pub fn assert_not_obtained_by(err: &LockError, holder: &str) {
