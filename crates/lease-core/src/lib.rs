@@ -58,6 +58,7 @@ pub mod quorum;
 pub mod retry;
 pub mod rng;
 pub mod semaphore;
+pub mod share;
 pub mod time;
 pub mod token;
 

@@ -50,6 +50,9 @@ use crate::token::{Epoch, FenceState, StoreLoss, Token};
 /// Jitter applied to acquire delays: up to this percentage shorter, never longer.
 pub const ACQUIRE_JITTER_PERCENT: u32 = 10;
 
+/// [`Election::coalesce_window`] is the renew interval divided by this.
+const COALESCE_DIVISOR: u32 = 8;
+
 pub use crate::machine::RequestId;
 pub use wire::{Event, Op, Reply, Request, RequestKind, Role, StepDownReason};
 
@@ -243,6 +246,21 @@ impl Election {
 
     /// The next request to send at `now`, if any. Call until it returns `None`.
     pub fn poll_request(&mut self, now: Instant) -> Option<Request> {
+        self.poll_request_within(now, Duration::ZERO)
+    }
+
+    /// How early a driver that batches the renewals of many elections may send one, so that
+    /// renewals falling due together share one round trip: an eighth of the renew interval
+    /// (the window of auto-renewed locks, [`crate::lock::HeldLock::coalesce_window`]).
+    pub fn coalesce_window(&self) -> Duration {
+        self.config.renew_interval() / COALESCE_DIVISOR
+    }
+
+    /// Like [`Election::poll_request`], but a renewal due within `early` of `now` is asked for
+    /// now (see [`HeldLease::poll_renew_within`]: the deadline a renewal grants is dated from
+    /// its own send, so renewing early never weakens a rule). Acquires and releases are asked
+    /// for exactly when [`Election::poll_request`] would.
+    pub fn poll_request_within(&mut self, now: Instant, early: Duration) -> Option<Request> {
         self.handle_timeout(now);
         if self.is_stopped() {
             return None;
@@ -265,7 +283,7 @@ impl Election {
         }
         if self.renew_in_flight.is_none()
             && let State::Leading(term) = &mut self.state
-            && let Some(order) = term.lease.poll_renew(now)
+            && let Some(order) = term.lease.poll_renew_within(now, early)
         {
             let token = term.token;
             let id = self.next_request_id();
