@@ -24,6 +24,7 @@
 
 mod clock;
 mod elector;
+pub mod group;
 mod ids;
 mod lock;
 mod observer;
@@ -34,6 +35,7 @@ pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInf
 #[allow(deprecated)]
 pub use ids::random_token;
 pub use ids::{default_instance_id, random_owner};
+pub use group::{ElectionGroup, GroupBuilder, GroupError};
 pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker, Permit, Semaphore};
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]

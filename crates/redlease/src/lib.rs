@@ -51,6 +51,36 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
+//! # A share of many names (one election per shard)
+//!
+//! An [`ElectionGroup`] runs one election per name on **one task**, renewing every lease it
+//! owns in batches, and splits the names fairly among the group's live members (see
+//! [`group`] for the rule and why it was chosen).
+//!
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use redlease::ElectionGroup;
+//! use redlease::memory::{ManualClock, MemoryBackend};
+//!
+//! // In production: `redlease::redis::RedisBackend::new(connection)`.
+//! let backend = MemoryBackend::new(ManualClock::new());
+//! let shards: Vec<String> = (0..8).map(|i| format!("shard-{i}")).collect();
+//! let group = ElectionGroup::builder(backend, "shards", shards, redlease::default_instance_id())
+//!     .ttl(Duration::from_secs(5))
+//!     .start()?;
+//! let mut owned = group.subscribe();
+//! // Alone in the group: it owns every shard once the roster is read and the acquires answer.
+//! tokio::time::timeout(Duration::from_secs(5), owned.wait_for(|o| o.len() == 8)).await??;
+//! for (shard, token) in group.owned().iter() {
+//!     // Start the shard's work; carry `token` (or `group.fencer(shard)`) into its writes.
+//!     assert_eq!(group.token(shard), Some(*token));
+//! }
+//! group.shutdown().await; // releases every shard
+//! # Ok(()) }
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+//! ```
+//!
 //! # Semaphores
 //!
 //! At most `N` holders of one name at once; each permit is a lease of its own (TTL,
@@ -93,6 +123,8 @@ pub use lease_tokio::{
     Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, LeaderWatch, NoopObserver,
     Observer, Term, default_instance_id,
 };
+// Many elections on one task: a share of N names per member.
+pub use lease_tokio::group::{self, ElectionGroup, GroupBuilder, GroupError};
 
 // Locks.
 pub use lease_core::RetryStrategy;

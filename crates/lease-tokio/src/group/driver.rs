@@ -1,0 +1,584 @@
+//! The task of an [`ElectionGroup`](super::ElectionGroup): every name's (and roster slot's)
+//! [`Election`] machine on one task, one timer queue, renewals batched.
+//!
+//! One turn of the loop:
+//!
+//! 1. the share rule ([`Driver::apply_policy`]): hold one roster slot, resign extras; from the
+//!    last roster read, this member's target; contend for names below it, resign above it;
+//! 2. every machine that needs attention (a reply, its timer, a policy change) is visited
+//!    ([`Driver::visit`]): its requests are polled with the coalesce window, renewals join
+//!    the turn's batch, acquires and releases go out on their own short tasks (at most
+//!    `max_in_flight` at once), its events are acted on, and it is queued again at its
+//!    [`Election::poll_timeout`] (older queue entries of it become stale, skipped by
+//!    generation);
+//! 3. the batch goes out as one [`LeaseBackend::renew_many`], bounded by the earliest of its
+//!    deadlines; each reply is fed to its own machine;
+//! 4. the owned names are published (once per turn);
+//! 5. the task waits for the first of: a finished request, the earliest queued instant (then
+//!    every machine due within the coalesce window is visited), the next roster read, or the
+//!    stop signal.
+//!
+//! On stop, every machine is shut down (each releases what it may hold) and the task ends
+//! once all have stopped and nothing is in flight.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lease_core::election::{Event, Reply, Request, RequestId, RequestKind};
+use lease_core::share::{Step, step, target};
+use lease_core::{
+    BackendError, Election, ElectionConfig, LeaseBackend, LeaseSpec, RenewOutcome, RenewRequest,
+    Token,
+};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Owned, Shared, lock};
+use crate::clock::Clock;
+use crate::ids::random_u64;
+
+/// One election of the group.
+struct Slot {
+    name: Arc<str>,
+    election: Election,
+    /// Bumped each time the slot is queued: older queue entries are stale.
+    generation: u64,
+    /// The term being led, as last reported by the machine's events.
+    leading: Option<Token>,
+    /// Already in the turn's list of slots to visit.
+    dirty: bool,
+}
+
+/// What a short task brings back.
+enum Done {
+    /// One acquire or release.
+    One {
+        idx: usize,
+        id: RequestId,
+        reply: Reply,
+    },
+    /// A batch of renewals, in order (`None`: no answer by the earliest deadline).
+    Renewals {
+        ids: Vec<(usize, RequestId)>,
+        replies: Option<Vec<Result<RenewOutcome, BackendError>>>,
+    },
+    /// A roster read: which slots are held (`None`: the read failed or timed out).
+    Roster(Option<Vec<bool>>),
+}
+
+/// A renewal waiting for the turn's batch.
+type Renewal = (usize, RequestId, RenewRequest, lease_core::Instant);
+
+/// The state of the group's task.
+pub(super) struct Driver<B> {
+    backend: Arc<B>,
+    clock: Clock,
+    slots: Vec<Slot>,
+    /// `slots[..names]` are the names, `slots[names..]` the roster slots.
+    names: usize,
+    heap: BinaryHeap<Reverse<(Instant, u64, usize, u64)>>,
+    seq: u64,
+    window: Duration,
+    acquire_interval: Duration,
+    acquire_timeout: Duration,
+    permits: Arc<Semaphore>,
+    tasks: JoinSet<Done>,
+    dirty: Vec<usize>,
+    /// Names are contended for (below target).
+    contend: bool,
+    /// Roster slots are contended for (none held).
+    roster_contend: bool,
+    /// Which roster slots were held at the last read.
+    roster_live: Option<Vec<bool>>,
+    reading_roster: bool,
+    next_roster_read: Instant,
+    owned_changed: bool,
+    stopping: bool,
+    shared: Arc<Shared>,
+    tx: watch::Sender<Owned>,
+}
+
+impl<B: LeaseBackend> Driver<B> {
+    pub(super) fn new(
+        backend: Arc<B>,
+        names: Vec<ElectionConfig>,
+        roster: Vec<ElectionConfig>,
+        max_in_flight: usize,
+        shared: Arc<Shared>,
+        tx: watch::Sender<Owned>,
+    ) -> Driver<B> {
+        let clock = Clock::new();
+        let now = clock.now();
+        let n = names.len();
+        let mut window = Duration::ZERO;
+        let mut acquire_interval = Duration::from_secs(1);
+        let mut acquire_timeout = Duration::from_secs(1);
+        let slots: Vec<Slot> = names
+            .into_iter()
+            .chain(roster)
+            .map(|config| {
+                let name: Arc<str> = Arc::from(config.name());
+                let margin = backend.validity_margin(config.ttl());
+                acquire_interval = config.acquire_interval();
+                acquire_timeout = config.acquire_timeout();
+                let mut election = Election::new(config, random_u64(), now);
+                election.set_validity_margin(margin);
+                window = election.coalesce_window();
+                Slot {
+                    name,
+                    election,
+                    generation: 0,
+                    leading: None,
+                    dirty: false,
+                }
+            })
+            .collect();
+        let share = slots.len() > n;
+        Driver {
+            backend,
+            clock,
+            dirty: (0..slots.len()).collect(),
+            slots,
+            names: n,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            window,
+            acquire_interval,
+            acquire_timeout,
+            permits: Arc::new(Semaphore::new(max_in_flight)),
+            tasks: JoinSet::new(),
+            // With the share rule, nothing is contended for before the roster is read.
+            contend: !share,
+            roster_contend: true,
+            roster_live: None,
+            reading_roster: false,
+            next_roster_read: Instant::now(),
+            owned_changed: false,
+            stopping: false,
+            shared,
+            tx,
+        }
+    }
+
+    fn mark(&mut self, idx: usize) {
+        if let Some(slot) = self.slots.get_mut(idx)
+            && !slot.dirty
+        {
+            slot.dirty = true;
+            self.dirty.push(idx);
+        }
+    }
+
+    fn mark_range(&mut self, range: std::ops::Range<usize>) {
+        for idx in range {
+            self.mark(idx);
+        }
+    }
+
+    /// The task's loop: see the module docs.
+    pub(super) async fn run(mut self, stop: CancellationToken) {
+        loop {
+            if stop.is_cancelled() && !self.stopping {
+                self.begin_stop();
+            }
+            let now = self.clock.now();
+            let mut batch = Vec::new();
+            loop {
+                self.apply_policy(now);
+                if self.dirty.is_empty() {
+                    break;
+                }
+                for idx in std::mem::take(&mut self.dirty) {
+                    if let Some(slot) = self.slots.get_mut(idx) {
+                        slot.dirty = false;
+                    }
+                    self.visit(idx, now, &mut batch);
+                }
+            }
+            self.send_renewals(batch);
+            self.publish();
+            if self.stopping
+                && self.tasks.is_empty()
+                && self.slots.iter().all(|s| s.election.is_stopped())
+            {
+                break;
+            }
+            self.maybe_read_roster();
+            let wake = self.next_wake();
+            tokio::select! {
+                biased;
+                Some(joined) = self.tasks.join_next() => {
+                    self.finished(joined);
+                    while let Some(joined) = self.tasks.try_join_next() {
+                        self.finished(joined);
+                    }
+                }
+                () = stop.cancelled(), if !self.stopping => {}
+                () = async {
+                    match wake {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => self.due(),
+            }
+        }
+        lock(&self.shared.leases).clear();
+        self.tx.send_replace(Owned::default());
+        tracing::debug!("election group stopped");
+    }
+
+    fn begin_stop(&mut self) {
+        self.stopping = true;
+        tracing::debug!(
+            names = self.names,
+            "election group stopping: releasing everything"
+        );
+        let now = self.clock.now();
+        for slot in &mut self.slots {
+            slot.election.shutdown(now);
+        }
+        self.mark_range(0..self.slots.len());
+    }
+
+    /// The share rule: see the [module docs](super).
+    fn apply_policy(&mut self, now: lease_core::Instant) {
+        if self.stopping {
+            return;
+        }
+        let names = self.names;
+        let goal = if self.slots.len() == names {
+            names
+        } else {
+            let held: Vec<usize> = (names..self.slots.len())
+                .filter(|&i| self.slots[i].election.token(now).is_some())
+                .collect();
+            for &extra in held.iter().skip(1) {
+                tracing::debug!(slot = %self.slots[extra].name, "holding two roster slots; resigning one");
+                self.slots[extra].election.resign(now);
+                self.mark(extra);
+            }
+            let roster_contend = held.is_empty();
+            if roster_contend != self.roster_contend {
+                self.roster_contend = roster_contend;
+                self.mark_range(names..self.slots.len());
+            }
+            match (held.first(), &self.roster_live) {
+                (Some(&mine), Some(live)) => {
+                    let mine = mine - names;
+                    let live_at = |i: usize| i == mine || live.get(i).copied().unwrap_or(false);
+                    let members = (0..self.slots.len() - names)
+                        .filter(|&i| live_at(i))
+                        .count();
+                    let rank = (0..mine).filter(|&i| live_at(i)).count();
+                    self.shared.members.store(members, Ordering::Relaxed);
+                    target(names, members, rank)
+                }
+                _ => 0,
+            }
+        };
+        self.shared.target.store(goal, Ordering::Relaxed);
+        let owned = self.slots[..names]
+            .iter()
+            .filter(|s| s.election.token(now).is_some())
+            .count();
+        let (contend, resign) = match step(owned, goal) {
+            Step::Contend => (true, 0),
+            Step::Hold => (false, 0),
+            Step::Resign(n) => (false, n),
+        };
+        if contend != self.contend {
+            self.contend = contend;
+            self.mark_range(0..names);
+        }
+        if resign > 0 {
+            tracing::debug!(
+                owned,
+                target = goal,
+                resign,
+                "over its share: resigning names"
+            );
+            let leading: Vec<usize> = (0..names)
+                .rev()
+                .filter(|&i| self.slots[i].election.token(now).is_some())
+                .take(resign)
+                .collect();
+            for idx in leading {
+                self.slots[idx].election.resign(now);
+                self.mark(idx);
+            }
+        }
+    }
+
+    /// Polls slot `idx`'s requests (renewals join `batch`), acts on its events, queues it.
+    fn visit(&mut self, idx: usize, now: lease_core::Instant, batch: &mut Vec<Renewal>) {
+        let contend = if idx < self.names {
+            self.contend
+        } else {
+            self.roster_contend
+        };
+        let window = self.window;
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        slot.election.pause_contention(!contend);
+        let mut singles = Vec::new();
+        while let Some(req) = slot.election.poll_request_within(now, window) {
+            match req.kind {
+                RequestKind::Renew(r) => batch.push((idx, req.id, r, req.deadline)),
+                _ => singles.push(req),
+            }
+        }
+        while let Some(event) = slot.election.poll_event() {
+            match event {
+                Event::Elected { token, valid_until } => {
+                    tracing::debug!(name = %slot.name, %token, "elected");
+                    slot.leading = Some(token);
+                    if idx < self.names {
+                        self.owned_changed = true;
+                        lock(&self.shared.leases).insert(
+                            Arc::clone(&slot.name),
+                            (token, self.clock.to_tokio(valid_until)),
+                        );
+                    }
+                }
+                Event::SteppedDown { token, reason } => {
+                    tracing::debug!(name = %slot.name, %token, ?reason, "stepped down");
+                    slot.leading = None;
+                    if idx < self.names {
+                        self.owned_changed = true;
+                        lock(&self.shared.leases).remove(&slot.name);
+                    }
+                }
+                Event::Error { op, error } => {
+                    tracing::debug!(name = %slot.name, ?op, %error, "election backend error (handled)");
+                }
+                Event::Failed { op, error } => {
+                    tracing::error!(name = %slot.name, ?op, %error, "election refused with a permanent error; this name stops");
+                }
+                Event::StoreLost(loss) => {
+                    tracing::error!(name = %slot.name, %loss, "the store lost fence state");
+                }
+                _ => {}
+            }
+        }
+        if idx < self.names
+            && slot.leading.is_some()
+            && let Some(until) = slot.election.valid_until()
+            && let Some(entry) = lock(&self.shared.leases).get_mut(&slot.name)
+        {
+            entry.1 = self.clock.to_tokio(until);
+        }
+        if let Some(at) = slot.election.poll_timeout() {
+            slot.generation += 1;
+            self.seq += 1;
+            self.heap.push(Reverse((
+                self.clock.to_tokio(at),
+                self.seq,
+                idx,
+                slot.generation,
+            )));
+        }
+        for req in singles {
+            self.send_one(idx, req);
+        }
+    }
+
+    /// An acquire or release on its own task, bounded by its deadline (waiting for a permit
+    /// included).
+    fn send_one(&mut self, idx: usize, req: Request) {
+        let backend = Arc::clone(&self.backend);
+        let permits = Arc::clone(&self.permits);
+        let deadline = self.clock.to_tokio(req.deadline);
+        self.tasks.spawn(async move {
+            let call = async {
+                let _permit = permits.acquire().await.ok();
+                match &req.kind {
+                    RequestKind::Acquire(r) => Reply::Acquire(backend.acquire(r).await),
+                    RequestKind::Release(r) => Reply::Release(backend.release(r).await),
+                    RequestKind::Renew(r) => Reply::Renew(backend.renew(r).await),
+                    _ => Reply::TimedOut,
+                }
+            };
+            let reply = tokio::time::timeout_at(deadline, call)
+                .await
+                .unwrap_or(Reply::TimedOut);
+            Done::One {
+                idx,
+                id: req.id,
+                reply,
+            }
+        });
+    }
+
+    /// The turn's renewals as one [`LeaseBackend::renew_many`], bounded by the earliest deadline.
+    fn send_renewals(&mut self, batch: Vec<Renewal>) {
+        let Some(deadline) = batch.iter().map(|r| r.3).min() else {
+            return;
+        };
+        let deadline = self.clock.to_tokio(deadline);
+        let backend = Arc::clone(&self.backend);
+        tracing::trace!(renewals = batch.len(), "election group: renewing a batch");
+        self.tasks.spawn(async move {
+            let requests: Vec<&RenewRequest> = batch.iter().map(|r| &r.2).collect();
+            let replies = tokio::time::timeout_at(deadline, backend.renew_many(&requests))
+                .await
+                .ok();
+            Done::Renewals {
+                ids: batch.iter().map(|r| (r.0, r.1)).collect(),
+                replies,
+            }
+        });
+    }
+
+    fn finished(&mut self, joined: Result<Done, tokio::task::JoinError>) {
+        let done = match joined {
+            Ok(done) => done,
+            Err(e) => {
+                // A request task cannot panic short of a backend bug; its machine times the
+                // request out at its own deadline.
+                tracing::error!(error = %e, "election group: a request task failed");
+                return;
+            }
+        };
+        let now = self.clock.now();
+        match done {
+            Done::One { idx, id, reply } => {
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.election.handle_reply(now, id, reply);
+                }
+                self.mark(idx);
+            }
+            Done::Renewals { ids, replies } => {
+                let mut replies = replies.map(Vec::into_iter);
+                for (idx, id) in ids {
+                    let reply = match replies.as_mut() {
+                        Some(r) => Reply::Renew(r.next().unwrap_or_else(|| {
+                            Err(BackendError::Protocol(
+                                "a batch of renewals got fewer answers than renewals".into(),
+                            ))
+                        })),
+                        None => Reply::TimedOut,
+                    };
+                    if let Some(slot) = self.slots.get_mut(idx) {
+                        slot.election.handle_reply(now, id, reply);
+                    }
+                    self.mark(idx);
+                }
+            }
+            Done::Roster(view) => {
+                self.reading_roster = false;
+                self.next_roster_read = Instant::now() + self.acquire_interval;
+                match view {
+                    Some(live) => {
+                        if self.roster_live.as_ref() != Some(&live) {
+                            tracing::debug!(
+                                members = live.iter().filter(|l| **l).count(),
+                                "election group: roster changed"
+                            );
+                        }
+                        self.roster_live = Some(live);
+                    }
+                    None => {
+                        tracing::debug!("election group: roster read failed; keeping the last view")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the roster every acquire interval (one `inspect` per slot, concurrently).
+    fn maybe_read_roster(&mut self) {
+        if self.stopping
+            || self.reading_roster
+            || self.slots.len() == self.names
+            || Instant::now() < self.next_roster_read
+        {
+            return;
+        }
+        self.reading_roster = true;
+        let specs: Vec<Arc<LeaseSpec>> = self.slots[self.names..]
+            .iter()
+            .map(|s| Arc::clone(s.election.spec()))
+            .collect();
+        let backend = Arc::clone(&self.backend);
+        let timeout = self.acquire_timeout;
+        self.tasks.spawn(async move {
+            let read = async {
+                let mut reads = JoinSet::new();
+                for (i, spec) in specs.into_iter().enumerate() {
+                    let backend = Arc::clone(&backend);
+                    reads.spawn(async move { (i, backend.inspect(&spec).await) });
+                }
+                let mut live = vec![false; reads.len()];
+                while let Some(joined) = reads.join_next().await {
+                    match joined {
+                        Ok((i, Ok(info))) => {
+                            if let Some(l) = live.get_mut(i) {
+                                *l = info.holder.is_some();
+                            }
+                        }
+                        _ => return None,
+                    }
+                }
+                Some(live)
+            };
+            Done::Roster(tokio::time::timeout(timeout, read).await.ok().flatten())
+        });
+    }
+
+    /// The earliest of the queue's live entries and the next roster read.
+    fn next_wake(&mut self) -> Option<Instant> {
+        while let Some(Reverse((_, _, idx, generation))) = self.heap.peek() {
+            if self
+                .slots
+                .get(*idx)
+                .is_some_and(|s| s.generation == *generation)
+            {
+                break;
+            }
+            self.heap.pop();
+        }
+        let timer = self.heap.peek().map(|Reverse((at, ..))| *at);
+        let roster = (!self.stopping && !self.reading_roster && self.slots.len() > self.names)
+            .then_some(self.next_roster_read);
+        match (timer, roster) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Every slot queued at or before now plus the coalesce window needs a visit.
+    fn due(&mut self) {
+        let until = Instant::now() + self.window;
+        while let Some(Reverse((at, _, idx, generation))) = self.heap.peek().copied() {
+            if at > until {
+                break;
+            }
+            self.heap.pop();
+            if self
+                .slots
+                .get(idx)
+                .is_some_and(|s| s.generation == generation)
+            {
+                self.mark(idx);
+            }
+        }
+    }
+
+    /// Publishes the owned names when they changed this turn.
+    fn publish(&mut self) {
+        if !std::mem::take(&mut self.owned_changed) {
+            return;
+        }
+        let owned: BTreeMap<String, Token> = self.slots[..self.names]
+            .iter()
+            .filter_map(|s| s.leading.map(|t| (s.name.to_string(), t)))
+            .collect();
+        self.tx.send_replace(Arc::new(owned));
+    }
+}
