@@ -6,7 +6,7 @@
 //! A process that owns "its share" of N names wants three things: to say *which names* and
 //! *who it is* once, to learn which names it owns (and each one's fencing token) as that
 //! changes, and to stop cleanly. So the group is built from a backend, the names, an instance
-//! id and the timing of an [`ElectionConfig`](lease_core::ElectionConfig); it exposes a watch
+//! id and the timing of an [`ElectionConfig`]; it exposes a watch
 //! of the owned names ([`ElectionGroup::subscribe`]), each owned name's token and fencer
 //! ([`ElectionGroup::token`], [`ElectionGroup::fencer`]), and a shutdown that releases
 //! everything ([`ElectionGroup::shutdown`]). There is no per-name leader callback: with
