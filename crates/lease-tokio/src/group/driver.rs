@@ -98,6 +98,11 @@ pub(super) struct Driver<B> {
     reading_roster: bool,
     next_roster_read: Instant,
     owned_changed: bool,
+    /// How many names are led (as the machines' events said; a lapse is reported by the
+    /// machine's own timer, on this task).
+    owned: usize,
+    /// The roster slots led, lowest first.
+    roster_held: std::collections::BTreeSet<usize>,
     stopping: bool,
     shared: Arc<Shared>,
     tx: watch::Sender<Owned>,
@@ -159,6 +164,8 @@ impl<B: LeaseBackend> Driver<B> {
             reading_roster: false,
             next_roster_read: Instant::now(),
             owned_changed: false,
+            owned: 0,
+            roster_held: std::collections::BTreeSet::new(),
             stopping: false,
             shared,
             tx,
@@ -254,9 +261,7 @@ impl<B: LeaseBackend> Driver<B> {
         let goal = if self.slots.len() == names {
             names
         } else {
-            let held: Vec<usize> = (names..self.slots.len())
-                .filter(|&i| self.slots[i].election.token(now).is_some())
-                .collect();
+            let held: Vec<usize> = self.roster_held.iter().copied().collect();
             for &extra in held.iter().skip(1) {
                 tracing::debug!(slot = %self.slots[extra].name, "holding two roster slots; resigning one");
                 self.slots[extra].election.resign(now);
@@ -282,10 +287,7 @@ impl<B: LeaseBackend> Driver<B> {
             }
         };
         self.shared.target.store(goal, Ordering::Relaxed);
-        let owned = self.slots[..names]
-            .iter()
-            .filter(|s| s.election.token(now).is_some())
-            .count();
+        let owned = self.owned;
         let (contend, resign) = match step(owned, goal) {
             Step::Contend => (true, 0),
             Step::Hold => (false, 0),
@@ -338,7 +340,10 @@ impl<B: LeaseBackend> Driver<B> {
                 Event::Elected { token, valid_until } => {
                     tracing::debug!(name = %slot.name, %token, "elected");
                     slot.leading = Some(token);
-                    if idx < self.names {
+                    if idx >= self.names {
+                        self.roster_held.insert(idx);
+                    } else {
+                        self.owned += 1;
                         self.owned_changed = true;
                         lock(&self.shared.leases).insert(
                             Arc::clone(&slot.name),
@@ -349,7 +354,10 @@ impl<B: LeaseBackend> Driver<B> {
                 Event::SteppedDown { token, reason } => {
                     tracing::debug!(name = %slot.name, %token, ?reason, "stepped down");
                     slot.leading = None;
-                    if idx < self.names {
+                    if idx >= self.names {
+                        self.roster_held.remove(&idx);
+                    } else {
+                        self.owned = self.owned.saturating_sub(1);
                         self.owned_changed = true;
                         lock(&self.shared.leases).remove(&slot.name);
                     }

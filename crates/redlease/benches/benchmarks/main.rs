@@ -15,6 +15,7 @@
 
 mod compare;
 mod cpu;
+mod elections;
 mod failover;
 mod idle;
 mod many;
@@ -36,6 +37,15 @@ fn main() {
     let env = rt
         .block_on(setup::Env::start(5))
         .expect("start the Redis servers");
+    // `REDLEASE_BENCH_ONLY=elections`: only the many-elections section (it takes a minute;
+    // the whole run takes much longer).
+    if std::env::var("REDLEASE_BENCH_ONLY").as_deref() == Ok("elections") {
+        let e = rt.block_on(elections::measure(&env, 1_000, Duration::from_secs(10), 2));
+        println!("{}", elections::render(&e));
+        drop(env);
+        rt.shutdown_timeout(Duration::from_secs(2));
+        return;
+    }
     let out_dir = report::criterion_dir();
     let mut c = Criterion::default()
         .sample_size(40)
@@ -71,10 +81,12 @@ fn main() {
         let compared = rt.block_on(compare::interleaved(&env, 1_500));
         let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
         let many = rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2));
+        let elections = rt.block_on(elections::measure(&env, 1_000, Duration::from_secs(10), 2));
         let mut text = report::render(&out_dir, &env, &paired, &failovers, &idle);
         text.push_str(&compare::render(&compared));
         text.push_str(&compare::render_concurrent(&concurrent));
         text.push_str(&many::render(&many));
+        text.push_str(&elections::render(&elections));
         println!("\n{text}");
         let _ = std::fs::create_dir_all(&out_dir);
         let path = out_dir.join("redlease-report.md");
@@ -103,6 +115,11 @@ fn main() {
         );
         let many = rt.block_on(many::measure(&env, 50, Duration::from_secs(1), 1));
         assert!(many.redlease[0].renewals_per_lock_sec > 0.0, "{many:?}");
+        let elections = rt.block_on(elections::measure(&env, 50, Duration::from_secs(1), 1));
+        assert!(
+            elections.redlease[0].renewals_per_lock_sec > 0.0,
+            "{elections:?}"
+        );
         let idle = rt
             .block_on(idle::measure(Duration::from_millis(800)))
             .expect("idle measurement (leader elected, follower following)");

@@ -40,7 +40,7 @@ pub(crate) struct Many {
     pub(crate) rss_per_lock: Vec<f64>,
 }
 
-fn side(
+pub(crate) fn side(
     locks: usize,
     hold: Duration,
     cpu: f64,
@@ -97,7 +97,7 @@ async fn redlease_hold(env: &Env, locks: usize, hold: Duration) -> (Side, f64) {
 
 /// The raw loop: `locks` keys set with `PX 3000`, then one pipeline of `PEXPIRE key 3000` for
 /// every key each second, for `hold`.
-async fn raw_hold(env: &Env, locks: usize, hold: Duration) -> Side {
+pub(crate) async fn raw_hold(env: &Env, locks: usize, hold: Duration) -> Side {
     let server = &env.servers[0];
     let mut conn = connect(server).await.expect("connect");
     let mut stats = connect(server).await.expect("connect");
