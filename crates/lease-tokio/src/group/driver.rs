@@ -52,6 +52,8 @@ struct Slot {
     leading: Option<Token>,
     /// Already in the turn's list of slots to visit.
     dirty: bool,
+    /// The local deadline last written to the shared map (written again only when it moves).
+    published_until: Option<lease_core::Instant>,
 }
 
 /// What a short task brings back.
@@ -140,6 +142,7 @@ impl<B: LeaseBackend> Driver<B> {
                     generation: 0,
                     leading: None,
                     dirty: false,
+                    published_until: None,
                 }
             })
             .collect();
@@ -340,6 +343,7 @@ impl<B: LeaseBackend> Driver<B> {
                 Event::Elected { token, valid_until } => {
                     tracing::debug!(name = %slot.name, %token, "elected");
                     slot.leading = Some(token);
+                    slot.published_until = Some(valid_until);
                     if idx >= self.names {
                         self.roster_held.insert(idx);
                     } else {
@@ -354,6 +358,7 @@ impl<B: LeaseBackend> Driver<B> {
                 Event::SteppedDown { token, reason } => {
                     tracing::debug!(name = %slot.name, %token, ?reason, "stepped down");
                     slot.leading = None;
+                    slot.published_until = None;
                     if idx >= self.names {
                         self.roster_held.remove(&idx);
                     } else {
@@ -377,9 +382,12 @@ impl<B: LeaseBackend> Driver<B> {
         if idx < self.names
             && slot.leading.is_some()
             && let Some(until) = slot.election.valid_until()
-            && let Some(entry) = lock(&self.shared.leases).get_mut(&slot.name)
+            && slot.published_until != Some(until)
         {
-            entry.1 = self.clock.to_tokio(until);
+            slot.published_until = Some(until);
+            if let Some(entry) = lock(&self.shared.leases).get_mut(&slot.name) {
+                entry.1 = self.clock.to_tokio(until);
+            }
         }
         if let Some(at) = slot.election.poll_timeout() {
             slot.generation += 1;
@@ -499,7 +507,7 @@ impl<B: LeaseBackend> Driver<B> {
         }
     }
 
-    /// Reads the roster every acquire interval (one `inspect` per slot, concurrently).
+    /// Reads the roster every acquire interval (one `inspect` per slot, in turn).
     fn maybe_read_roster(&mut self) {
         if self.stopping
             || self.reading_roster
@@ -516,22 +524,11 @@ impl<B: LeaseBackend> Driver<B> {
         let backend = Arc::clone(&self.backend);
         let timeout = self.acquire_timeout;
         self.tasks.spawn(async move {
+            // One after another on this task: a few dozen short calls every acquire interval.
             let read = async {
-                let mut reads = JoinSet::new();
-                for (i, spec) in specs.into_iter().enumerate() {
-                    let backend = Arc::clone(&backend);
-                    reads.spawn(async move { (i, backend.inspect(&spec).await) });
-                }
-                let mut live = vec![false; reads.len()];
-                while let Some(joined) = reads.join_next().await {
-                    match joined {
-                        Ok((i, Ok(info))) => {
-                            if let Some(l) = live.get_mut(i) {
-                                *l = info.holder.is_some();
-                            }
-                        }
-                        _ => return None,
-                    }
+                let mut live = Vec::with_capacity(specs.len());
+                for spec in &specs {
+                    live.push(backend.inspect(spec).await.ok()?.holder.is_some());
                 }
                 Some(live)
             };
