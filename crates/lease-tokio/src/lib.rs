@@ -32,10 +32,10 @@ mod telemetry;
 mod watch;
 
 pub use elector::{Elector, ElectorBuilder, ElectorError, ElectorState, LeaderInfo, Term};
+pub use group::{ElectionGroup, GroupBuilder, GroupError};
 #[allow(deprecated)]
 pub use ids::random_token;
 pub use ids::{default_instance_id, random_owner};
-pub use group::{ElectionGroup, GroupBuilder, GroupError};
 pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker, Permit, Semaphore};
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]

@@ -190,7 +190,21 @@ async fn three_members_split_three_hundred_names_fairly() {
     })
     .await;
     assert_eq!(disjoint(&groups), N);
-    assert!(groups.iter().all(|g| g.members() == 3));
+    // Every member's roster read has caught up (a split can be reached a read early), and
+    // the split holds under the settled view.
+    tokio::time::timeout(EVENTUALLY, async {
+        while !groups.iter().all(|g| g.members() == 3) {
+            tokio::time::sleep(ms(50)).await;
+        }
+    })
+    .await
+    .expect("every member sees three members");
+    assert!(groups.iter().all(|g| g.target() == N / 3));
+    settle(&groups, EVENTUALLY, "a fair split, settled", |c| {
+        c.iter().all(|&n| n == N / 3)
+    })
+    .await;
+    assert_eq!(disjoint(&groups), N);
     for g in [a, b, c] {
         tokio::time::timeout(EVENTUALLY, g.shutdown())
             .await
