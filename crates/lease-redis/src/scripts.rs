@@ -161,6 +161,14 @@ impl Call {
         Call::default()
     }
 
+    /// A call with room for `keys` keys and `args` arguments (no growing on the way).
+    pub(crate) fn with_capacity(keys: usize, args: usize) -> Call {
+        Call {
+            keys: Vec::with_capacity(keys),
+            args: Vec::with_capacity(args),
+        }
+    }
+
     pub(crate) fn key(&mut self, k: impl AsRef<[u8]>) -> &mut Call {
         self.keys.push(k.as_ref().to_vec());
         self
@@ -168,6 +176,12 @@ impl Call {
 
     pub(crate) fn arg(&mut self, a: impl redis::ToRedisArgs) -> &mut Call {
         a.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// An argument already in bytes, taken without a copy.
+    pub(crate) fn arg_vec(&mut self, a: Vec<u8>) -> &mut Call {
+        self.args.push(a);
         self
     }
 

@@ -1,5 +1,5 @@
 //! Instance ids, ownership tokens and jitter seeds: drawn from the operating system's
-//! randomness (`getrandom`).
+//! randomness (`getrandom`; jitter seeds from a per-thread stream seeded by it).
 //!
 //! Owners are the capability to renew and release a lease, so they must not be predictable
 //! from one another: each token is 128 bits read from the OS (one `getrandom` call), never a
@@ -76,9 +76,17 @@ pub fn random_token() -> String {
     random_owner()
 }
 
-/// A seed for one call's retry jitter, from the operating system's randomness.
+/// A seed for one call's retry jitter: the next value of a per-thread SplitMix64 stream
+/// seeded once from the operating system's randomness.
+///
+/// Jitter only spreads retries apart, so unlike an owner it needs no secrecy: a stream saves
+/// the `getrandom` system call every obtain and refresh would otherwise make.
 pub(crate) fn jitter_seed() -> u64 {
-    random_u64()
+    thread_local! {
+        static JITTER: std::cell::RefCell<lease_core::rng::SplitMix64> =
+            std::cell::RefCell::new(lease_core::rng::SplitMix64::new(random_u64()));
+    }
+    JITTER.with_borrow_mut(lease_core::rng::SplitMix64::next_u64)
 }
 
 /// A default instance id, unique per process: `<hostname>-<pid>-<random>`.

@@ -203,6 +203,11 @@ impl Metadata {
                 max: MAX_METADATA_LEN,
             });
         }
+        if s.is_empty() {
+            // No metadata is the common case: one shared empty value, no allocation per lock.
+            static EMPTY: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+            return Ok(Metadata(Arc::clone(EMPTY.get_or_init(|| Arc::from("")))));
+        }
         Ok(Metadata(Arc::from(s)))
     }
     /// The metadata as text.

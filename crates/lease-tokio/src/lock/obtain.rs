@@ -146,13 +146,6 @@ impl<B: LeaseBackend> Locker<B> {
             .check_spec(&plan.request.spec)
             .map_err(LockError::Refused)?;
         let clock = Clock::new();
-        let label = plan
-            .request
-            .spec
-            .keys()
-            .first()
-            .cloned()
-            .unwrap_or_default();
         // Jittered per acquisition, so waiters that saw the same release spread out.
         // Registered before the first attempt (no lost wake-up); subscribed only once an
         // attempt found the lock held.
@@ -167,15 +160,16 @@ impl<B: LeaseBackend> Locker<B> {
         }
         .drive(clock)
         .await;
+        let label = plan.request.spec.keys().first().map_or("", String::as_str);
         let obtained = match obtained {
             Ok(obtained) => {
                 // The clock started with this obtain: its "now" is the time the call took.
-                telemetry::lock_obtained(&label, clock.now().since_origin());
+                telemetry::lock_obtained(label, clock.now().since_origin());
                 obtained
             }
             Err(e) => {
                 if e.is_not_obtained() {
-                    telemetry::lock_not_obtained(&label);
+                    telemetry::lock_not_obtained(label);
                 }
                 return Err(e);
             }
