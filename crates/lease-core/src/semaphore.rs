@@ -49,6 +49,30 @@
 //! assumptions as a lock (clocks that drift by at most the backend's margin, a store that does
 //! not lose its keys). A crashed holder's permit expires with its TTL; nobody has to release it.
 //!
+//! # Fenced writes: the resource-side rule of "at most N"
+//!
+//! The lock's fence rule (`token >= mark`, the mark advanced by each write) admits only the
+//! newest holder, so it cannot serve a resource that must admit all `N` current holders. A
+//! **permit-fenced write** ([`PermitFencing`]) is checked instead, atomically with the write,
+//! in this order:
+//!
+//! 1. **the permit is current**: the writer's owner is in `S:permits` with an expiry above
+//!    the store's clock (on Redis the server's `TIME`, read inside the script). Otherwise
+//!    nothing is written: [`PermitWriteOutcome::NotCurrent`]. Since the store never holds more
+//!    than `N` current permits, the resource never accepts writes from more than `N` owners
+//!    at one instant of the store's clock, however late a paused holder's write arrives.
+//! 2. **the token is not below the owner's mark**, `<mark key>:<owner>` (for the default
+//!    fence key `S:fence:applied:<owner>`, [`permit_mark_key`]): the lock's rule, per owner.
+//!    It refuses an older permit of the same owner (a caller-chosen owner that obtained
+//!    again, a takeover minting a newer token) once the newer one has written:
+//!    [`PermitWriteOutcome::Stale`].
+//! 3. the write is applied and the owner's mark set to the token, expiring with the
+//!    semaphore's permits key (never before the writer's permit): the marks of owners that
+//!    stop writing expire on their own, so they do not accumulate.
+//!
+//! A write without a reply is unknown, as every fenced write ([`BackendError::Timeout`],
+//! [`Effect::Unknown`](crate::backend::Effect::Unknown)).
+//!
 //! # Driving
 //!
 //! A permit is obtained, renewed, refreshed and released by exactly the lock machines
@@ -392,5 +416,84 @@ impl<B: Fencing + ?Sized> Fencing for PermitBackend<B> {
     type Fencer = B::Fencer;
     fn fencer(&self, mark_key: &str, token: Token) -> B::Fencer {
         self.inner.fencer(mark_key, token)
+    }
+}
+
+/// The mark of `owner`'s permit-fenced writes to semaphore `spec` (`<mark key>:<owner>`, for
+/// the default fence key `<name>:fence:applied:<owner>`), `None` when the spec has no fence
+/// key. It shares the semaphore's hash tag, so it is in the semaphore's Cluster slot.
+///
+/// ```
+/// use lease_core::Owner;
+/// use lease_core::semaphore::{permit_mark_key, semaphore_spec};
+/// let spec = semaphore_spec("{deploys}", None)?;
+/// let owner = Owner::new("worker-1").unwrap();
+/// assert_eq!(
+///     permit_mark_key(&spec, &owner).as_deref(),
+///     Some("{deploys}:fence:applied:worker-1")
+/// );
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+pub fn permit_mark_key(spec: &LeaseSpec, owner: &Owner) -> Option<String> {
+    spec.mark_key()
+        .map(|mark| format!("{mark}:{}", owner.as_str()))
+}
+
+/// The permits key of semaphore `spec` (`<name>:permits`), after checking the spec is a
+/// semaphore's.
+pub fn permits_key(spec: &LeaseSpec) -> Result<&str, BackendError> {
+    check_semaphore_spec(spec)?;
+    Ok(spec.keys().first().map_or("", String::as_str))
+}
+
+/// The result of a permit-fenced write (see the module docs, "Fenced writes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a write that was not applied means this permit must stop writing"]
+pub enum PermitWriteOutcome {
+    /// The permit was current and the token not below the owner's mark: the write was
+    /// applied and the owner's mark set to the token.
+    Applied,
+    /// The owner holds no current permit (expired, released, or never obtained): nothing was
+    /// written, whatever the token.
+    NotCurrent,
+    /// The permit is current but the token is below the owner's mark (a newer permit of the
+    /// same owner has written): nothing was written.
+    Stale {
+        /// The owner's mark that refused the write.
+        mark: FenceMark,
+    },
+}
+
+impl PermitWriteOutcome {
+    /// Whether the write was applied.
+    pub fn is_applied(self) -> bool {
+        matches!(self, PermitWriteOutcome::Applied)
+    }
+}
+
+/// A backend that can fence writes by a permit being current (the resource-side rule of "at
+/// most N": see the module docs, "Fenced writes").
+pub trait PermitFencing {
+    /// The fencer handed to a permit: binds its semaphore, owner and token to the store.
+    type PermitFencer: Clone + Send + Sync + 'static;
+    /// A fencer for writes of `owner`'s permit of semaphore `spec` under `token`, against the
+    /// owner's mark ([`permit_mark_key`]). `None` when `spec` is not a fenced semaphore's.
+    fn permit_fencer(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Option<Self::PermitFencer>;
+}
+
+impl<B: PermitFencing + ?Sized> PermitFencing for PermitBackend<B> {
+    type PermitFencer = B::PermitFencer;
+    fn permit_fencer(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+    ) -> Option<B::PermitFencer> {
+        self.inner.permit_fencer(spec, owner, token)
     }
 }

@@ -20,6 +20,7 @@ use crate::scripts::{
 use crate::slot::{self, SlotError};
 use crate::topology::Topology;
 
+mod permit;
 mod telemetry;
 mod write;
 
@@ -28,7 +29,31 @@ pub use telemetry::FENCE_LABEL_LIMIT;
 use telemetry::count;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
+pub use permit::RedisPermitFencer;
 pub use write::FencedWrite;
+
+/// Which fenced script one call runs (the lock's or the permit's variant of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriteKind {
+    Set,
+    HSet,
+    Del,
+    Eval,
+    Multi,
+}
+
+impl WriteKind {
+    /// The lock's fenced script of this kind.
+    fn script(self) -> &'static LuaScript {
+        match self {
+            WriteKind::Set => &S_FENCE_SET,
+            WriteKind::HSet => &S_FENCE_HSET,
+            WriteKind::Del => &S_FENCE_DEL,
+            WriteKind::Eval => &S_FENCE_EVAL,
+            WriteKind::Multi => &S_FENCE_MULTI,
+        }
+    }
+}
 
 /// The default bound of one fenced write: 2 s. Connections carry no response timeout of
 /// their own (see the crate docs), so the fencer bounds each write itself; a write that gets
@@ -300,31 +325,49 @@ where
         token: Token,
         writes: Vec<FencedWrite>,
     ) -> Result<FenceOutcome, RedisLeaseError> {
+        self.send(token, writes, None, reply::fence, |o| o.is_applied())
+            .await
+    }
+
+    /// One fenced script call: the writes under `token`, checked by the lock's guard or, with
+    /// `permit`, by the permit's guard first ([`permit`]); `parse` reads the reply and
+    /// `applied` says whether the write was applied (then the replica acknowledgement runs).
+    async fn send<O: Copy>(
+        &self,
+        token: Token,
+        writes: Vec<FencedWrite>,
+        permit: Option<&permit::PermitGuard>,
+        parse: fn(&redis::Value) -> Result<O, BackendError>,
+        applied: fn(O) -> bool,
+    ) -> Result<O, RedisLeaseError> {
         if writes.len() > 1 && writes.iter().any(|w| matches!(w, FencedWrite::Eval { .. })) {
             return Err(RedisLeaseError::InvalidWrite(
                 "an Eval write cannot be batched with other writes; apply it alone".into(),
             ));
         }
         if self.topology == Topology::Cluster {
-            let targets: Vec<&str> = writes.iter().flat_map(FencedWrite::keys).collect();
+            let mut targets: Vec<&str> = writes.iter().flat_map(FencedWrite::keys).collect();
+            if let Some(p) = permit {
+                targets.push(p.permits_key());
+            }
             slot::check_targets(&self.mark_key, &targets).map_err(SlotError::from)?;
         }
         let mut call = Call::new();
         call.key(self.mark_key.as_bytes()).arg(token.to_string());
-        let script: &LuaScript = match writes.as_slice() {
+        let kind = match writes.as_slice() {
             [FencedWrite::Set { key, value }] => {
                 call.key(key).arg_bytes(value);
-                &S_FENCE_SET
+                WriteKind::Set
             }
             [FencedWrite::HSet { key, field, value }] => {
                 call.key(key).arg_bytes(field).arg_bytes(value);
-                &S_FENCE_HSET
+                WriteKind::HSet
             }
             [FencedWrite::Del { keys }] => {
                 for k in keys {
                     call.key(k);
                 }
-                &S_FENCE_DEL
+                WriteKind::Del
             }
             [FencedWrite::Eval { body, keys, args }] => {
                 for k in keys {
@@ -335,7 +378,7 @@ where
                 }
                 // The body travels as the last argument of the one fixed script.
                 call.arg_bytes(body.as_bytes());
-                &S_FENCE_EVAL
+                WriteKind::Eval
             }
             many => {
                 call.arg(many.len());
@@ -365,7 +408,15 @@ where
                         }
                     }
                 }
-                &S_FENCE_MULTI
+                WriteKind::Multi
+            }
+        };
+        let script: &LuaScript = match permit {
+            None => kind.script(),
+            Some(p) => {
+                // Last, after the body of an Eval: permit_guard.lua removes them first.
+                call.key(p.permits_key()).arg_bytes(p.owner().as_bytes());
+                permit::script(kind)
             }
         };
         let lane = async {
@@ -403,8 +454,8 @@ where
                 return Err(BackendError::Timeout(self.timeout).into());
             }
         };
-        let outcome = reply::fence(&v)?;
-        if let (FenceOutcome::Applied, Some(ack)) = (&outcome, &self.replica_ack) {
+        let outcome = parse(&v)?;
+        if let (true, Some(ack)) = (applied(outcome), &self.replica_ack) {
             // The reply of WAIT comes after at most the ack's timeout; the fencer's own bound
             // covers the round trip on top of it.
             let bound = self.timeout.saturating_add(ack.timeout());
@@ -416,7 +467,7 @@ where
         tracing::debug!(
             script = script.name,
             token = token.get(),
-            applied = outcome.is_applied(),
+            applied = applied(outcome),
             "lease-redis: fenced write"
         );
         Ok(outcome)

@@ -40,7 +40,7 @@ mod store;
 
 pub use backend::MemoryBackend;
 pub use clock::{ManualClock, Sleep};
-pub use fencer::{MemoryFencer, MemoryWrite};
+pub use fencer::{MemoryFencer, MemoryPermitFencer, MemoryWrite};
 pub use store::Faults;
 
 use std::sync::{Mutex, MutexGuard};

@@ -9,13 +9,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::MemoryWrite;
 use super::store::{Entry, Store, Value, corrupt};
 use crate::backend::{
-    AcquireOutcome, BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome,
+    AcquireOutcome, BackendError, FenceOutcome, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome,
     RenewRequest,
 };
 use crate::semaphore::{
-    MAX_PERMITS, PermitHolder, PermitRequest, SemaphoreInfo, check_semaphore_spec, semaphore_name,
+    MAX_PERMITS, PermitHolder, PermitRequest, PermitWriteOutcome, SemaphoreInfo,
+    check_semaphore_spec, semaphore_name,
 };
 use crate::time::Instant;
 use crate::token::{FenceMark, Token};
@@ -224,5 +226,36 @@ impl Store {
                 .unwrap_or(FenceMark::NONE);
         }
         Ok(info)
+    }
+
+    /// A permit-fenced write (the spec of `permit_guard.lua` + `fence_guard.lua` + the write +
+    /// `permit_advance.lua`): `owner`'s permit at `permits_key` must be current, then the
+    /// lock's fence rule against `mark_key` (the owner's mark); the mark, once advanced,
+    /// expires with the permits key (never before the owner's permit).
+    pub(super) fn permit_fenced(
+        &mut self,
+        permits_key: &str,
+        owner: &str,
+        mark_key: &str,
+        token: Token,
+        writes: &[MemoryWrite],
+        now: Instant,
+    ) -> Result<PermitWriteOutcome, BackendError> {
+        let permits = self.permits(permits_key, now)?;
+        let Some(expiry) = permits.get(owner).copied().filter(|e| *e > now) else {
+            return Ok(PermitWriteOutcome::NotCurrent);
+        };
+        // Read before the writes (which may touch the permits key itself).
+        let until = self
+            .live(permits_key, now)
+            .and_then(|e| e.expires_at)
+            .map_or(expiry, |t| t.max(expiry));
+        match self.fenced(mark_key, token, writes, now)? {
+            FenceOutcome::Stale { mark } => Ok(PermitWriteOutcome::Stale { mark }),
+            FenceOutcome::Applied => {
+                self.set_str(mark_key, token.get().to_string(), Some(until));
+                Ok(PermitWriteOutcome::Applied)
+            }
+        }
     }
 }

@@ -266,6 +266,11 @@ impl<B: LeaseBackend> Lock<B> {
         self.shared.spec.keys().first().map_or("", String::as_str)
     }
 
+    /// The lock's spec, owner and backend (for the semaphore's permit fencer).
+    pub(crate) fn parts(&self) -> (&LeaseSpec, &Owner, &Arc<B>) {
+        (&self.shared.spec, &self.shared.owner, &self.shared.backend)
+    }
+
     /// Every key.
     pub fn keys(&self) -> &[String] {
         self.shared.spec.keys()

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::lock::{LockError, LockOptions};
-use lease_core::semaphore::{PermitBackend, PermitCount, SemaphoreInfo, semaphore_spec};
+use lease_core::semaphore::{
+    PermitBackend, PermitCount, PermitFencing, SemaphoreInfo, semaphore_spec,
+};
 use lease_core::{BackendError, LeaseBackend, LeaseSpec};
 
 use crate::ids::random_owner;
@@ -22,11 +24,13 @@ use crate::lock::obtain::Locker;
 /// [`key`](Lock::key) the semaphore's permits key (`<name>:permits`), and
 /// [`release`](Lock::release) gives the permit back (waking one waiter).
 ///
-/// Its [`fencer`](Lock::fencer) applies the lock's fence rule (`token >= mark` at
+/// Its [`permit_fencer`](Lock::permit_fencer) is the resource-side rule of "at most `N`":
+/// each write is applied only while this permit is current at the store (its owner among the
+/// semaphore's permits, by the store's clock) and its token is not below the owner's mark,
+/// atomically with the write (see `lease_core::semaphore`, "Fenced writes"). Its
+/// [`fencer`](Lock::fencer) applies the lock's fence rule instead (`token >= mark` at
 /// `<name>:fence:applied`): among permits held at once, a write under an older permit is
-/// refused once a newer one has written. That suits a resource that wants "newest holder
-/// wins"; a resource that must admit all `N` current holders needs a check that the permit is
-/// still current, which is not offered yet (see `docs/semaphores.md`).
+/// refused once a newer one has written ("newest holder wins").
 pub type Permit<B> = Lock<PermitBackend<B>>;
 
 /// A counting semaphore: at most `permits` holders of `name` at once, each permit a lease of
@@ -153,5 +157,32 @@ impl<B: LeaseBackend> Semaphore<B> {
             Ok(r) => r.map_err(LockError::from_read),
             Err(_) => Err(LockError::from_read(BackendError::Timeout(timeout))),
         }
+    }
+}
+
+impl<B: LeaseBackend + PermitFencing> Lock<PermitBackend<B>> {
+    /// A fencer for writes under this permit: each is applied only while the permit is
+    /// current at the store and its token is not below the owner's mark, checked atomically
+    /// with the write ([`PermitFencing`]; on Redis `lease_redis::RedisPermitFencer`, whose
+    /// writes answer applied, not current, stale, or an error whose effect may be unknown).
+    /// `None` when the permit was obtained without a fence key.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use lease_tokio::{Locker, LockOptions};
+    /// use lease_tokio::lease_core::memory::{ManualClock, MemoryBackend, MemoryWrite};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new(ManualClock::new()));
+    /// let permit = locker.semaphore("{deploys}", 2)?.acquire(Duration::from_secs(30), LockOptions::new()).await?;
+    /// let fencer = permit.permit_fencer().expect("permits are fenced by default");
+    /// let write = MemoryWrite::Set { key: "{deploys}:eu".into(), value: "v2".into() };
+    /// assert!(fencer.apply(write).await?.is_applied());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn permit_fencer(&self) -> Option<B::PermitFencer> {
+        let (spec, owner, view) = self.parts();
+        view.inner().permit_fencer(spec, owner, self.fence_token()?)
     }
 }
