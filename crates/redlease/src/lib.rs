@@ -136,7 +136,9 @@ pub use lease_tokio::{
     LockObserver, LockOptions, Locker, random_owner,
 };
 // Counting semaphores (at most N holders; each permit a lease with its own fencing token).
-pub use lease_core::semaphore::{MAX_PERMITS, PermitHolder, SemaphoreInfo};
+pub use lease_core::semaphore::{
+    MAX_PERMITS, PermitFencing, PermitHolder, PermitWriteOutcome, SemaphoreInfo,
+};
 pub use lease_tokio::{Permit, Semaphore};
 
 // Fencing tokens and fenced resources.
@@ -256,8 +258,8 @@ pub mod redis {
         CORRUPT, DEFAULT_ACK_CONNECTIONS, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_TIMEOUT,
         FENCE_LABEL_LIMIT, FencedWrite, HealingConnection, HealingStats, MAX_ACK_CONNECTIONS,
         MAX_ACK_TIMEOUT, MIN_REDIS, MIN_VALKEY, NotAcknowledged, NoticeStats, RedisBackend,
-        RedisFencer, RedisLeaseError, ReleaseNotices, ReplicaAck, TRANSIENT_CODES, Topology,
-        backend_error,
+        RedisFencer, RedisLeaseError, RedisPermitFencer, ReleaseNotices, ReplicaAck,
+        TRANSIENT_CODES, Topology, backend_error,
     };
 
     // Connecting, and TLS (feature `tls`).

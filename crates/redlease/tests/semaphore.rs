@@ -8,7 +8,9 @@
 //! - a release wakes a waiter at once (release notices), far before its retry delay;
 //! - truthful outcomes: an obtain whose reply is lost is "unknown", was applied, and its
 //!   cleanup gives the permit back;
-//! - auto-renewal keeps a permit past its TTL; a backend without semaphores refuses.
+//! - auto-renewal keeps a permit past its TTL; a backend without semaphores refuses;
+//! - the permit fencer: every current holder's writes are applied, a permit past its TTL is
+//!   refused as not current (its token above the mark), a released one too.
 
 mod common;
 
@@ -422,4 +424,41 @@ async fn script_calls(cluster: &lease_testkit::cluster::RedisCluster) -> u64 {
             .sum::<u64>();
     }
     total
+}
+
+#[tokio::test]
+async fn the_permit_fencer_admits_current_permits_only() {
+    use redlease::PermitWriteOutcome;
+    let server = common::redis().await;
+    let sem = notified(&server)
+        .await
+        .semaphore("{fenced}", 2)
+        .expect("semaphore");
+    let a = bounded("a", sem.acquire(ms(400), LockOptions::new()))
+        .await
+        .expect("a");
+    let b = bounded("b", sem.acquire(ms(30_000), LockOptions::new()))
+        .await
+        .expect("b");
+    let (fa, fb) = (
+        a.permit_fencer().expect("fenced"),
+        b.permit_fencer().expect("fenced"),
+    );
+    for f in [&fa, &fb, &fa] {
+        let got = bounded("write", f.set("{fenced}:out", f.owner())).await;
+        assert_eq!(got.expect("write"), PermitWriteOutcome::Applied);
+    }
+    // a stops renewing: once the server expired its permit, its writes are refused even
+    // though its token passes the lock rule's mark... (wait past the TTL: no signal exists).
+    tokio::time::sleep(ms(550)).await;
+    assert!(!a.held());
+    let got = bounded("stale write", fa.set("{fenced}:out", "a late")).await;
+    assert_eq!(got.expect("write"), PermitWriteOutcome::NotCurrent);
+    // ... while b's, an older-or-newer token alike, still is; and once b releases, not.
+    let got = bounded("write", fb.set("{fenced}:out", "b")).await;
+    assert_eq!(got.expect("write"), PermitWriteOutcome::Applied);
+    bounded("release", b.release()).await.expect("release");
+    let got = bounded("released write", fb.set("{fenced}:out", "b late")).await;
+    assert_eq!(got.expect("write"), PermitWriteOutcome::NotCurrent);
+    drop(a);
 }
