@@ -14,7 +14,10 @@ use crate::backend::{
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
-use crate::semaphore::{PermitRequest, SemaphoreInfo, check_semaphore_spec};
+use crate::semaphore::{
+    PermitRequest, PermitWriteOutcome, SemaphoreInfo, check_semaphore_spec, permit_mark_key,
+    permits_key,
+};
 use crate::time::Instant;
 use crate::token::{Token, TokenScheme};
 
@@ -247,6 +250,21 @@ impl MemoryBackend {
         writes: &[MemoryWrite],
     ) -> Result<FenceOutcome, BackendError> {
         self.with(|s, now| s.fenced(mark_key, token, writes, now))
+    }
+    /// A permit-fenced batch of writes of `owner`'s permit of semaphore `spec` under `token`,
+    /// applied at once ([`MemoryPermitFencer`](super::MemoryPermitFencer)'s rule: the permit
+    /// current, the token not below the owner's mark). `None` when `spec` is not a fenced
+    /// semaphore's.
+    pub fn permit_fenced_now(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        token: Token,
+        writes: &[MemoryWrite],
+    ) -> Option<Result<PermitWriteOutcome, BackendError>> {
+        let permits = permits_key(spec).ok()?;
+        let mark = permit_mark_key(spec, owner)?;
+        Some(self.with(|s, now| s.permit_fenced(permits, owner.as_str(), &mark, token, writes, now)))
     }
 }
 
