@@ -15,6 +15,7 @@ use crate::history::{History, LogEntry, NodeId, Outcome};
 
 mod liveness;
 mod safety;
+mod semaphore;
 mod views;
 
 pub use views::{Attempt, TermView, attempts, longest_gap, terms};
@@ -46,6 +47,12 @@ pub enum Property {
     /// After the final heal, a leader's write is applied within 2×TTL + acquire interval +
     /// slack.
     Recovery,
+    /// At most `N` permits (the semaphore workload's count, [`Rules::permits`]) write at once
+    /// as the resource saw it: for each token, the span of the log from its first entry to
+    /// its last; no log position lies in more than `N` spans. (Each entry was appended while
+    /// its permit was current, and a permit is current over one interval, so the spans of
+    /// permits current together are the only ones that can overlap.)
+    AtMostNHolders,
     /// After every isolation of Redis (`isolate-redis`: the whole fleet cut off from its
     /// store, for many TTLs) heals, a leader's write is applied within TTL + acquire interval
     /// + 1 s: recovery is bounded by the lease, not by TCP's retransmission backoff.
@@ -54,7 +61,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in report order.
-    pub const ALL: [Property; 9] = [
+    pub const ALL: [Property; 10] = [
         Property::TokensMonotonic,
         Property::TermsContiguous,
         Property::ElectionTokens,
@@ -63,6 +70,7 @@ impl Property {
         Property::NoStaleAfterNewerWrite,
         Property::NoOverlappingLeases,
         Property::Recovery,
+        Property::AtMostNHolders,
         Property::Liveness,
     ];
 
@@ -77,6 +85,7 @@ impl Property {
             Property::NoStaleAfterNewerWrite => "no-stale-after-newer-write",
             Property::NoOverlappingLeases => "no-overlapping-leases",
             Property::Recovery => "recovery",
+            Property::AtMostNHolders => "at-most-n-holders",
             Property::Liveness => "liveness",
         }
     }
@@ -111,6 +120,9 @@ pub struct Rules {
     /// Slack on the overlap check (µs): the conversion of a tokio deadline to wall-clock
     /// time.
     pub overlap_slack_us: u64,
+    /// The semaphore workload's permit count ([`Property::AtMostNHolders`]); `None`: the
+    /// property is not checked (one holder at a time, checked by the others).
+    pub permits: Option<u32>,
 }
 
 impl Rules {
@@ -250,6 +262,9 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
     safety::acked_writes(&run, &mut flags);
     safety::no_stale_writes(&run, &mut flags);
     safety::no_overlapping_leases(&run, &mut flags);
+    if let Some(n) = rules.permits {
+        semaphore::at_most_n(&run, n, &mut flags);
+    }
     let recovered_after_us = liveness::recovery(&run, &mut flags);
     let isolation_recoveries_us = liveness::liveness(&run, &mut flags);
     let mut out = flags.0;

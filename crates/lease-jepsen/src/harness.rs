@@ -332,6 +332,14 @@ pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
             cfg.nodes
         )));
     }
+    if !cfg.scenario.supports(cfg.workload) {
+        return Err(JepsenError::Config(format!(
+            "the {} workload does not run on {}: it needs the single store with persistence \
+             (single-aof, or the control)",
+            cfg.workload.name(),
+            cfg.scenario
+        )));
+    }
     if let Some(why) = netns::unsupported() {
         return Ok(RunResult::Skipped(why));
     }
@@ -426,7 +434,9 @@ pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
     tokio::time::sleep_until(start + cfg.time).await;
     ctx.heal_all().await?;
     let healed = ctx.harness.harness(HarnessEvent::Healed)?;
-    let rules = cfg.scenario.rules(cfg.ttl, election.acquire_interval());
+    let rules = cfg
+        .scenario
+        .rules_for(cfg.workload, cfg.ttl, election.acquire_interval());
     let bound = Duration::from_micros(rules.recovery_bound_us()) + Duration::from_secs(1);
     let recovered = |h: &History| {
         checker::attempts(h)

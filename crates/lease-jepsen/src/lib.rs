@@ -37,6 +37,11 @@ pub use crate::scenario::Scenario;
 pub const ELECTION: &str = "jepsen";
 /// The log's key at the resource.
 pub const LOG_KEY: &str = "jepsen:log";
+/// The semaphore workload's semaphore (its keys `<name>:permits`, `<name>:size`, fenced by
+/// `<name>:fence`).
+pub const SEMAPHORE: &str = "jepsen:sem";
+/// The semaphore workload's permit count: at most this many holders at once.
+pub const SEMAPHORE_PERMITS: u32 = 2;
 /// The lock workload's lock key.
 pub const LOCK_KEY: &str = "jepsen:lock";
 /// The lock workload's fence counter key (its mark is `<key>:applied`).

@@ -85,7 +85,7 @@ pub fn markdown(s: &RunSummary) -> String {
     let _ = writeln!(o, "\n## Properties\n");
     let _ = writeln!(o, "| property | mode | violations | why this mode |");
     let _ = writeln!(o, "|---|---|---|---|");
-    let why = c.scenario.modes();
+    let why = c.scenario.modes_for(c.workload);
     for p in &r.results {
         let reason = why
             .iter()

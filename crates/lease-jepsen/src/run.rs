@@ -18,6 +18,11 @@ pub enum Workload {
     Election,
     /// A fenced, auto-renewed `Locker` lock: terms are holds of the lock.
     Lock,
+    /// Permits of a semaphore of [`crate::SEMAPHORE_PERMITS`], auto-renewed, each writing
+    /// through its permit fencer: terms are holds of a permit, and up to `N` overlap. Single
+    /// store only (`single-aof`, `control`): the permit check runs on the store, atomically with
+    /// the write, so the log lives there.
+    Semaphore,
 }
 
 impl Workload {
@@ -26,6 +31,7 @@ impl Workload {
         match self {
             Workload::Election => "election",
             Workload::Lock => "lock",
+            Workload::Semaphore => "semaphore",
         }
     }
 }
@@ -36,8 +42,9 @@ impl std::str::FromStr for Workload {
         match s {
             "election" => Ok(Workload::Election),
             "lock" => Ok(Workload::Lock),
+            "semaphore" => Ok(Workload::Semaphore),
             other => Err(JepsenError::Config(format!(
-                "unknown workload {other:?}: election or lock"
+                "unknown workload {other:?}: election, lock or semaphore"
             ))),
         }
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::checker::{Mode, Property, Rules};
 use crate::error::JepsenError;
+use crate::run::Workload;
 
 /// A workload over a topology of Redis servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,7 +161,63 @@ impl Scenario {
             acquire_interval_us: micros(acquire_interval),
             recovery_slack_us: 3_000_000,
             overlap_slack_us: 2_000,
+            permits: None,
         }
+    }
+
+    /// Whether `workload` runs on this scenario: the semaphore needs the single store (its
+    /// permit check runs there, atomically with the write; Redlock refuses semaphores, and a
+    /// store without persistence loses the log with the permits).
+    pub fn supports(self, workload: Workload) -> bool {
+        workload != Workload::Semaphore || matches!(self, Scenario::SingleAof | Scenario::Control)
+    }
+
+    /// [`Scenario::modes`] for `workload`. With the semaphore, up to `N` holders write at
+    /// once, so the properties of one holder at a time are only reported, and
+    /// [`Property::AtMostNHolders`] is asserted in their place.
+    pub fn modes_for(self, workload: Workload) -> Vec<(Property, Mode, &'static str)> {
+        let mut modes = self.modes();
+        if workload == Workload::Semaphore {
+            const INTERLEAVED: &str = "up to N permits write at once: their writes interleave";
+            for (p, m, why) in &mut modes {
+                if matches!(
+                    p,
+                    Property::TokensMonotonic
+                        | Property::TermsContiguous
+                        | Property::NoStaleAfterElection
+                        | Property::NoStaleAfterNewerWrite
+                        | Property::NoOverlappingLeases
+                ) {
+                    *m = Mode::Reported;
+                    *why = INTERLEAVED;
+                }
+                if *p == Property::ElectionTokens {
+                    *m = Mode::Reported;
+                    *why = "concurrent obtains may record their grants in another order than minted";
+                }
+            }
+            modes.push((
+                Property::AtMostNHolders,
+                Mode::Asserted,
+                "the permit fence applies a write only while its permit is current at the store",
+            ));
+            modes.sort_by_key(|(p, _, _)| *p);
+        }
+        modes
+    }
+
+    /// [`Scenario::rules`] for `workload`.
+    pub fn rules_for(self, workload: Workload, ttl: Duration, acquire_interval: Duration) -> Rules {
+        let mut rules = self.rules(ttl, acquire_interval);
+        if workload == Workload::Semaphore {
+            rules.modes = self
+                .modes_for(workload)
+                .into_iter()
+                .map(|(p, m, _)| (p, m))
+                .collect();
+            rules.permits = Some(crate::SEMAPHORE_PERMITS);
+        }
+        rules
     }
 }
 

@@ -75,6 +75,7 @@ fn rules() -> Rules {
         acquire_interval_us: 250 * MS,
         recovery_slack_us: 1000 * MS,
         overlap_slack_us: 2 * MS,
+        permits: None,
     }
 }
 
@@ -341,4 +342,37 @@ fn a_slow_recovery_after_an_isolation_is_caught() {
     isolation(&mut h, 2, "pause-node", 2000, 2100);
     let report = check(&h.history(), &log, &rules);
     assert_eq!(report.violations(Property::Liveness), 0);
+}
+
+/// Three permit holders of a semaphore of two (tokens 10, 20, 30) whose accepted writes
+/// interleave: the semaphore check flags it (the negative control of `at-most-n-holders`);
+/// two interleaved holders pass it.
+#[test]
+fn n_plus_one_overlapping_permit_holders_are_caught() {
+    let mut h = H::default();
+    h.elected(100, 0, 10, 1100)
+        .elected(110, 1, 20, 1110)
+        .elected(120, 2, 30, 1120);
+    let mut log = Vec::new();
+    for (i, (node, token)) in [(0, 10), (1, 20), (2, 30), (0, 10), (1, 20), (2, 30)]
+        .into_iter()
+        .enumerate()
+    {
+        let seq = u64::try_from(i).expect("small");
+        h.write(200 + 10 * seq, node, seq, token, Outcome::Applied);
+        log.push(entry(token, node, seq));
+    }
+    h.harness(3000, HarnessEvent::End);
+    let semaphore = |n| Rules {
+        permits: Some(n),
+        ..rules()
+    };
+    let report = check(&h.history(), &log, &semaphore(2));
+    assert_eq!(report.violations(Property::AtMostNHolders), 1, "{:#?}", report.results);
+    assert!(report.failed());
+    // With three permits the same history is within the bound; without a count, unchecked.
+    let report = check(&h.history(), &log, &semaphore(3));
+    assert_eq!(report.violations(Property::AtMostNHolders), 0);
+    let report = check(&h.history(), &log, &rules());
+    assert_eq!(report.violations(Property::AtMostNHolders), 0);
 }

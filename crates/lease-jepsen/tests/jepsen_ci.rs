@@ -1,6 +1,7 @@
 //! The Jepsen harness's CI runs, concurrently: ~45 s of faults on a single Redis with
 //! `appendfsync always` (every property asserted) with the election workload, 20 s of the same
-//! with the fenced-lock workload, and the negative control (15 s of the same faults, writes
+//! with the fenced-lock workload and 20 s with the semaphore workload (at most N permit holders
+//! as the resource saw it), and the negative control (15 s of the same faults, writes
 //! without the fence), which the checker must flag.
 //!
 //! They need root and network namespaces. Without them each test prints a SKIP line saying
@@ -145,6 +146,25 @@ async fn a_fenced_lock_on_single_redis_survives_the_nemesis() {
         s.dir.display(),
         failures(&s)
     );
+    assert!(
+        s.report.terms.len() >= 3,
+        "only {} holds",
+        s.report.terms.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_on_single_redis_survives_the_nemesis() {
+    let Some(s) = run(Scenario::SingleAof, Workload::Semaphore, 20).await else {
+        return;
+    };
+    assert!(
+        s.passed,
+        "asserted properties violated (see {}):\n{}",
+        s.dir.display(),
+        failures(&s)
+    );
+    assert_eq!(s.report.violations(Property::AtMostNHolders), 0);
     assert!(
         s.report.terms.len() >= 3,
         "only {} holds",

@@ -14,13 +14,15 @@ use std::time::Duration;
 use clap::Parser;
 use lease_jepsen::history::{Event, HistoryFile, NodeId, Outcome, now_us};
 use lease_jepsen::rng::Rng;
-use lease_jepsen::{ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK};
+use lease_jepsen::{
+    ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK, SEMAPHORE, SEMAPHORE_PERMITS,
+};
 use redlease::redis::HealingConnection;
-use redlease::redis::{RedisBackend, RedisFencer, backend_error};
+use redlease::redis::{RedisBackend, RedisFencer, RedisPermitFencer, backend_error};
 use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
 use redlease::{
     CancellationToken, Effect, ElectionConfig, Elector, FenceOutcome, LeaseBackend, LockOptions,
-    Locker, Token,
+    Locker, PermitWriteOutcome, Token,
 };
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
@@ -59,7 +61,8 @@ struct Args {
     /// Seed of the node's own randomness (term lengths).
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// `election` (an `Elector`) or `lock` (a fenced, auto-renewed `Locker` lock).
+    /// `election` (an `Elector`), `lock` (a fenced, auto-renewed `Locker` lock) or
+    /// `semaphore` (permits of a semaphore, each writing through its permit fencer).
     #[arg(long, default_value = "election")]
     workload: String,
 }
@@ -73,6 +76,9 @@ enum Sink {
         conn: HealingConnection,
         mark: Option<String>,
     },
+    /// Through a permit's fencer (the semaphore workload): applied only while the permit is
+    /// current at the store.
+    Permit(RedisPermitFencer<HealingConnection>),
     /// A plain RPUSH: the negative control.
     Unfenced(HealingConnection),
 }
@@ -91,6 +97,20 @@ impl Sink {
                 {
                     Ok(FenceOutcome::Applied) => Outcome::Applied,
                     Ok(FenceOutcome::Stale { .. }) => Outcome::Stale,
+                    Err(e) if e.effect() == Effect::Unknown => Outcome::Unknown,
+                    Err(_) => Outcome::NotApplied,
+                }
+            }
+            Sink::Permit(fencer) => {
+                match fencer
+                    .with_token(token)
+                    .eval("redis.call('RPUSH', KEYS[2], ARGV[2])", [LOG_KEY], [entry])
+                    .await
+                {
+                    Ok(PermitWriteOutcome::Applied) => Outcome::Applied,
+                    Ok(PermitWriteOutcome::NotCurrent | PermitWriteOutcome::Stale { .. }) => {
+                        Outcome::Stale
+                    }
                     Err(e) if e.effect() == Effect::Unknown => Outcome::Unknown,
                     Err(_) => Outcome::NotApplied,
                 }
@@ -199,7 +219,12 @@ async fn drive<B: LeaseBackend>(
                         deadline_us: deadline,
                     });
                     let ended = term.cancellation_token();
-                    let writer = tokio::spawn(write_loop(Arc::clone(&node), token, ended.clone()));
+                    let writer = tokio::spawn(write_loop(
+                        Arc::clone(&node),
+                        node.sink.clone(),
+                        token,
+                        ended.clone(),
+                    ));
                     node.writers
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -278,7 +303,12 @@ async fn locks<B: LeaseBackend>(
             deadline_us: deadline,
         });
         let ended = CancellationToken::new();
-        let writer = tokio::spawn(write_loop(Arc::clone(&node), token, ended.clone()));
+        let writer = tokio::spawn(write_loop(
+            Arc::clone(&node),
+            node.sink.clone(),
+            token,
+            ended.clone(),
+        ));
         node.writers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -310,9 +340,84 @@ async fn locks<B: LeaseBackend>(
     }
 }
 
+/// The semaphore workload: obtain a permit of [`SEMAPHORE`] (auto-renewed, waiting up to a
+/// TTL), write through its permit fencer for a while (or, with `--unfenced`, plainly), release
+/// it, and again; the writes go on for one TTL after each release, and are refused then.
+async fn permits(
+    locker: Locker<RedisBackend<HealingConnection>>,
+    node: Arc<Node_>,
+    term_ms: u64,
+    seed: u64,
+    shutdown: CancellationToken,
+) {
+    let mut rng = Rng::new(seed);
+    let ttl = node.ttl;
+    let semaphore = match locker.semaphore(SEMAPHORE, SEMAPHORE_PERMITS) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("jepsen-node: {e}");
+            std::process::exit(64);
+        }
+    };
+    while !shutdown.is_cancelled() {
+        let options = LockOptions::new().wait(ttl).auto_renew(ttl / 3);
+        let obtained = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = semaphore.acquire(ttl, options) => r,
+        };
+        let Ok(permit) = obtained else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let (Some(token), Some(fencer)) = (permit.fence_token(), permit.permit_fencer()) else {
+            eprintln!("jepsen-node: a permit without a token");
+            std::process::exit(70);
+        };
+        let sink = match &node.sink {
+            Sink::Unfenced(conn) => Sink::Unfenced(conn.clone()),
+            _ => Sink::Permit(fencer),
+        };
+        let mut deadline = deadline_us(Some(permit.valid_until()));
+        node.record(Event::Elected {
+            token: token.get(),
+            deadline_us: deadline,
+        });
+        let ended = CancellationToken::new();
+        let writer = tokio::spawn(write_loop(Arc::clone(&node), sink, token, ended.clone()));
+        node.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(writer);
+        let length = Duration::from_millis(rng.range(term_ms / 2, term_ms * 3 / 2));
+        let stop = tokio::time::sleep(length);
+        tokio::pin!(stop);
+        let lost = permit.lost();
+        loop {
+            tokio::select! {
+                _ = lost.cancelled() => break,
+                _ = shutdown.cancelled() => break,
+                _ = &mut stop => break,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                    if !permit.held() {
+                        break;
+                    }
+                    let d = deadline_us(Some(permit.valid_until()));
+                    if d > deadline + 1_000 {
+                        deadline = d;
+                        node.record(Event::Deadline { token: token.get(), deadline_us: d });
+                    }
+                }
+            }
+        }
+        node.record(Event::SteppedDown { token: token.get() });
+        ended.cancel();
+        let _ = tokio::time::timeout(ttl * 2, permit.release()).await;
+    }
+}
+
 /// A term's writes: every `write_interval` while the term lasts, then for one TTL after it
 /// ended (a deposed leader that did not notice).
-async fn write_loop(node: Arc<Node_>, token: Token, ended: CancellationToken) {
+async fn write_loop(node: Arc<Node_>, sink: Sink, token: Token, ended: CancellationToken) {
     let mut stop_at: Option<tokio::time::Instant> = None;
     loop {
         let seq = node.seq.fetch_add(1, Ordering::SeqCst);
@@ -321,7 +426,7 @@ async fn write_loop(node: Arc<Node_>, token: Token, ended: CancellationToken) {
             seq,
             token: token.get(),
         });
-        let outcome = tokio::time::timeout(Duration::from_secs(1), node.sink.write(token, entry))
+        let outcome = tokio::time::timeout(Duration::from_secs(1), sink.write(token, entry))
             .await
             .unwrap_or(Outcome::Unknown);
         node.record(Event::Done { seq, outcome });
@@ -400,14 +505,19 @@ async fn main() {
         },
         None => stores[0].1.clone(),
     };
-    let lock = match args.workload.as_str() {
-        "election" => false,
-        "lock" => true,
+    let (lock, semaphore) = match args.workload.as_str() {
+        "election" => (false, false),
+        "lock" => (true, false),
+        "semaphore" => (false, true),
         other => {
-            eprintln!("jepsen-node: --workload {other:?}: election or lock");
+            eprintln!("jepsen-node: --workload {other:?}: election, lock or semaphore");
             std::process::exit(64);
         }
     };
+    if semaphore && (stores.len() >= 3 || args.resource.is_some()) {
+        eprintln!("jepsen-node: the semaphore workload runs on one store, with the log on it");
+        std::process::exit(64);
+    }
     let sink = if args.unfenced {
         Sink::Unfenced(sink_conn)
     } else {
@@ -465,7 +575,16 @@ async fn main() {
         }
     } else {
         let backend = RedisBackend::new(stores[0].1.clone());
-        if lock {
+        if semaphore {
+            permits(
+                Locker::new(backend),
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        } else if lock {
             locks(
                 Locker::new(backend),
                 Arc::clone(&node),
