@@ -278,8 +278,16 @@ pub(crate) struct LockArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Election name
-    #[arg(long, env = "REDLEASE_NAME", required_unless_present = "check")]
+    #[arg(
+        long,
+        env = "REDLEASE_NAME",
+        required_unless_present_any = ["check", "semaphore"]
+    )]
     pub(crate) name: Option<String>,
+    /// Semaphore name (what `lock -n N NAME` holds): print its permit count and its current
+    /// holders, each with the time its permit has left, the last token and the mark
+    #[arg(long, conflicts_with = "watch")]
+    pub(crate) semaphore: Option<String>,
     /// Also report what the server's settings guarantee for fencing tokens (persistence,
     /// eviction, replication); exit 78 when they let the fence keys be evicted or lost
     #[arg(long)]

@@ -34,6 +34,8 @@ pub(crate) enum Json {
     Str(String),
     /// An array of strings.
     Strs(Vec<String>),
+    /// An array of objects, each already written by [`object`].
+    Objects(Vec<String>),
 }
 
 impl From<&str> for Json {
@@ -95,6 +97,11 @@ pub(crate) fn object(fields: &[(&str, Json)]) -> String {
                     }
                     push_str(&mut out, item);
                 }
+                out.push(']');
+            }
+            Json::Objects(items) => {
+                out.push('[');
+                out.push_str(&items.join(","));
                 out.push(']');
             }
         }

@@ -40,6 +40,9 @@ async fn status_on<B: LeaseBackend + 'static>(
     if let Some(name) = &args.name {
         election(ctx, &backend, name, counter_is_token).await?;
     }
+    if let Some(name) = &args.semaphore {
+        semaphore(ctx, &backend, name).await?;
+    }
     if args.check {
         return check(ctx, &backend).await;
     }
@@ -232,6 +235,68 @@ async fn election<B: LeaseBackend>(
         {
             print_stdout(&format!("last token: {last}"));
         }
+    }
+    Ok(())
+}
+
+/// Prints semaphore `name`'s count and current holders (`status --semaphore`): one read, the
+/// store's own view (expiry by the server's clock). Refused before any round trip where
+/// semaphores are not offered (Redlock) or the name breaks Cluster's one-slot rule.
+async fn semaphore<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(), Failure> {
+    let spec = redlease::core::semaphore_spec(name, None).map_err(|e| Failure::config(&e))?;
+    backend
+        .check_semaphore(&spec)
+        .map_err(|e| Failure::backend("status --semaphore", &e))?;
+    let info = match tokio::time::timeout(conn::OP_TIMEOUT, backend.inspect_semaphore(&spec)).await
+    {
+        Ok(Ok(info)) => info,
+        Ok(Err(e)) => return Err(Failure::backend("status --semaphore", &e)),
+        Err(_) => {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("status --semaphore: no reply within {:?}", conn::OP_TIMEOUT),
+            ));
+        }
+    };
+    let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let mark = info.mark.token().map(|t| t.get());
+    let last = info.counter.map(|t| t.get());
+    if ctx.json {
+        let holders = info
+            .holders
+            .iter()
+            .map(|h| {
+                object(&[
+                    ("owner", Json::from(h.owner.as_str())),
+                    ("remaining_ms", Json::from(millis(h.remaining))),
+                ])
+            })
+            .collect();
+        print_stdout(&object(&[
+            ("semaphore", Json::from(name)),
+            ("permits", Json::from(info.permits.map(u64::from))),
+            ("held", Json::from(info.holders.len() as u64)),
+            ("holders", Json::Objects(holders)),
+            ("mark", Json::from(mark)),
+            ("last_token", Json::from(last)),
+        ]));
+    } else {
+        let none = || "-".to_owned();
+        print_stdout(&format!("semaphore:  {name}"));
+        print_stdout(&format!(
+            "permits:    {} held of {}",
+            info.holders.len(),
+            info.permits.map_or_else(none, |n| n.to_string())
+        ));
+        for h in &info.holders {
+            print_stdout(&format!(
+                "holder:     {} ({} left)",
+                h.owner,
+                duration::show(h.remaining)
+            ));
+        }
+        print_stdout(&format!("mark:       {}", mark.map_or_else(none, |t| t.to_string())));
+        print_stdout(&format!("last token: {}", last.map_or_else(none, |t| t.to_string())));
     }
     Ok(())
 }

@@ -243,6 +243,25 @@ async fn lock_n_is_a_semaphore() {
         .expect("a token");
     assert_ne!(one, two, "each permit has its own fencing token");
 
+    // `status --semaphore` shows both holders, the count, and the time each has left.
+    let mut c = redlease(&url, d);
+    c.args(["status", "--semaphore", "{deploy}"]);
+    let out = output(c).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("permits:    2 held of 2"), "{text}");
+    assert_eq!(text.matches("holder:").count(), 2, "{text}");
+    assert!(text.contains(&format!("last token: {}", one.max(two))), "{text}");
+    let mut c = redlease(&url, d);
+    c.args(["--json", "status", "--semaphore", "{deploy}"]);
+    let out = output(c).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = stdout(&out).trim().to_owned();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert_eq!(json_field(&line, "permits").as_deref(), Some("2"), "{line}");
+    assert_eq!(json_field(&line, "held").as_deref(), Some("2"), "{line}");
+    assert_eq!(line.matches("\"remaining_ms\":").count(), 2, "{line}");
+
     let third = |n: &str, cmd: &str| {
         let mut c = redlease(&url, d);
         c.args([
