@@ -244,9 +244,11 @@ async fn election<B: LeaseBackend>(
 /// semaphores are not offered (Redlock) or the name breaks Cluster's one-slot rule.
 async fn semaphore<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(), Failure> {
     let spec = redlease::core::semaphore_spec(name, None).map_err(|e| Failure::config(&e))?;
+    // As `lock -n`: a topology without semaphores, or an untagged name on Cluster, is a wrong
+    // invocation (64), refused before any round trip.
     backend
         .check_semaphore(&spec)
-        .map_err(|e| Failure::backend("status --semaphore", &e))?;
+        .map_err(|e| Failure::new(exit::INVALID, format!("status --semaphore: {e}")))?;
     let info = match tokio::time::timeout(conn::OP_TIMEOUT, backend.inspect_semaphore(&spec)).await
     {
         Ok(Ok(info)) => info,
