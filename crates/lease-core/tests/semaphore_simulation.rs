@@ -127,6 +127,7 @@ enum Ev {
     Pause { node: usize },
 }
 
+#[allow(clippy::large_enum_variant)] // one per machine, a handful per world
 enum State {
     Idle {
         until: Instant,
@@ -265,7 +266,8 @@ impl Sim {
     fn push(&mut self, at: Instant, ev: Ev) {
         self.seq += 1;
         self.events.push(Some(ev));
-        self.heap.push(Reverse((at, self.seq, self.events.len() - 1)));
+        self.heap
+            .push(Reverse((at, self.seq, self.events.len() - 1)));
     }
 
     fn wake(&mut self, node: usize, at: Instant) {
@@ -396,8 +398,8 @@ impl Sim {
             }
         };
         if let Some(reply) = reply {
-            let dropped = t < self.p.faults_until
-                && self.rng.below_inclusive(999) < self.p.drop_permille;
+            let dropped =
+                t < self.p.faults_until && self.rng.below_inclusive(999) < self.p.drop_permille;
             if !dropped {
                 let at = t + self.leg(t);
                 self.push(at, Ev::Arrive { node, id, reply });
@@ -485,7 +487,10 @@ impl Sim {
                             self.nodes[i].inflight = Some((id, attempt.deadline));
                         }
                         let deadline = self.nodes[i].inflight.map(|(_, dl)| dl);
-                        if let Some(at) = [machine.poll_timeout(), deadline].into_iter().flatten().min()
+                        if let Some(at) = [machine.poll_timeout(), deadline]
+                            .into_iter()
+                            .flatten()
+                            .min()
                         {
                             let real = self.nodes[i].real(at).max(t);
                             self.wake(i, real);
@@ -540,7 +545,10 @@ impl Sim {
                     }
                     let deadline = self.nodes[i].inflight.map(|(_, dl)| dl);
                     let mut at = hold_until.min(next_write);
-                    if let Some(l) = [machine.poll_timeout(), deadline].into_iter().flatten().min()
+                    if let Some(l) = [machine.poll_timeout(), deadline]
+                        .into_iter()
+                        .flatten()
+                        .min()
                     {
                         at = at.min(self.nodes[i].real(l));
                     }
@@ -598,9 +606,10 @@ impl Sim {
             }
         }
         if believers > self.p.n as usize {
-            self.report
-                .violations
-                .push(format!("{t:?}: {believers} machines believe, N = {}", self.p.n));
+            self.report.violations.push(format!(
+                "{t:?}: {believers} machines believe, N = {}",
+                self.p.n
+            ));
         }
     }
 
@@ -689,7 +698,10 @@ fn at_most_n_holders_believe_and_write() {
             "N permits writing at once in only {full_resource} of {} worlds",
             seeds.len()
         );
-        assert!(refused > 0, "no late write was ever refused: the faults are too mild");
+        assert!(
+            refused > 0,
+            "no late write was ever refused: the faults are too mild"
+        );
     }
 }
 
@@ -706,8 +718,14 @@ fn a_broken_count_is_caught() {
         resource += usize::from(report.violations.iter().any(|v| v.contains("resource")));
     }
     eprintln!("broken count caught: belief in {believers}, resource in {resource} of {total}");
-    assert!(believers * 2 > total as usize, "belief caught in {believers} of {total}");
-    assert!(resource * 2 > total as usize, "resource caught in {resource} of {total}");
+    assert!(
+        believers * 2 > total as usize,
+        "belief caught in {believers} of {total}"
+    );
+    assert!(
+        resource * 2 > total as usize,
+        "resource caught in {resource} of {total}"
+    );
 }
 
 #[test]
@@ -727,7 +745,10 @@ fn a_slow_clock_is_caught() {
     let caught = (0..total)
         .filter(|&seed| {
             let report = Sim::new(seed, Broken::SlowClock).run();
-            report.violations.iter().any(|v| v.contains("the store has"))
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("the store has"))
         })
         .count();
     eprintln!("slow clocks caught in {caught} of {total}");

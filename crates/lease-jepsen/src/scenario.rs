@@ -193,7 +193,8 @@ impl Scenario {
                 }
                 if *p == Property::ElectionTokens {
                     *m = Mode::Reported;
-                    *why = "concurrent obtains may record their grants in another order than minted";
+                    *why =
+                        "concurrent obtains may record their grants in another order than minted";
                 }
             }
             modes.push((

@@ -368,7 +368,12 @@ fn n_plus_one_overlapping_permit_holders_are_caught() {
         ..rules()
     };
     let report = check(&h.history(), &log, &semaphore(2));
-    assert_eq!(report.violations(Property::AtMostNHolders), 1, "{:#?}", report.results);
+    assert_eq!(
+        report.violations(Property::AtMostNHolders),
+        1,
+        "{:#?}",
+        report.results
+    );
     assert!(report.failed());
     // With three permits the same history is within the bound; without a count, unchecked.
     let report = check(&h.history(), &log, &semaphore(3));

@@ -24,12 +24,12 @@ mod permit;
 mod telemetry;
 mod write;
 
+pub use permit::RedisPermitFencer;
 pub use telemetry::FENCE_LABEL_LIMIT;
 #[cfg(feature = "metrics")]
 use telemetry::count;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
-pub use permit::RedisPermitFencer;
 pub use write::FencedWrite;
 
 /// Which fenced script one call runs (the lock's or the permit's variant of it).

@@ -82,7 +82,10 @@ fn writes(kind: u64, n: u64) -> (Vec<FencedWrite>, Vec<MemoryWrite>) {
                 FencedWrite::hset("{sem}:h", "last", value.clone()),
             ],
             vec![
-                MemoryWrite::Set { key, value: value.clone() },
+                MemoryWrite::Set {
+                    key,
+                    value: value.clone(),
+                },
                 MemoryWrite::HSet {
                     key: "{sem}:h".into(),
                     field: "last".into(),
@@ -103,7 +106,10 @@ async fn permit_writes_match_the_memory_backend() {
     let owners = ["a", "b", "c"];
     let mut seen = std::collections::BTreeSet::new();
     for seed in 0..24u64 {
-        let () = redis::cmd("FLUSHALL").query_async(&mut raw).await.expect("flush");
+        let () = redis::cmd("FLUSHALL")
+            .query_async(&mut raw)
+            .await
+            .expect("flush");
         let mem = MemoryBackend::new(ManualClock::new());
         let spec = spec();
         let long = ttl_ms(LONG);
@@ -117,7 +123,9 @@ async fn permit_writes_match_the_memory_backend() {
                 0 => {
                     let req = permit(&spec, owners[who], long);
                     let m = mem.acquire_permit_now(&req);
-                    let r = bounded(backend.acquire_permit(&req)).await.expect("bounded");
+                    let r = bounded(backend.acquire_permit(&req))
+                        .await
+                        .expect("bounded");
                     let token_of = |r: &Result<AcquireOutcome, lease_core::BackendError>| match r {
                         Ok(AcquireOutcome::Acquired { token, .. }) => format!("acquired {token:?}"),
                         Ok(other) => format!("{}", matches!(other, AcquireOutcome::Held { .. })),
@@ -131,8 +139,14 @@ async fn permit_writes_match_the_memory_backend() {
                 1 => {
                     let req = release(&spec, owners[who], None);
                     let m = mem.release_permit_now(&req);
-                    let r = bounded(backend.release_permit(&req)).await.expect("bounded");
-                    assert_eq!(format!("{r:?}"), format!("{m:?}"), "seed {seed} step {step}");
+                    let r = bounded(backend.release_permit(&req))
+                        .await
+                        .expect("bounded");
+                    assert_eq!(
+                        format!("{r:?}"),
+                        format!("{m:?}"),
+                        "seed {seed} step {step}"
+                    );
                 }
                 _ => {
                     // The newest token, an older one of the same owner, or any token of an
@@ -140,7 +154,7 @@ async fn permit_writes_match_the_memory_backend() {
                     let pick = rng.next_u64();
                     let t = match tokens[who].as_slice() {
                         [] => token(1 + pick % 5),
-                        all if pick % 3 == 0 => all[0],
+                        all if pick.is_multiple_of(3) => all[0],
                         all => all[all.len() - 1],
                     };
                     let (rw, mw) = writes(rng.next_u64(), pick);
@@ -160,18 +174,19 @@ async fn permit_writes_match_the_memory_backend() {
                     .expect("bounded")
                     .map_err(|e| e.to_string());
                     let (r, m) = (norm(r), norm(m));
-                    seen.insert(r.split(['(', ')', ' ', '{']).nth(1).unwrap_or("").to_owned());
+                    seen.insert(
+                        r.split(['(', ')', ' ', '{'])
+                            .nth(1)
+                            .unwrap_or("")
+                            .to_owned(),
+                    );
                     assert_eq!(r, m, "seed {seed} step {step} {t:?}");
                 }
             }
         }
         // The same values were written.
         for key in ["{sem}:k0", "{sem}:k1", "{sem}:k2"] {
-            assert_eq!(
-                get(&mut raw, key).await,
-                mem.get(key),
-                "seed {seed}: {key}"
-            );
+            assert_eq!(get(&mut raw, key).await, mem.get(key), "seed {seed}: {key}");
         }
         for field in ["{sem}:k0", "{sem}:k1", "{sem}:k2", "last"] {
             assert_eq!(
@@ -192,22 +207,32 @@ async fn an_expired_permit_is_refused_although_its_token_is_above_the_mark() {
     let (_server, backend, mut raw) = setup().await;
     let spec = spec();
     let t = obtain(&backend, &spec, "a", ttl_ms(300)).await;
-    let fencer = backend.permit_fencer(&spec, &owner("a"), t).expect("fencer");
-    let applied = bounded(fencer.set("{sem}:out", "1")).await.expect("bounded");
+    let fencer = backend
+        .permit_fencer(&spec, &owner("a"), t)
+        .expect("fencer");
+    let applied = bounded(fencer.set("{sem}:out", "1"))
+        .await
+        .expect("bounded");
     assert_eq!(applied.expect("write"), PermitWriteOutcome::Applied);
     // No signal exists for "the server's clock passed the expiry": wait past it.
     tokio::time::sleep(Duration::from_millis(450)).await;
     // The token is equal to the owner's mark, and above the lease mark of the semaphore: the
     // lock's rule accepts it (the negative control: that rule cannot see the expiry) ...
     let plain = backend.fencer(&spec.mark_key().expect("fenced"), t);
-    let got = bounded(plain.set("{sem}:plain", "1")).await.expect("bounded");
+    let got = bounded(plain.set("{sem}:plain", "1"))
+        .await
+        .expect("bounded");
     assert_eq!(got.expect("plain write"), FenceOutcome::Applied);
     // ... the permit's rule refuses it, even under a higher token.
     for tok in [t, token(t.get() + 5)] {
         let got = bounded(fencer.with_token(tok).set("{sem}:out", "2"))
             .await
             .expect("bounded");
-        assert_eq!(got.expect("write"), PermitWriteOutcome::NotCurrent, "{tok:?}");
+        assert_eq!(
+            got.expect("write"),
+            PermitWriteOutcome::NotCurrent,
+            "{tok:?}"
+        );
     }
     assert_eq!(get(&mut raw, "{sem}:out").await.as_deref(), Some("1"));
 }
@@ -220,22 +245,35 @@ async fn all_current_permits_write_and_no_more() {
     let ta = obtain(&backend, &spec, "a", long).await;
     let tb = obtain(&backend, &spec, "b", long).await;
     assert!(ta < tb);
-    let fa = backend.permit_fencer(&spec, &owner("a"), ta).expect("fencer");
-    let fb = backend.permit_fencer(&spec, &owner("b"), tb).expect("fencer");
+    let fa = backend
+        .permit_fencer(&spec, &owner("a"), ta)
+        .expect("fencer");
+    let fb = backend
+        .permit_fencer(&spec, &owner("b"), tb)
+        .expect("fencer");
     for f in [&fb, &fa, &fb, &fa] {
         let got = bounded(f.hset("{sem}:log", f.owner(), f.token().get()))
             .await
             .expect("bounded");
-        assert_eq!(got.expect("write"), PermitWriteOutcome::Applied, "{}", f.owner());
+        assert_eq!(
+            got.expect("write"),
+            PermitWriteOutcome::Applied,
+            "{}",
+            f.owner()
+        );
     }
     // The lock's rule would have refused a's older token once b wrote (control).
     let plain = backend.fencer(&spec.mark_key().expect("fenced"), ta);
-    let got = bounded(plain.set("{sem}:plain", "1")).await.expect("bounded");
+    let got = bounded(plain.set("{sem}:plain", "1"))
+        .await
+        .expect("bounded");
     assert!(matches!(got.expect("plain"), FenceOutcome::Stale { .. }));
     // A third owner can neither obtain nor write.
     let full = backend.acquire_permit(&permit(&spec, "c", long)).await;
     assert!(matches!(full, Ok(AcquireOutcome::Held { .. })), "{full:?}");
-    let fc = backend.permit_fencer(&spec, &owner("c"), token(tb.get() + 1)).expect("fencer");
+    let fc = backend
+        .permit_fencer(&spec, &owner("c"), token(tb.get() + 1))
+        .expect("fencer");
     let got = bounded(fc.set("{sem}:out", "c")).await.expect("bounded");
     assert_eq!(got.expect("write"), PermitWriteOutcome::NotCurrent);
     // a gives its permit back: its writes stop, c's start.
@@ -244,7 +282,9 @@ async fn all_current_permits_write_and_no_more() {
     let tc = obtain(&backend, &spec, "c", long).await;
     let got = bounded(fa.set("{sem}:out", "a")).await.expect("bounded");
     assert_eq!(got.expect("write"), PermitWriteOutcome::NotCurrent);
-    let got = bounded(fc.with_token(tc).set("{sem}:out", "c")).await.expect("bounded");
+    let got = bounded(fc.with_token(tc).set("{sem}:out", "c"))
+        .await
+        .expect("bounded");
     assert_eq!(got.expect("write"), PermitWriteOutcome::Applied);
     let got = bounded(fb.set("{sem}:out", "b")).await.expect("bounded");
     assert_eq!(got.expect("write"), PermitWriteOutcome::Applied);
@@ -259,12 +299,22 @@ async fn a_newer_permit_of_the_same_owner_fences_the_older() {
     let old = obtain(&backend, &spec, "a", long).await;
     let new = obtain(&backend, &spec, "a", long).await; // the same owner takes its permit over
     assert!(old < new);
-    let f = backend.permit_fencer(&spec, &owner("a"), old).expect("fencer");
+    let f = backend
+        .permit_fencer(&spec, &owner("a"), old)
+        .expect("fencer");
     let got = bounded(f.set("{sem}:out", "old")).await.expect("bounded");
-    assert_eq!(got.expect("write"), PermitWriteOutcome::Applied, "no newer write yet");
-    let got = bounded(f.with_token(new).set("{sem}:out", "new")).await.expect("bounded");
+    assert_eq!(
+        got.expect("write"),
+        PermitWriteOutcome::Applied,
+        "no newer write yet"
+    );
+    let got = bounded(f.with_token(new).set("{sem}:out", "new"))
+        .await
+        .expect("bounded");
     assert_eq!(got.expect("write"), PermitWriteOutcome::Applied);
-    let got = bounded(f.set("{sem}:out", "old again")).await.expect("bounded");
+    let got = bounded(f.set("{sem}:out", "old again"))
+        .await
+        .expect("bounded");
     assert_eq!(
         got.expect("write"),
         PermitWriteOutcome::Stale {
@@ -281,9 +331,14 @@ async fn the_owner_mark_expires_with_the_semaphore() {
     let spec = spec();
     let t = obtain(&backend, &spec, "a", ttl_ms(400)).await;
     let _b = obtain(&backend, &spec, "b", ttl_ms(LONG)).await;
-    let f = backend.permit_fencer(&spec, &owner("a"), t).expect("fencer");
+    let f = backend
+        .permit_fencer(&spec, &owner("a"), t)
+        .expect("fencer");
     assert_eq!(
-        bounded(f.set("{sem}:out", "1")).await.expect("bounded").expect("write"),
+        bounded(f.set("{sem}:out", "1"))
+            .await
+            .expect("bounded")
+            .expect("write"),
         PermitWriteOutcome::Applied
     );
     let mark = f.mark_key().to_owned();
@@ -293,7 +348,10 @@ async fn the_owner_mark_expires_with_the_semaphore() {
     let mark_ttl = pttl(&mut raw, &mark).await;
     // As long as the permits key (which lasts as long as the longest permit, b's), and never
     // less than a's permit (a few ms of slack for the reads in between).
-    assert!(mark_ttl > 400 && mark_ttl <= permits_ttl + 5, "{mark_ttl} vs {permits_ttl}");
+    assert!(
+        mark_ttl > 400 && mark_ttl <= permits_ttl + 5,
+        "{mark_ttl} vs {permits_ttl}"
+    );
     // Once nothing is held, nothing of the writes' marks is left.
     let () = redis::cmd("DEL")
         .arg("{sem}:permits")
@@ -303,7 +361,10 @@ async fn the_owner_mark_expires_with_the_semaphore() {
         .map(drop)
         .expect("DEL");
     assert_eq!(
-        bounded(f.set("{sem}:out", "2")).await.expect("bounded").expect("write"),
+        bounded(f.set("{sem}:out", "2"))
+            .await
+            .expect("bounded")
+            .expect("write"),
         PermitWriteOutcome::NotCurrent
     );
 }
@@ -314,16 +375,26 @@ async fn cluster_targets_are_checked_before_any_round_trip() {
     let counting = Counting::new(raw);
     let cluster = RedisBackend::with_topology(counting.clone(), Topology::Cluster);
     let spec = spec();
-    let f = cluster.permit_fencer(&spec, &owner("a"), token(1)).expect("fencer");
+    let f = cluster
+        .permit_fencer(&spec, &owner("a"), token(1))
+        .expect("fencer");
     let got = bounded(f.set("elsewhere", "x")).await.expect("bounded");
     assert!(matches!(got, Err(RedisLeaseError::Slot(_))), "{got:?}");
     assert_eq!(counting.calls(), 0, "refused before any round trip");
     // A lock's spec is no semaphore: no fencer.
     let lock = lock(&["{sem}:lock"], Some("{sem}:fence"));
-    assert!(cluster.permit_fencer(&lock, &owner("a"), token(1)).is_none());
     assert!(
         cluster
-            .permit_fencer(&Arc::new(semaphore_spec("{sem}", None).expect("spec")), &owner("a"), token(1))
+            .permit_fencer(&lock, &owner("a"), token(1))
+            .is_none()
+    );
+    assert!(
+        cluster
+            .permit_fencer(
+                &Arc::new(semaphore_spec("{sem}", None).expect("spec")),
+                &owner("a"),
+                token(1)
+            )
             .is_some()
     );
 }
@@ -344,7 +415,9 @@ async fn a_write_without_a_reply_is_unknown() {
         .with_fence_timeout(Duration::from_millis(300));
     let spec = spec();
     let t = obtain(&backend, &spec, "a", ttl_ms(LONG)).await;
-    let f = backend.permit_fencer(&spec, &owner("a"), t).expect("fencer");
+    let f = backend
+        .permit_fencer(&spec, &owner("a"), t)
+        .expect("fencer");
     // Once with replies, so the server has the script (a NOSCRIPT held back would leave the
     // write unknown but not applied).
     let got = bounded(f.set("{sem}:out", "0")).await.expect("bounded");

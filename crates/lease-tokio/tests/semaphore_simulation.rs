@@ -384,8 +384,12 @@ fn run(seed: u64, broken: bool) -> Outcome {
         for t in tasks {
             match tokio::time::timeout(bound, t).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => lock(&world.rec).violations.push(format!("a worker failed: {e}")),
-                Err(_) => lock(&world.rec).violations.push("a worker never ended".into()),
+                Ok(Err(e)) => lock(&world.rec)
+                    .violations
+                    .push(format!("a worker failed: {e}")),
+                Err(_) => lock(&world.rec)
+                    .violations
+                    .push("a worker never ended".into()),
             }
         }
         let n = world.p.n as usize;
@@ -445,7 +449,10 @@ fn the_shipped_semaphore_keeps_at_most_n() {
     if seeds.len() > 1 {
         assert!(full_beliefs * 2 > seeds.len(), "{full_beliefs}");
         assert!(full_resource * 2 > seeds.len(), "{full_resource}");
-        assert!(refused > 0, "no stale write was refused: the faults are too mild");
+        assert!(
+            refused > 0,
+            "no stale write was refused: the faults are too mild"
+        );
     }
 }
 

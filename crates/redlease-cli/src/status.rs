@@ -297,8 +297,14 @@ async fn semaphore<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Resul
                 duration::show(h.remaining)
             ));
         }
-        print_stdout(&format!("mark:       {}", mark.map_or_else(none, |t| t.to_string())));
-        print_stdout(&format!("last token: {}", last.map_or_else(none, |t| t.to_string())));
+        print_stdout(&format!(
+            "mark:       {}",
+            mark.map_or_else(none, |t| t.to_string())
+        ));
+        print_stdout(&format!(
+            "last token: {}",
+            last.map_or_else(none, |t| t.to_string())
+        ));
     }
     Ok(())
 }

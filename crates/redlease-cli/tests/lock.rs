@@ -251,7 +251,10 @@ async fn lock_n_is_a_semaphore() {
     let text = stdout(&out);
     assert!(text.contains("permits:    2 held of 2"), "{text}");
     assert_eq!(text.matches("holder:").count(), 2, "{text}");
-    assert!(text.contains(&format!("last token: {}", one.max(two))), "{text}");
+    assert!(
+        text.contains(&format!("last token: {}", one.max(two))),
+        "{text}"
+    );
     let mut c = redlease(&url, d);
     c.args(["--json", "status", "--semaphore", "{deploy}"]);
     let out = output(c).await;

@@ -264,7 +264,9 @@ impl MemoryBackend {
     ) -> Option<Result<PermitWriteOutcome, BackendError>> {
         let permits = permits_key(spec).ok()?;
         let mark = permit_mark_key(spec, owner)?;
-        Some(self.with(|s, now| s.permit_fenced(permits, owner.as_str(), &mark, token, writes, now)))
+        Some(
+            self.with(|s, now| s.permit_fenced(permits, owner.as_str(), &mark, token, writes, now)),
+        )
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::MemoryWrite;
 use super::store::{Entry, Store, Value, corrupt};
 use crate::backend::{
-    AcquireOutcome, BackendError, FenceOutcome, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome,
-    RenewRequest,
+    AcquireOutcome, BackendError, FenceOutcome, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest,
 };
 use crate::semaphore::{
     MAX_PERMITS, PermitHolder, PermitRequest, PermitWriteOutcome, SemaphoreInfo,

@@ -19,7 +19,10 @@ use crate::history::LogEntry;
 pub(super) fn first_excess(log: &[LogEntry], n: u32) -> Option<(usize, Vec<u64>)> {
     let mut spans: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
     for (i, e) in log.iter().enumerate() {
-        spans.entry(e.token).and_modify(|s| s.1 = i).or_insert((i, i));
+        spans
+            .entry(e.token)
+            .and_modify(|s| s.1 = i)
+            .or_insert((i, i));
     }
     // Sweep the log: a token is open from its first to its last entry.
     let mut starts: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
@@ -98,9 +101,6 @@ mod tests {
             Some((2, vec![1, 2, 3]))
         );
         // A token that comes back after others opened still overlaps them.
-        assert_eq!(
-            first_excess(&log(&[1, 2, 2, 1]), 1),
-            Some((1, vec![1, 2]))
-        );
+        assert_eq!(first_excess(&log(&[1, 2, 2, 1]), 1), Some((1, vec![1, 2])));
     }
 }

@@ -12,9 +12,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 
-use lease_core::semaphore::{
-    PermitFencing, PermitWriteOutcome, permit_mark_key, permits_key,
-};
+use lease_core::semaphore::{PermitFencing, PermitWriteOutcome, permit_mark_key, permits_key};
 use lease_core::{BackendError, Fencing, LeaseSpec, Owner, Token};
 use redis::aio::ConnectionLike;
 use redis::{ToRedisArgs, ToSingleRedisArg, Value};
@@ -295,11 +293,31 @@ mod tests {
     const ADVANCE: &str = include_str!("../../scripts/permit_advance.lua");
 
     const ALL: [(&str, &str, &str); 5] = [
-        ("fence_set.lua", PERMIT_FENCE_SET, include_str!("../../scripts/fence_set.lua")),
-        ("fence_hset.lua", PERMIT_FENCE_HSET, include_str!("../../scripts/fence_hset.lua")),
-        ("fence_del.lua", PERMIT_FENCE_DEL, include_str!("../../scripts/fence_del.lua")),
-        ("fence_eval.lua", PERMIT_FENCE_EVAL, include_str!("../../scripts/fence_eval.lua")),
-        ("fence_multi.lua", PERMIT_FENCE_MULTI, include_str!("../../scripts/fence_multi.lua")),
+        (
+            "fence_set.lua",
+            PERMIT_FENCE_SET,
+            include_str!("../../scripts/fence_set.lua"),
+        ),
+        (
+            "fence_hset.lua",
+            PERMIT_FENCE_HSET,
+            include_str!("../../scripts/fence_hset.lua"),
+        ),
+        (
+            "fence_del.lua",
+            PERMIT_FENCE_DEL,
+            include_str!("../../scripts/fence_del.lua"),
+        ),
+        (
+            "fence_eval.lua",
+            PERMIT_FENCE_EVAL,
+            include_str!("../../scripts/fence_eval.lua"),
+        ),
+        (
+            "fence_multi.lua",
+            PERMIT_FENCE_MULTI,
+            include_str!("../../scripts/fence_multi.lua"),
+        ),
     ];
 
     #[test]
@@ -325,7 +343,10 @@ mod tests {
 
     #[test]
     fn permit_write_replies() {
-        assert_eq!(outcome(&Value::Int(1)).unwrap(), PermitWriteOutcome::Applied);
+        assert_eq!(
+            outcome(&Value::Int(1)).unwrap(),
+            PermitWriteOutcome::Applied
+        );
         assert_eq!(
             outcome(&Value::Array(vec![Value::Int(2)])).unwrap(),
             PermitWriteOutcome::NotCurrent
@@ -346,7 +367,10 @@ mod tests {
             Value::Array(vec![]),
             Value::Nil,
         ] {
-            assert!(matches!(outcome(&v), Err(BackendError::Protocol(_))), "{v:?}");
+            assert!(
+                matches!(outcome(&v), Err(BackendError::Protocol(_))),
+                "{v:?}"
+            );
         }
     }
 }
