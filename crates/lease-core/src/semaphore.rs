@@ -272,7 +272,8 @@ pub struct SemaphoreInfo {
 }
 
 /// A view of `B` whose lease operations are `B`'s permit operations for one permit count:
-/// `acquire` is [`LeaseBackend::acquire_permit`], `renew` is [`LeaseBackend::renew_permit`],
+/// `acquire` is [`LeaseBackend::acquire_permit`], `renew` is [`LeaseBackend::renew_permit`]
+/// (and a batch of renewals, `renew_many`, is [`LeaseBackend::renew_permit_many`]),
 /// `release` is [`LeaseBackend::release_permit`], `remaining` is
 /// [`LeaseBackend::permit_remaining`], `inspect` reads [`LeaseBackend::inspect_semaphore`]
 /// (the holder whose permit expires first), and `check_spec` is
@@ -355,6 +356,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for PermitBackend<B> {
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.inner.renew_permit(req).await
     }
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.inner.renew_permit_many(reqs).await
+    }
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.inner.release_permit(req).await
     }
@@ -396,6 +400,12 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for PermitBackend<B> {
     }
     async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.inner.renew_permit(req).await
+    }
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.inner.renew_permit_many(reqs).await
     }
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.inner.release_permit(req).await

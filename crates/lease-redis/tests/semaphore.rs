@@ -20,7 +20,7 @@ use lease_core::memory::{ManualClock, MemoryBackend};
 use lease_core::semaphore::{PermitCount, PermitRequest, semaphore_spec};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, ReleaseOutcome,
-    RenewOutcome, Ttl,
+    RenewOutcome, RenewRequest, Ttl,
 };
 use lease_redis::{RedisBackend, Topology};
 use proptest::collection::vec;
@@ -266,8 +266,8 @@ async fn expiry_is_judged_by_the_server() {
     assert!(!exists(&mut raw, &spec.keys()[1]).await);
 }
 
-fn renew_ttl(spec: &Arc<LeaseSpec>, who: &str, ttl: Ttl) -> lease_core::RenewRequest {
-    lease_core::RenewRequest::new(Arc::clone(spec), owner(who), ttl)
+fn renew_ttl(spec: &Arc<LeaseSpec>, who: &str, ttl: Ttl) -> RenewRequest {
+    RenewRequest::new(Arc::clone(spec), owner(who), ttl)
 }
 
 #[tokio::test]
@@ -412,4 +412,82 @@ async fn malformed_arguments_are_refused_and_change_nothing() {
         .await
         .expect("KEYS");
     assert!(left.is_empty(), "nothing written: {left:?}");
+}
+
+/// A batch of permit renewals (`renew_permit_many`, what auto-renewed permits are sent as):
+/// one script call for permits of several semaphores, each answered as `renew_permit` answers
+/// it alone (renewed, not held, a wrong-type key refused), a request refused before any round
+/// trip answered alone, and the same answers as the specification.
+#[tokio::test]
+async fn a_batch_of_permit_renewals_is_one_call_and_judged_one_by_one() {
+    let (_server, _backend, raw) = setup().await;
+    let counting = Counting::new(raw.clone());
+    let backend = RedisBackend::new(counting.clone());
+    let mem = MemoryBackend::new(ManualClock::new());
+    let mut raw = raw;
+    let (a, b) = (
+        Arc::new(semaphore_spec("{a}", None).expect("spec")),
+        Arc::new(semaphore_spec("{b}", None).expect("spec")),
+    );
+    let short = ttl_ms(10_000);
+    for (spec, who) in [(&a, "a1"), (&a, "a2"), (&b, "b1")] {
+        let req = permit(spec, who, N, short);
+        assert!(matches!(
+            backend.acquire_permit(&req).await,
+            Ok(AcquireOutcome::Acquired { .. })
+        ));
+        assert!(matches!(
+            mem.acquire_permit_now(&req),
+            Ok(AcquireOutcome::Acquired { .. })
+        ));
+    }
+    let wrong = Arc::new(semaphore_spec("{w}", None).expect("spec"));
+    set(&mut raw, &wrong.keys()[0], "not a sorted set").await;
+    mem.put(&wrong.keys()[0], "not a sorted set");
+    let not_a_semaphore = lock(&["{a}:lock"], None);
+    let long = ttl_ms(LONG);
+    let renew =
+        |spec: &Arc<LeaseSpec>, who: &str| RenewRequest::new(Arc::clone(spec), owner(who), long);
+    let reqs = [
+        renew(&a, "a1"),
+        renew(&b, "b1"),
+        renew(&a, "nobody"),
+        renew(&wrong, "w1"),
+        renew(&not_a_semaphore, "a1"),
+        renew(&a, "a2"),
+    ];
+    let refs: Vec<&RenewRequest> = reqs.iter().collect();
+    // The first batch also loads the script (NOSCRIPT, then EVAL); the second is one call.
+    let batch = || tokio::time::timeout(Duration::from_secs(10), backend.renew_permit_many(&refs));
+    let first = batch().await.expect("bounded");
+    let before = counting.calls();
+    let got = batch().await.expect("bounded");
+    assert_eq!(counting.calls() - before, 1, "one pipelined script call");
+    assert_eq!(
+        first.iter().map(norm).collect::<Vec<_>>(),
+        got.iter().map(norm).collect::<Vec<_>>()
+    );
+    let kinds: Vec<String> = got.iter().map(norm).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ok Renewed",
+            "ok Renewed",
+            "ok NotHeld",
+            "err refused",
+            "err invalid",
+            "ok Renewed"
+        ]
+    );
+    for (req, r) in reqs.iter().zip(&got) {
+        let alone = mem.renew_permit_now(req);
+        assert_eq!(norm(r), norm(&alone), "{req:?}: the spec answers alike");
+    }
+    // Renewed to the batch's TTL: well past the obtain's.
+    let left = backend
+        .permit_remaining(&a, &owner("a2"))
+        .await
+        .expect("remaining")
+        .expect("held");
+    assert!(left > Duration::from_secs(30), "{left:?}");
 }

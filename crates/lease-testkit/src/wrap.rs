@@ -7,7 +7,8 @@
 //! the answer is returned). Both default to doing nothing, so a test implements only its twist.
 //! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`,
 //! `check_semaphore`), `preflight` and the semaphore's permit methods (`acquire_permit`,
-//! `renew_permit`, `release_permit`, `permit_remaining`, `inspect_semaphore`) are forwarded
+//! `renew_permit`, `renew_permit_many`, `release_permit`, `permit_remaining`,
+//! `inspect_semaphore`) are forwarded
 //! without hooks: release notices reach a waiter behind the wrapper as they would without it,
 //! and a semaphore works behind it.
 //!
@@ -268,6 +269,13 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.inner.renew_permit(req).await
+    }
+
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.inner.renew_permit_many(reqs).await
     }
 
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {

@@ -42,6 +42,7 @@ enum Method {
     CheckSemaphore,
     AcquirePermit,
     RenewPermit,
+    RenewPermitMany,
     ReleasePermit,
     PermitRemaining,
     InspectSemaphore,
@@ -49,7 +50,7 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [Method; 17] = [
+    const ALL: [Method; 18] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -63,6 +64,7 @@ impl Method {
         Method::CheckSemaphore,
         Method::AcquirePermit,
         Method::RenewPermit,
+        Method::RenewPermitMany,
         Method::ReleasePermit,
         Method::PermitRemaining,
         Method::InspectSemaphore,
@@ -151,6 +153,13 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.count(Method::RenewPermit);
         self.inner.renew_permit(req).await
+    }
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.count(Method::RenewPermitMany);
+        self.inner.renew_permit_many(reqs).await
     }
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.count(Method::ReleasePermit);
@@ -293,6 +302,12 @@ async fn every_method_reaches_the_wrapped_backend() {
     .await
     .unwrap();
     assert_eq!(renewed, RenewOutcome::Renewed);
+    let batch = RenewRequest::new(sem.clone(), owner.clone(), ttl);
+    let renewed = bounded("renew_permit_many", backend.renew_permit_many(&[&batch])).await;
+    assert!(
+        matches!(renewed.as_slice(), [Ok(RenewOutcome::Renewed)]),
+        "{renewed:?}"
+    );
     let left = bounded("permit_remaining", backend.permit_remaining(&sem, &owner))
         .await
         .unwrap();

@@ -58,6 +58,15 @@ pub async fn renew_each<B: LeaseBackend + ?Sized>(
     join_all(reqs.iter().map(|r| backend.renew(r)).collect()).await
 }
 
+/// Every permit renewal of `reqs` sent at once, each `backend.renew_permit`: the default of
+/// [`LeaseBackend::renew_permit_many`].
+pub async fn renew_permit_each<B: LeaseBackend + ?Sized>(
+    backend: &B,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>> {
+    join_all(reqs.iter().map(|r| backend.renew_permit(r)).collect()).await
+}
+
 /// Runs `futures` concurrently; their outputs in order (no runtime needed).
 async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pending: Vec<Option<std::pin::Pin<Box<F>>>> =
@@ -176,6 +185,18 @@ pub trait LeaseBackend: Send + Sync + 'static {
         Err(unsupported_semaphore())
     }
 
+    /// A batch of permit renewals, each judged alone as [`LeaseBackend::renew_permit`] judges
+    /// it (one answer per request, in order); what a permit's auto-renewals are sent as, so a
+    /// backend may send a batch in fewer round trips (on Redis, one script call per
+    /// [`RENEW_BATCH_CHUNK`] permits). The default sends every `renew_permit` at once
+    /// ([`renew_permit_each`]).
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        renew_permit_each(self, reqs).await
+    }
+
     /// Gives `req.owner`'s permit back, waking one waiter. The default refuses with
     /// [`BackendError::Unsupported`].
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
@@ -280,6 +301,12 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         (**self).renew_permit(req).await
+    }
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        (**self).renew_permit_many(reqs).await
     }
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         (**self).release_permit(req).await

@@ -287,6 +287,12 @@ where
     async fn renew_permit(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         semaphore::renew(self, req).await
     }
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        semaphore::renew_many(self, reqs).await
+    }
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         semaphore::release(self, req).await
     }

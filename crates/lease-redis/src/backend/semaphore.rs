@@ -11,7 +11,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lease_core::backend::{epoch_key_of, mark_key_of};
+use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_permit_each};
 use lease_core::semaphore::{
     PermitHolder, PermitRequest, SemaphoreInfo, check_semaphore_spec, semaphore_name,
 };
@@ -43,6 +43,8 @@ macro_rules! permit_script {
 pub(crate) const PERMIT_ACQUIRE: &str = permit_script!("permit_acquire.lua");
 /// `permit_renew.lua`: extend an owner's current permit.
 pub(crate) const PERMIT_RENEW: &str = permit_script!("permit_renew.lua");
+/// `permit_renew_many.lua`: extend several owners' current permits (a batch).
+pub(crate) const PERMIT_RENEW_MANY: &str = permit_script!("permit_renew_many.lua");
 /// `permit_release.lua`: give an owner's permit back and publish the release notice.
 pub(crate) const PERMIT_RELEASE: &str = permit_script!("permit_release.lua");
 /// `permit_pttl.lua`: the remaining TTL of an owner's permit.
@@ -52,9 +54,10 @@ pub(crate) const PERMIT_INSPECT: &str = permit_script!("permit_inspect.lua");
 
 /// Every permit script, by file name.
 #[cfg(test)]
-pub(crate) const ALL: [(&str, &str); 5] = [
+pub(crate) const ALL: [(&str, &str); 6] = [
     ("permit_acquire.lua", PERMIT_ACQUIRE),
     ("permit_renew.lua", PERMIT_RENEW),
+    ("permit_renew_many.lua", PERMIT_RENEW_MANY),
     ("permit_release.lua", PERMIT_RELEASE),
     ("permit_pttl.lua", PERMIT_PTTL),
     ("permit_inspect.lua", PERMIT_INSPECT),
@@ -64,6 +67,8 @@ static S_ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new("permit_acquire", PERMIT_ACQUIRE));
 static S_RENEW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new("permit_renew", PERMIT_RENEW));
+static S_RENEW_MANY: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("permit_renew_many", PERMIT_RENEW_MANY));
 static S_RELEASE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new("permit_release", PERMIT_RELEASE));
 static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("permit_pttl", PERMIT_PTTL));
@@ -267,6 +272,87 @@ where
     }
 }
 
+/// [`LeaseBackend::renew_permit_many`](lease_core::LeaseBackend::renew_permit_many): on a
+/// standalone server, one `permit_renew_many.lua` call per [`RENEW_BATCH_CHUNK`] permits, the
+/// calls pipelined on one connection (permits of several semaphores may share a call: on
+/// Redis Cluster, where they may live in different slots, each is its own call). A request
+/// refused before any round trip is answered alone; the others still leave together.
+pub(super) async fn renew_many<C>(
+    backend: &RedisBackend<C>,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    if backend.topology == Topology::Cluster || reqs.len() < 2 {
+        return renew_permit_each(backend, reqs).await;
+    }
+    let mut out: Vec<Option<Result<RenewOutcome, BackendError>>> = reqs
+        .iter()
+        .map(|r| precheck(backend, "renew_permit", &r.spec).err().map(Err))
+        .collect();
+    let sendable: Vec<(usize, &RenewRequest)> = reqs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| out[*i].is_none())
+        .map(|(i, r)| (i, *r))
+        .collect();
+    let calls: Vec<Call> = sendable
+        .chunks(RENEW_BATCH_CHUNK)
+        .map(|chunk| {
+            let mut call = Call::new();
+            for (_, req) in chunk {
+                for k in req.spec.keys() {
+                    call.key(k);
+                }
+                call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+            }
+            call
+        })
+        .collect();
+    if !calls.is_empty() {
+        let mut conn = backend.lane().await;
+        match Call::run_pipelined(&calls, &mut conn, &S_RENEW_MANY).await {
+            Ok(replies) => {
+                for (chunk, reply) in sendable.chunks(RENEW_BATCH_CHUNK).zip(replies) {
+                    match reply.and_then(|v| reply::renew_many(&v, chunk.len())) {
+                        Ok(outcomes) => {
+                            for ((i, _), o) in chunk.iter().zip(outcomes) {
+                                out[*i] = Some(o);
+                            }
+                        }
+                        Err(e) => {
+                            for (i, _) in chunk {
+                                out[*i] = Some(Err(e.duplicate()));
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                for (i, _) in &sendable {
+                    out[*i] = Some(Err(e.duplicate()));
+                }
+            }
+        }
+        let renewed = out
+            .iter()
+            .any(|r| matches!(r, Some(Ok(RenewOutcome::Renewed))));
+        if renewed && let Err(e) = backend.acknowledge(&mut conn).await {
+            for r in out.iter_mut() {
+                if matches!(r, Some(Ok(RenewOutcome::Renewed))) {
+                    *r = Some(Err(e.duplicate()));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| Err(BackendError::Protocol("a renewal left unanswered".into())))
+        })
+        .collect()
+}
+
 pub(super) async fn release<C>(
     backend: &RedisBackend<C>,
     req: &ReleaseRequest,
@@ -351,7 +437,7 @@ mod tests {
 
     /// The SHA1 of every composed permit script, pinned (as `scripts.rs` pins the others):
     /// a change to the prelude, `semaphore.lua` or a script's own file must be deliberate.
-    const PINNED_SHA1: [(&str, &str); 5] = [
+    const PINNED_SHA1: [(&str, &str); 6] = [
         (
             "permit_acquire.lua",
             "7cbe0f7bb7b0f66fcf5db2492fa90e8954144a8e",
@@ -359,6 +445,10 @@ mod tests {
         (
             "permit_renew.lua",
             "f50006320f9422ae8eb16af8a6558b129b8bcc85",
+        ),
+        (
+            "permit_renew_many.lua",
+            "1e257c99c0ee5491e202439c393bac65bdaa5c5b",
         ),
         (
             "permit_release.lua",

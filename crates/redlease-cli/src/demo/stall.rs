@@ -83,6 +83,13 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
         self.gate().await;
         self.inner.renew_permit(req).await
     }
+    async fn renew_permit_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.gate().await;
+        self.inner.renew_permit_many(reqs).await
+    }
     async fn release_permit(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.gate().await;
         self.inner.release_permit(req).await
