@@ -9,6 +9,8 @@
 //! - truthful outcomes: an obtain whose reply is lost is "unknown", was applied, and its
 //!   cleanup gives the permit back;
 //! - auto-renewal keeps a permit past its TTL; a backend without semaphores refuses;
+//! - auto-renewed permits leave in the renewal task's batches: 100 permits renewed once per
+//!   interval each in a few script calls per interval, not one per permit;
 //! - the permit fencer: every current holder's writes are applied, a permit past its TTL is
 //!   refused as not current (its token above the mark), a released one too.
 
@@ -461,4 +463,71 @@ async fn the_permit_fencer_admits_current_permits_only() {
     let got = bounded("released write", fb.set("{fenced}:out", "b late")).await;
     assert_eq!(got.expect("write"), PermitWriteOutcome::NotCurrent);
     drop(a);
+}
+
+/// `INFO commandstats` `calls=` of `name`.
+async fn calls(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(&format!("cmdstat_{name}:"))?;
+            rest.split("calls=").nth(1)?.split(',').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn auto_renewed_permits_are_renewed_in_batches() {
+    const PERMITS: usize = 100;
+    let server = common::redis().await;
+    let sem = notified(&server)
+        .await
+        .semaphore("{batched}", PERMITS as u32)
+        .expect("semaphore");
+    let (ttl, interval) = (ms(900), ms(300));
+    let mut permits = Vec::new();
+    for i in 0..PERMITS {
+        let p = bounded(
+            "obtain",
+            sem.acquire(ttl, LockOptions::new().auto_renew(interval)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("permit {i}: {e}"));
+        permits.push(p);
+    }
+    let mut raw = common::raw(&server).await;
+    let scripts = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move { calls(&mut raw, "evalsha").await + calls(&mut raw, "eval").await }
+    };
+    let (zadd0, scripts0) = (calls(&mut raw, "zadd").await, scripts(&mut raw).await);
+    let start = Instant::now();
+    // A real wait: the point is to be held across several TTLs.
+    tokio::time::sleep(ttl * 3).await;
+    let (zadd1, scripts1) = (calls(&mut raw, "zadd").await, scripts(&mut raw).await);
+    let intervals = start.elapsed().as_secs_f64() / interval.as_secs_f64();
+    for (i, p) in permits.iter().enumerate() {
+        assert!(p.held(), "permit {i} held");
+    }
+    let renewals = (zadd1 - zadd0) as f64 / PERMITS as f64;
+    let script_calls = (scripts1 - scripts0) as f64;
+    println!(
+        "{renewals:.1} renewals per permit and {script_calls} script calls in {intervals:.1} intervals"
+    );
+    assert!(
+        renewals >= intervals - 2.0 && renewals <= intervals * 1.15 + 1.0,
+        "{renewals:.1} renewals per permit in {intervals:.1} intervals"
+    );
+    // One call per permit would be about 100 per interval.
+    assert!(
+        script_calls <= intervals * 20.0,
+        "{script_calls} script calls for {PERMITS} permits over {intervals:.1} intervals"
+    );
+    for p in permits {
+        bounded("release", p.release()).await.expect("release");
+    }
 }
