@@ -48,6 +48,7 @@
 pub mod backend;
 pub mod config;
 pub mod election;
+pub mod fair;
 pub mod lease;
 pub mod lock;
 pub mod machine;

@@ -142,6 +142,34 @@ impl RetryStrategy {
     pub fn delay(&self, k: u32) -> Option<Duration> {
         self.kind.delay(k)
     }
+
+    /// The longest delay this strategy ever waits between two attempts (jitter only shortens
+    /// it), or `None` when it never retries. A fair lock's waiter heartbeats at least this
+    /// often (see [`crate::fair`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::RetryStrategy;
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(RetryStrategy::exponential(ms(10), ms(80))?.longest_delay(), Some(ms(80)));
+    /// assert_eq!(RetryStrategy::none().longest_delay(), None);
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn longest_delay(&self) -> Option<Duration> {
+        self.kind.longest()
+    }
+}
+
+impl Kind {
+    fn longest(&self) -> Option<Duration> {
+        match self {
+            Kind::None => None,
+            Kind::Linear(d) => Some(*d),
+            Kind::Exponential { max, .. } => Some(*max),
+            Kind::Limit { retries: 0, .. } => None,
+            Kind::Limit { inner, .. } => inner.longest(),
+        }
+    }
 }
 
 impl Kind {

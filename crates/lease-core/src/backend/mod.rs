@@ -37,6 +37,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::Ttl;
+use crate::fair::FairRequest;
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
 use crate::semaphore::{PermitRequest, SemaphoreInfo};
@@ -221,6 +222,54 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let _ = spec;
         Err(unsupported_semaphore())
     }
+
+    /// Refuses, before any round trip, a fair lock this backend cannot serve: every backend
+    /// without fair scripts (the default, [`BackendError::Unsupported`]: Redlock among them),
+    /// and on Redis Cluster a fair lock whose keys are in different slots. Drivers call it
+    /// before the first attempt (see [`crate::fair`]).
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        let _ = spec;
+        Err(unsupported_fair())
+    }
+
+    /// One fair attempt (see [`crate::fair`] for the rule): the lock when it is free and the
+    /// owner is first in line (or the owner holds it), else `Held` and a heartbeat of the
+    /// owner's place. The default refuses with [`BackendError::Unsupported`].
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_fair())
+    }
+
+    /// Releases a fair lock if still ours, removes the owner's place, and wakes the next
+    /// waiter alone. The default refuses with [`BackendError::Unsupported`].
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_fair())
+    }
+
+    /// Removes `owner`'s place in the fair lock's queue (never the lock itself); whether it
+    /// had one. The default refuses with [`BackendError::Unsupported`].
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        let _ = (spec, owner);
+        Err(unsupported_fair())
+    }
+
+    /// A watch on the wakes of `owner` as a waiter of the fair lock `spec` (its own channel:
+    /// [`crate::fair::wake_key`]), or `None` when this backend has no notices (the default).
+    fn fair_watch(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        role: WatchRole,
+    ) -> Option<ReleaseWatch> {
+        let _ = (spec, owner, role);
+        None
+    }
+}
+
+/// The default refusal of the fair lock methods of [`LeaseBackend`].
+fn unsupported_fair() -> BackendError {
+    BackendError::Unsupported("this backend does not offer fair locks".into())
 }
 
 /// The default refusal of the semaphore methods of [`LeaseBackend`].
@@ -320,6 +369,26 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         (**self).inspect_semaphore(spec).await
+    }
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        (**self).check_fair(spec)
+    }
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        (**self).acquire_fair(req).await
+    }
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        (**self).release_fair(req).await
+    }
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        (**self).leave_fair(spec, owner).await
+    }
+    fn fair_watch(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        role: WatchRole,
+    ) -> Option<ReleaseWatch> {
+        (**self).fair_watch(spec, owner, role)
     }
 }
 

@@ -14,6 +14,7 @@ use crate::backend::{
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
+use crate::fair::{FairRequest, check_fair_spec, fair_name, wake_key};
 use crate::semaphore::{
     PermitRequest, PermitWriteOutcome, SemaphoreInfo, check_semaphore_spec, permit_mark_key,
     permits_key,
@@ -145,6 +146,61 @@ impl MemoryBackend {
         {
             hub.notify();
         }
+    }
+
+    /// Wakes `owner`, the new head of the fair lock `spec`, on its own channel.
+    fn wake_waiter(&self, spec: &LeaseSpec, owner: Option<String>) {
+        if let Some(owner) = owner
+            && let Some(hub) = lock(&self.hubs)
+                .get(&wake_key(fair_name(spec), &owner))
+                .and_then(Weak::upgrade)
+        {
+            hub.notify();
+        }
+    }
+
+    /// A watch on the hub of `key`, made on first need (always live).
+    fn watch_key(&self, key: &str, role: WatchRole) -> ReleaseWatch {
+        let hub = {
+            let mut hubs = lock(&self.hubs);
+            hubs.retain(|_, h| h.strong_count() > 0);
+            match hubs.get(key).and_then(Weak::upgrade) {
+                Some(hub) => hub,
+                None => {
+                    let hub = ReleaseHub::new(AlwaysLive);
+                    hub.set_live(true);
+                    hubs.insert(key.to_owned(), Arc::downgrade(&hub));
+                    hub
+                }
+            }
+        };
+        hub.watch(role)
+    }
+
+    /// [`LeaseBackend::acquire_fair`], applied at once (no delay faults; the wake it causes
+    /// is sent).
+    pub fn acquire_fair_now(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        let (outcome, wake) = self.with(|s, now| s.acquire_fair(req, now))?;
+        self.wake_waiter(&req.acquire.spec, wake);
+        Ok(outcome)
+    }
+    /// [`LeaseBackend::release_fair`], applied at once (the wake it causes is sent).
+    pub fn release_fair_now(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let (outcome, wake) = self.with(|s, now| s.release_fair(req, now))?;
+        self.wake_waiter(&req.spec, wake);
+        Ok(outcome)
+    }
+    /// [`LeaseBackend::leave_fair`], applied at once (the wake it causes is sent).
+    pub fn leave_fair_now(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        let (had, wake) = self.with(|s, now| s.leave_fair(spec, owner, now))?;
+        self.wake_waiter(spec, wake);
+        Ok(had)
+    }
+
+    /// The live waiters of the fair lock `spec`, first in line first (a read, applied at
+    /// once; see [`crate::fair`]).
+    pub fn fair_queue_now(&self, spec: &LeaseSpec) -> Result<Vec<String>, BackendError> {
+        self.with(|s, now| s.fair_queue(spec, now))
     }
 
     fn gate(&self) -> Result<(), BackendError> {
@@ -315,20 +371,37 @@ impl LeaseBackend for MemoryBackend {
     /// key and every observer), always live.
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         let key = spec.keys().first()?;
-        let hub = {
-            let mut hubs = lock(&self.hubs);
-            hubs.retain(|_, h| h.strong_count() > 0);
-            match hubs.get(key).and_then(Weak::upgrade) {
-                Some(hub) => hub,
-                None => {
-                    let hub = ReleaseHub::new(AlwaysLive);
-                    hub.set_live(true);
-                    hubs.insert(key.clone(), Arc::downgrade(&hub));
-                    hub
-                }
-            }
-        };
-        Some(hub.watch(role))
+        Some(self.watch_key(key, role))
+    }
+
+    /// Fair locks as the Redis scripts keep them (see [`crate::fair`]).
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        check_fair_spec(spec)
+    }
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        let (outcome, wake) = self.delayed(|s, now| s.acquire_fair(req, now)).await?;
+        self.wake_waiter(&req.acquire.spec, wake);
+        Ok(outcome)
+    }
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let (outcome, wake) = self.delayed(|s, now| s.release_fair(req, now)).await?;
+        self.wake_waiter(&req.spec, wake);
+        Ok(outcome)
+    }
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        let (had, wake) = self.delayed(|s, now| s.leave_fair(spec, owner, now)).await?;
+        self.wake_waiter(spec, wake);
+        Ok(had)
+    }
+    /// A waiter's own wake: only the releases and leaves that make it the head of a free
+    /// lock notify it.
+    fn fair_watch(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        role: WatchRole,
+    ) -> Option<ReleaseWatch> {
+        Some(self.watch_key(&wake_key(fair_name(spec), owner.as_str()), role))
     }
     async fn remaining(
         &self,

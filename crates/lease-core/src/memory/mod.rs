@@ -34,6 +34,7 @@
 
 mod backend;
 mod clock;
+mod fair;
 mod fencer;
 mod semaphore;
 mod store;
