@@ -73,30 +73,8 @@ local token, before, epoch = '0', '0', ''
 if fenced then
   before, epoch = state()
   if not before then return epoch end
-  local floor = canon(floor_arg)
-  if not floor then return redis.error_reply(NOT_AN_INTEGER) end
-  local base = before
-  if less(base, floor) then base = floor end
-  if not less(base, MAX_TOKEN) then
-    return redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. KEYS[3] .. ' would pass 2^53')
-  end
-  local next = tonumber(base) + 1
-  local us
-  if scheme == 'clock' or epoch == '' then
-    local t = redis.call('TIME')
-    us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  if scheme == 'clock' and next < us then next = us end
-  if next > 9007199254740992 then
-    return redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. KEYS[3] .. ' would pass 2^53')
-  end
-  token = string.format('%d', next)
-  redis.call('SET', KEYS[3], token)
-  redis.call('SET', KEYS[4], token)
-  if epoch == '' then
-    epoch = string.format('%d', us)
-    redis.call('SET', KEYS[5], epoch)
-  end
+  token, epoch = mint(KEYS[3], KEYS[4], KEYS[5], scheme, floor_arg, before, epoch)
+  if not token then return epoch end
 end
 
 redis.call('ZADD', KEYS[1], now + tonumber(ttl), owner)

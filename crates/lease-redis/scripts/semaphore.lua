@@ -55,3 +55,35 @@ local function fence_state(counter_key, mark_key, epoch_key)
   end
   return counter, epoch
 end
+-- Mints the next token as acquire.lua does: max(before, floor) + 1, floored by TIME in us
+-- under scheme 'clock'; checked against 2^53 before anything is written; then stored in the
+-- counter and the mark, and the epoch created when `epoch` is ''. `before`, `epoch`: what
+-- fence_state read. Returns the token and the epoch, or nil and an error reply (nothing
+-- written). Shared by permit_acquire.lua and fair_acquire.lua.
+local function mint(counter_key, mark_key, epoch_key, scheme, floor_arg, before, epoch)
+  local floor = canon(floor_arg)
+  if not floor then return nil, redis.error_reply(NOT_AN_INTEGER) end
+  local base = before
+  if less(base, floor) then base = floor end
+  if not less(base, MAX_TOKEN) then
+    return nil, redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. counter_key .. ' would pass 2^53')
+  end
+  local next = tonumber(base) + 1
+  local us
+  if scheme == 'clock' or epoch == '' then
+    local t = redis.call('TIME')
+    us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if scheme == 'clock' and next < us then next = us end
+  if next > 9007199254740992 then
+    return nil, redis.error_reply('TOKEN_EXHAUSTED the fence counter ' .. counter_key .. ' would pass 2^53')
+  end
+  local token = string.format('%d', next)
+  redis.call('SET', counter_key, token)
+  redis.call('SET', mark_key, token)
+  if epoch == '' then
+    epoch = string.format('%d', us)
+    redis.call('SET', epoch_key, epoch)
+  end
+  return token, epoch
+end

@@ -23,6 +23,7 @@ use crate::topology::{Topology, check_mark_key};
 #[cfg(doc)]
 use lease_core::{Fencing, LeaseBackend};
 
+mod fair;
 mod lease;
 mod semaphore;
 

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
+use lease_core::fair::FairRequest;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
@@ -24,7 +25,7 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 
-use super::{RedisBackend, semaphore};
+use super::{RedisBackend, fair, semaphore};
 
 #[async_trait]
 impl<C> LeaseBackend for RedisBackend<C>
@@ -305,6 +306,28 @@ where
     }
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         semaphore::inspect(self, spec).await
+    }
+
+    // Fair locks: the fair scripts, in `backend/fair.rs`.
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        fair::check(self, spec)
+    }
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        fair::acquire(self, req).await
+    }
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        fair::release(self, req).await
+    }
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        fair::leave(self, spec, owner).await
+    }
+    fn fair_watch(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        role: WatchRole,
+    ) -> Option<ReleaseWatch> {
+        fair::watch(self, spec, owner, role)
     }
 }
 

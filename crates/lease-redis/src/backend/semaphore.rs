@@ -440,11 +440,11 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 6] = [
         (
             "permit_acquire.lua",
-            "7cbe0f7bb7b0f66fcf5db2492fa90e8954144a8e",
+            "ac9eebd97c4598fa0b4f2fb961f1b17530046897",
         ),
         (
             "permit_renew.lua",
-            "f50006320f9422ae8eb16af8a6558b129b8bcc85",
+            "d08ff3b84fca201498590d42ba0f7c4e2eaff8ff",
         ),
         (
             "permit_renew_many.lua",
@@ -452,15 +452,15 @@ mod tests {
         ),
         (
             "permit_release.lua",
-            "6a277c2c4ac55d222749c8cea4943ebde7edd864",
+            "f5d1d1eacd64d2a6a56b0f1181ee98dfe7b8d4fd",
         ),
         (
             "permit_pttl.lua",
-            "22bb47826c7b34611992695b701250162d202b54",
+            "204a5e8dabc8167a5fccccf3d345870f940915c5",
         ),
         (
             "permit_inspect.lua",
-            "a8a370b84bde857dd9ae84ae2f950628c3dbf35a",
+            "c10ac55d3bf7f228d508dd73f30f571f88108658",
         ),
     ];
 

@@ -1,0 +1,415 @@
+//! Fair locks on a real Redis: the fair scripts against their executable specification (the
+//! in-memory backend), the server's clock, the wakes and the refusals.
+//!
+//! - `fair_scripts_match_the_memory_backend`: random sequences of fair attempts (with a place
+//!   or none, with metadata or not), releases (with a term or not), leaves, plain obtains of
+//!   the same key (barging), lost keys and the queue read back, on a real Redis and on
+//!   `MemoryBackend` (TTLs long enough that nothing expires), give the same outcomes and the
+//!   same queue;
+//! - `places_expire_by_the_server`: a waiter that stops heartbeating is skipped once its place
+//!   expired by the server's clock; the queue keys vanish with the last place;
+//! - `a_release_publishes_to_the_next_waiter_only`: a raw subscriber on every waiter's wake
+//!   channel sees one message, on the head's;
+//! - the typed refusals: a wrong-type key, a spec of two keys, and on Redis Cluster a name
+//!   without a hash tag (before any round trip); malformed arguments sent raw.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use lease_core::fair::{FairRequest, fair_keys, fair_spec, wake_key};
+use lease_core::memory::{ManualClock, MemoryBackend};
+use lease_core::{AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, Ttl};
+use lease_redis::{RedisBackend, Topology};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+const OWNERS: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+fn spec() -> Arc<LeaseSpec> {
+    Arc::new(fair_spec("{fair}", None).expect("spec"))
+}
+
+fn fair(spec: &Arc<LeaseSpec>, who: &str, ttl: Ttl, place: Option<Ttl>) -> FairRequest {
+    FairRequest::new(AcquireRequest::new(Arc::clone(spec), owner(who), ttl), place)
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire {
+        owner: usize,
+        place: bool,
+        meta: bool,
+    },
+    Barge {
+        owner: usize,
+    },
+    Release {
+        owner: usize,
+        term: bool,
+    },
+    Leave {
+        owner: usize,
+    },
+    LoseKey {
+        which: usize,
+    },
+    Queue,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..OWNERS.len(), prop::bool::weighted(0.9), prop::bool::weighted(0.2))
+            .prop_map(|(owner, place, meta)| Op::Acquire { owner, place, meta }),
+        1 => (0..OWNERS.len()).prop_map(|owner| Op::Barge { owner }),
+        3 => (0..OWNERS.len(), any::<bool>()).prop_map(|(owner, term)| Op::Release { owner, term }),
+        1 => (0..OWNERS.len()).prop_map(|owner| Op::Leave { owner }),
+        1 => (0usize..3).prop_map(|which| Op::LoseKey { which }),
+        2 => Just(Op::Queue),
+    ]
+}
+
+fn kind(e: &BackendError) -> String {
+    match e {
+        BackendError::Refused(_) => "refused".into(),
+        BackendError::Invalid(_) => "invalid".into(),
+        BackendError::Corrupt { key, .. } => format!("corrupt {key}"),
+        other => format!("other {other}"),
+    }
+}
+
+fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
+    match r {
+        Ok(v) => format!("ok {v:?}"),
+        Err(e) => format!("err {}", kind(e)),
+    }
+}
+
+fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
+    match r {
+        Ok(AcquireOutcome::Acquired { token, fence }) => {
+            format!("acquired {token:?} before={:?}", fence.counter)
+        }
+        Ok(AcquireOutcome::Held {
+            holder,
+            remaining,
+            fence,
+        }) => format!("held {holder:?} {remaining:?} counter={:?}", fence.counter),
+        other => norm(other),
+    }
+}
+
+struct Case<'a> {
+    redis: &'a RedisBackend<Conn>,
+    raw: Conn,
+    mem: MemoryBackend,
+    spec: Arc<LeaseSpec>,
+    /// The last token each owner was granted (for term-scoped releases).
+    terms: [Option<lease_core::Token>; 5],
+}
+
+impl Case<'_> {
+    async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let long = ttl_ms(LONG);
+        match *op {
+            Op::Acquire { owner, place, meta } => {
+                let mut req = fair(&self.spec, OWNERS[owner], long, place.then_some(long));
+                if meta {
+                    req = FairRequest::new(
+                        acq_meta(&self.spec, OWNERS[owner], "m"),
+                        req.place_ttl,
+                    );
+                }
+                let m = self.mem.acquire_fair_now(&req);
+                let r = self.redis.acquire_fair(&req).await;
+                prop_assert_eq!(norm_acquire(&r), norm_acquire(&m));
+                if let Ok(AcquireOutcome::Acquired { token, .. }) = &r {
+                    self.terms[owner] = *token;
+                }
+            }
+            Op::Barge { owner } => {
+                let req = acq(&self.spec, OWNERS[owner]);
+                let m = self.mem.acquire_now(&req);
+                let r = self.redis.acquire(&req).await;
+                // The plain lock reports the holder's remaining TTL: Redis's clock moved.
+                let coarse = |x: &Result<AcquireOutcome, BackendError>| match x {
+                    Ok(AcquireOutcome::Held {
+                        holder, remaining, ..
+                    }) => format!("held {holder:?} {}", remaining.is_some()),
+                    other => norm_acquire(other),
+                };
+                prop_assert_eq!(coarse(&r), coarse(&m));
+                if let Ok(AcquireOutcome::Acquired { token, .. }) = &r {
+                    self.terms[owner] = *token;
+                }
+            }
+            Op::Release { owner, term } => {
+                let t = if term { self.terms[owner] } else { None };
+                let req = release(&self.spec, OWNERS[owner], t);
+                let m = self.mem.release_fair_now(&req);
+                let r = self.redis.release_fair(&req).await;
+                prop_assert_eq!(norm(&r), norm(&m));
+            }
+            Op::Leave { owner } => {
+                let o = common::owner(OWNERS[owner]);
+                let m = self.mem.leave_fair_now(&self.spec, &o);
+                let r = self.redis.leave_fair(&self.spec, &o).await;
+                prop_assert_eq!(norm(&r), norm(&m));
+            }
+            Op::LoseKey { which } => {
+                let name = self.spec.keys()[0].clone();
+                let [queue, places] = fair_keys(&name);
+                let key = [name, queue, places][which].clone();
+                self.mem.lose_key(&key);
+                del(&mut self.raw, &key).await;
+            }
+            Op::Queue => {
+                let m = self.mem.fair_queue_now(&self.spec).expect("memory queue");
+                let [queue, _] = fair_keys(&self.spec.keys()[0]);
+                let r: Vec<String> = redis::cmd("LRANGE")
+                    .arg(&queue)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut self.raw)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                // Entries without a place behind the head (after a lost places key) stay in
+                // the stored list until they reach the front; the live queue skips them.
+                let places: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(fair_keys(&self.spec.keys()[0])[1].as_str())
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut self.raw)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let live: Vec<String> = r.into_iter().filter(|o| places.contains(o)).collect();
+                prop_assert_eq!(live, m);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn fair_scripts_match_the_memory_backend() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (_server, backend, raw) = rt.block_on(setup());
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&vec(op(), 1..50), |ops| {
+            rt.block_on(async {
+                let mut flush = raw.clone();
+                let () = redis::cmd("FLUSHALL")
+                    .query_async(&mut flush)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let mut case = Case {
+                    redis: &backend,
+                    raw: raw.clone(),
+                    mem: MemoryBackend::new(ManualClock::new()),
+                    spec: spec(),
+                    terms: [None; 5],
+                };
+                for (i, op) in ops.iter().enumerate() {
+                    case.step(op)
+                        .await
+                        .map_err(|e| TestCaseError::fail(format!("op #{i} {op:?}: {e}")))?;
+                }
+                Ok(())
+            })
+        })
+        .expect("parity");
+}
+
+/// A waiter that stops heartbeating is skipped once its place expired by the server's clock;
+/// the queue and places keys vanish with the last place.
+#[tokio::test]
+async fn places_expire_by_the_server() {
+    let (_server, backend, mut raw) = setup().await;
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let place = Some(ttl_ms(200));
+    let got = backend.acquire_fair(&fair(&spec, "a", long, place)).await;
+    assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "{got:?}");
+    for who in ["b", "c"] {
+        let got = backend.acquire_fair(&fair(&spec, who, long, place)).await;
+        assert!(matches!(got, Ok(AcquireOutcome::Held { .. })), "{got:?}");
+    }
+    let [queue, places] = fair_keys(&spec.keys()[0]);
+    assert!(pttl(&mut raw, &queue).await > 0, "the queue expires");
+    // a releases; b (the head) has crashed; c keeps heartbeating.
+    let released = backend.release_fair(&release(&spec, "a", None)).await;
+    assert_eq!(released.expect("release"), lease_core::ReleaseOutcome::Released);
+    let early = backend.acquire_fair(&fair(&spec, "c", long, place)).await;
+    assert!(
+        matches!(early, Ok(AcquireOutcome::Held { holder: Some(ref h), .. }) if h == "b"),
+        "the free lock is kept for b: {early:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let late = backend.acquire_fair(&fair(&spec, "c", long, place)).await;
+    assert!(
+        matches!(late, Ok(AcquireOutcome::Acquired { .. })),
+        "b's place expired, c is first: {late:?}"
+    );
+    assert!(!exists(&mut raw, &queue).await, "nobody waits");
+    assert!(!exists(&mut raw, &places).await);
+}
+
+/// A release publishes one wake, on the next waiter's own channel.
+#[tokio::test]
+async fn a_release_publishes_to_the_next_waiter_only() {
+    let (server, backend, _raw) = setup().await;
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut sub = client.get_async_pubsub().await.expect("pubsub");
+    sub.psubscribe(format!("*{}*", wake_key("{fair}", "")))
+        .await
+        .expect("psubscribe");
+    backend
+        .acquire_fair(&fair(&spec, "a", long, Some(long)))
+        .await
+        .expect("a");
+    for who in ["b", "c", "d"] {
+        backend
+            .acquire_fair(&fair(&spec, who, long, Some(long)))
+            .await
+            .expect("queued");
+    }
+    backend
+        .release_fair(&release(&spec, "a", None))
+        .await
+        .expect("release");
+    let mut messages = sub.on_message();
+    let first = tokio::time::timeout(Duration::from_secs(5), futures_next(&mut messages))
+        .await
+        .expect("a wake within 5 s")
+        .expect("a message");
+    assert!(
+        first.get_channel_name().ends_with(&wake_key("{fair}", "b")),
+        "{}",
+        first.get_channel_name()
+    );
+    // Nobody else: the next wake seen is b's leaving (it hands the head to c), not a herd.
+    backend
+        .leave_fair(&spec, &owner("b"))
+        .await
+        .expect("b leaves");
+    let second = tokio::time::timeout(Duration::from_secs(5), futures_next(&mut messages))
+        .await
+        .expect("a wake within 5 s")
+        .expect("a message");
+    assert!(
+        second.get_channel_name().ends_with(&wake_key("{fair}", "c")),
+        "{}",
+        second.get_channel_name()
+    );
+}
+
+async fn futures_next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await
+}
+
+#[tokio::test]
+async fn bad_keys_and_specs_are_refused() {
+    let (_server, backend, mut raw) = setup().await;
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let [queue, _] = fair_keys(&spec.keys()[0]);
+    set(&mut raw, &queue, "x").await;
+    let got = backend.acquire_fair(&fair(&spec, "a", long, Some(long))).await;
+    assert!(
+        matches!(got, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")),
+        "{got:?}"
+    );
+    assert_eq!(get(&mut raw, &spec.keys()[0]).await, None, "nothing written");
+    del(&mut raw, &queue).await;
+    // A spec of two keys is not a fair lock's: refused before any round trip.
+    let two = lock(&["{fair}:x", "{fair}:y"], None);
+    let req = FairRequest::new(acq(&two, "a"), None);
+    assert!(matches!(
+        backend.acquire_fair(&req).await,
+        Err(BackendError::Invalid(_))
+    ));
+    // On Redis Cluster, every key of a fair lock must share a slot.
+    let cluster = RedisBackend::with_topology(raw.clone(), Topology::Cluster);
+    let untagged = fair_spec("jobs", None).expect("spec");
+    assert!(matches!(
+        cluster.check_fair(&untagged),
+        Err(BackendError::Invalid(_))
+    ));
+    assert!(
+        cluster
+            .check_fair(&fair_spec("{jobs}", None).expect("spec"))
+            .is_ok()
+    );
+}
+
+/// The fair scripts refuse malformed arguments with an error reply, before writing anything.
+#[tokio::test]
+async fn malformed_arguments_are_refused_and_change_nothing() {
+    let (_server, _backend, mut raw) = setup().await;
+    const PRELUDE: &str = include_str!("../scripts/prelude.lua");
+    const HELPERS: &str = include_str!("../scripts/semaphore.lua");
+    const FAIR: &str = include_str!("../scripts/fair.lua");
+    let acquire = format!(
+        "{PRELUDE}{HELPERS}{FAIR}{}",
+        include_str!("../scripts/fair_acquire.lua")
+    );
+    let release = format!(
+        "{PRELUDE}{HELPERS}{FAIR}{}",
+        include_str!("../scripts/fair_release.lua")
+    );
+    let keys = [
+        "{m}",
+        "{m}:queue",
+        "{m}:places",
+        "{m}:fence",
+        "{m}:fence:applied",
+        "{m}:fence:epoch",
+    ];
+    for packed in [
+        "",
+        "x",
+        "0:10:counter:0:",
+        "10:x:counter:0:",
+        "10:10::0:",
+        "10:10:counter:x:",
+        "-1:10:counter:0:",
+        "10:9007199254740993:counter:0:",
+    ] {
+        let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(&acquire)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg("owner")
+            .arg(packed)
+            .query_async(&mut raw)
+            .await;
+        assert!(r.is_err(), "{packed:?}: {r:?}");
+    }
+    for packed in ["", "x", "r", "q::", "r:5:"] {
+        let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(&release)
+            .arg(3)
+            .arg(&keys[..3])
+            .arg("owner")
+            .arg(packed)
+            .query_async(&mut raw)
+            .await;
+        assert!(r.is_err(), "release {packed:?}: {r:?}");
+    }
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .expect("KEYS");
+    assert!(left.is_empty(), "nothing written: {left:?}");
+}
