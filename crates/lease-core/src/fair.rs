@@ -195,6 +195,17 @@ pub fn leaves_on_give_up<T, E>(outcome: Option<&Result<T, E>>) -> bool {
     !matches!(outcome, Some(Ok(_)))
 }
 
+/// A validated obtain of a fair lock: the lock's plan and the waiter's place TTL. Made by
+/// [`LockOptions::plan_fair`](crate::lock::LockOptions::plan_fair).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct FairPlan {
+    /// The obtain, as a lock's (the fair lock's key, fenced).
+    pub obtain: crate::lock::ObtainPlan,
+    /// How long the waiter's place lives after each attempt ([`place_ttl`]).
+    pub place_ttl: Option<Ttl>,
+}
+
 /// Obtain a fair lock: the acquire a lock would send, plus the waiter's place TTL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -36,7 +36,9 @@ pub use group::{ElectionGroup, GroupBuilder, GroupError};
 #[allow(deprecated)]
 pub use ids::random_token;
 pub use ids::{default_instance_id, random_owner};
-pub use lock::{AutoRenew, Lock, LockError, LockOptions, Locker, Permit, Semaphore};
+pub use lock::{
+    AutoRenew, Fair, FairLock, Lock, LockError, LockOptions, Locker, Permit, Semaphore,
+};
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

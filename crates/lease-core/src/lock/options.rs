@@ -188,6 +188,42 @@ impl LockOptions {
     }
 }
 
+impl LockOptions {
+    /// Validates an obtain of fair lock `name` for `ttl` (see [`crate::fair`]): the plan's key
+    /// is the lock's ([`fair_spec`](crate::fair::fair_spec)), fenced by
+    /// [`fence_key`](Self::fence_key) or else `<name>:fence`, so every hold gets a fencing
+    /// token; the waiter's place TTL is [`place_ttl`](crate::fair::place_ttl) of the retry
+    /// strategy (its longest delay must not exceed the TTL). Every other option means what it
+    /// means for a lock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::RetryStrategy;
+    /// use lease_core::lock::LockOptions;
+    /// let ms = Duration::from_millis;
+    /// let opts = LockOptions::new().retry(RetryStrategy::linear(ms(50))?);
+    /// let plan = opts.plan_fair("{jobs}", Duration::from_secs(5), || "t".into())?;
+    /// assert_eq!(plan.obtain.request.spec.fence_key(), Some("{jobs}:fence"));
+    /// assert_eq!(plan.place_ttl.map(|t| t.get()), Some(ms(150)));
+    /// let slow = LockOptions::new().retry(RetryStrategy::linear(Duration::from_secs(9))?);
+    /// assert!(slow.plan_fair("{jobs}", Duration::from_secs(5), || "t".into()).is_err());
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn plan_fair(
+        &self,
+        name: &str,
+        ttl: Duration,
+        fresh_token: impl FnOnce() -> String,
+    ) -> Result<crate::fair::FairPlan, ConfigError> {
+        let spec = crate::fair::fair_spec(name, self.fence_key.clone())?;
+        let place_ttl = crate::fair::place_ttl(&self.retry, ttl)?;
+        let mut options = self.clone();
+        options.fence_key = spec.fence_key().map(str::to_owned);
+        let obtain = options.plan(spec.keys().iter().cloned(), ttl, fresh_token)?;
+        Ok(crate::fair::FairPlan { obtain, place_ttl })
+    }
+}
+
 /// A validated obtain: what to send and the bounds of the call. Made by [`LockOptions::plan`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]

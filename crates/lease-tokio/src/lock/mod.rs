@@ -12,7 +12,9 @@
 //!   deadline;
 //! - `task.rs`: background releases;
 //! - `semaphore.rs`: [`Semaphore`] and its [`Permit`]s, a [`Locker`] over the backend's
-//!   permit operations (`lease_core::semaphore::PermitBackend`).
+//!   permit operations (`lease_core::semaphore::PermitBackend`);
+//! - `fair.rs`: [`Fair`] and its [`FairLock`]s, a [`Locker`] per obtain over the backend's
+//!   fair operations (`lease_core::fair::FairBackend`), sharing one renewal task.
 //!
 //! Imports go one way: `obtain` → `handle` → `renewals` (and `task`). The renewal task reads
 //! a lock only through its `Renewable` trait, which the handle's shared state implements.
@@ -21,12 +23,14 @@
 //! [`HeldLock`]: lease_core::lock::HeldLock
 //! [`Refresh`]: lease_core::lock::Refresh
 
+mod fair;
 mod handle;
 mod obtain;
 mod renewals;
 mod semaphore;
 mod task;
 
+pub use fair::{Fair, FairLock};
 pub use handle::Lock;
 pub use lease_core::lock::{AutoRenew, LockError, LockOptions};
 pub use obtain::Locker;

@@ -140,6 +140,20 @@ impl<B: LeaseBackend> Locker<B> {
         }
     }
 
+    /// A locker over `backend` reporting to `observer`, sharing `renewals` (a fair lock's
+    /// per-obtain views share one renewal task).
+    pub(crate) fn from_parts(
+        backend: Arc<B>,
+        observer: Option<Arc<dyn LockObserver>>,
+        renewals: Arc<Renewals<Shared<B>>>,
+    ) -> Self {
+        Locker {
+            backend,
+            observer,
+            renewals,
+        }
+    }
+
     /// Obtains the lock of a validated `plan` (the rest of [`Locker::obtain_multi`]).
     pub(crate) async fn obtain_plan(&self, plan: ObtainPlan) -> Result<Lock<B>, LockError> {
         self.backend
