@@ -10,7 +10,8 @@
 //! `renew_permit`, `renew_permit_many`, `release_permit`, `permit_remaining`,
 //! `inspect_semaphore`) are forwarded
 //! without hooks: release notices reach a waiter behind the wrapper as they would without it,
-//! and a semaphore works behind it.
+//! and a semaphore works behind it. So are the fair lock's methods (`check_fair`,
+//! `acquire_fair`, `release_fair`, `leave_fair`, `fair_watch`).
 //!
 //! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
 //! it in one round trip still does; the hooks see each renewal in it as a [`Call::Renew`]:
@@ -50,6 +51,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
+use lease_core::fair::FairRequest;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
@@ -292,6 +294,31 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         self.inner.inspect_semaphore(spec).await
+    }
+
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_fair(spec)
+    }
+
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        self.inner.acquire_fair(req).await
+    }
+
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.inner.release_fair(req).await
+    }
+
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        self.inner.leave_fair(spec, owner).await
+    }
+
+    fn fair_watch(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        role: WatchRole,
+    ) -> Option<ReleaseWatch> {
+        self.inner.fair_watch(spec, owner, role)
     }
 }
 

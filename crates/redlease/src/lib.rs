@@ -109,6 +109,30 @@
 //! # let _ = token;
 //! # Ok(()) }
 //! ```
+//!
+//! # Fair locks
+//!
+//! One holder at a time, handed over in FIFO order across processes: a waiter queues at its
+//! first failed attempt, keeps its place by retrying (each retry is a heartbeat), and a release
+//! wakes the next waiter alone. See `docs/fair-locks.md`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use redlease::{LockOptions, Locker, RetryStrategy};
+//!
+//! let locker = Locker::new(redlease::redis::connect("redis://127.0.0.1/").await?);
+//! let jobs = locker.fair("{jobs}")?;
+//! let options = LockOptions::new()
+//!     // Each retry keeps the waiter's place; a crashed waiter's place lives 3 x 100 ms.
+//!     .retry(RetryStrategy::linear(Duration::from_millis(100))?)
+//!     .wait(Duration::from_secs(60));
+//! let lock = jobs.acquire(Duration::from_secs(30), options).await?;
+//! let token = lock.fence_token(); // this hold's fencing token
+//! lock.release().await?; // wakes the next waiter, and only it
+//! # let _ = token;
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -140,6 +164,8 @@ pub use lease_core::semaphore::{
     MAX_PERMITS, PermitFencing, PermitHolder, PermitWriteOutcome, SemaphoreInfo,
 };
 pub use lease_tokio::{Permit, Semaphore};
+// Fair locks (FIFO across processes; each hold a lock with its own fencing token).
+pub use lease_tokio::{Fair, FairLock};
 
 // Fencing tokens and fenced resources.
 pub use lease_core::{
@@ -223,6 +249,11 @@ pub mod core {
     pub use lease_core::semaphore::{
         PermitBackend, PermitCount, PermitRequest, is_semaphore_spec, semaphore_keys,
         semaphore_spec,
+    };
+    // Fair locks: the rule's types and the view the lock machines drive a fair hold through.
+    pub use lease_core::fair::{
+        FairBackend, FairPlan, FairRequest, PLACE_HEARTBEATS, fair_keys, fair_spec, place_ttl,
+        wake_key,
     };
     // The store's preflight report.
     pub use lease_core::preflight::{

@@ -15,7 +15,7 @@ use lease_testkit::redis::RedisServer;
 use redlease::core::{
     AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, PermitCount, PermitRequest,
     ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
-    semaphore_spec,
+    FairRequest, fair_spec, semaphore_spec,
 };
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
@@ -46,11 +46,16 @@ enum Method {
     ReleasePermit,
     PermitRemaining,
     InspectSemaphore,
+    CheckFair,
+    AcquireFair,
+    ReleaseFair,
+    LeaveFair,
+    FairWatch,
     Fencer,
 }
 
 impl Method {
-    const ALL: [Method; 18] = [
+    const ALL: [Method; 23] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -68,6 +73,11 @@ impl Method {
         Method::ReleasePermit,
         Method::PermitRemaining,
         Method::InspectSemaphore,
+        Method::CheckFair,
+        Method::AcquireFair,
+        Method::ReleaseFair,
+        Method::LeaveFair,
+        Method::FairWatch,
         Method::Fencer,
     ];
 }
@@ -176,6 +186,31 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         self.count(Method::InspectSemaphore);
         self.inner.inspect_semaphore(spec).await
+    }
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.count(Method::CheckFair);
+        self.inner.check_fair(spec)
+    }
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        self.count(Method::AcquireFair);
+        self.inner.acquire_fair(req).await
+    }
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.count(Method::ReleaseFair);
+        self.inner.release_fair(req).await
+    }
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        self.count(Method::LeaveFair);
+        self.inner.leave_fair(spec, owner).await
+    }
+    fn fair_watch(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+        role: WatchRole,
+    ) -> Option<ReleaseWatch> {
+        self.count(Method::FairWatch);
+        self.inner.fair_watch(spec, owner, role)
     }
 }
 
@@ -319,6 +354,33 @@ async fn every_method_reaches_the_wrapped_backend() {
     let released = bounded(
         "release_permit",
         backend.release_permit(&ReleaseRequest::new(sem.clone(), owner.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(released, ReleaseOutcome::Released);
+
+    // A fair lock through the wrapper: every fair method reaches the Redis backend.
+    let fair = Arc::new(fair_spec("f:fair", None).unwrap());
+    backend.check_fair(&fair).unwrap();
+    let wake = backend.fair_watch(&fair, &owner, WatchRole::Contender);
+    assert!(wake.is_some(), "the Redis backend wakes fair waiters");
+    let got = bounded(
+        "acquire_fair",
+        backend.acquire_fair(&FairRequest::new(
+            AcquireRequest::new(fair.clone(), owner.clone(), ttl),
+            Some(ttl),
+        )),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(got, AcquireOutcome::Acquired { .. }), "{got:?}");
+    let left = bounded("leave_fair", backend.leave_fair(&fair, &owner))
+        .await
+        .unwrap();
+    assert!(!left, "the holder had no place");
+    let released = bounded(
+        "release_fair",
+        backend.release_fair(&ReleaseRequest::new(fair.clone(), owner.clone())),
     )
     .await
     .unwrap();
