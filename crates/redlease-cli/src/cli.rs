@@ -266,6 +266,11 @@ pub(crate) struct LockArgs {
         value_name = "N"
     )]
     pub(crate) permits: Option<u32>,
+    /// A fair lock instead of a plain one: waiters get KEY in arrival order across processes,
+    /// each release waking the next waiter alone; fenced (REDLEASE_TOKEN, counter
+    /// <KEY>:fence). Every holder of KEY must use --fair (a plain `lock` barges past the queue)
+    #[arg(long, env = "REDLEASE_LOCK_FAIR", conflicts_with = "permits")]
+    pub(crate) fair: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]

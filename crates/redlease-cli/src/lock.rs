@@ -104,6 +104,7 @@ async fn lock_on<B: LeaseBackend + 'static>(
     }
     let what = match args.permits {
         Some(n) => format!("a permit of semaphore {:?} ({n} permits", args.key),
+        None if args.fair => format!("fair lock {:?} (", args.key),
         None => format!("lock {:?} (", args.key),
     };
     progress.event(
@@ -125,6 +126,14 @@ async fn lock_on<B: LeaseBackend + 'static>(
     let failed =
         |e: LockError| not_obtained(args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e));
     match args.permits {
+        None if args.fair => {
+            let fair = locker.fair(args.key.clone()).map_err(failed)?;
+            let obtained = tokio::select! {
+                r = fair.acquire(args.ttl, options) => r,
+                () = held.signals.stop.cancelled() => return Ok(128 + held.signals.signo()),
+            };
+            hold(ctx, args, obtained.map_err(failed)?, held).await
+        }
         None => {
             let obtained = tokio::select! {
                 r = locker.obtain(args.key.clone(), args.ttl, options) => r,

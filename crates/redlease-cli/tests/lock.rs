@@ -312,3 +312,82 @@ async fn lock_n_is_a_semaphore() {
     holders[1].signal("TERM");
     assert_eq!(holders[1].wait_exit().await.code(), Some(143));
 }
+
+/// `lock --fair` hands KEY over in arrival order across processes: two waiters queued one
+/// after the other behind a holder run in that order once it stops, each with its own fencing
+/// token in REDLEASE_TOKEN; `--fair` with `-n` is refused by the argument parser (exit 2).
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_fair_hands_over_in_arrival_order() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-fair");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut holder = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "--fair", "{q}", "--"]).arg(&job).arg("holder");
+        c
+    });
+    holder.cleanup_group_from(d.join("holder.pid"));
+    let first: u64 = wait_file(&d.join("holder.token"))
+        .await
+        .trim()
+        .parse()
+        .expect("a token");
+    let mut raw = server.connection().await.expect("raw");
+    let mut waiters = Vec::new();
+    for (i, tag) in ["a", "b"].into_iter().enumerate() {
+        let cmd = format!("echo {tag} $REDLEASE_TOKEN >> order");
+        let mut p = Proc::spawn({
+            let mut c = redlease(&url, d);
+            c.args(["lock", "--fair", "{q}", "--wait", "30s", "--", "sh", "-c", &cmd]);
+            c
+        });
+        p.cleanup_group_from(d.join(format!("{tag}.pid")));
+        waiters.push(p);
+        // The next waiter starts once this one is queued.
+        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            loop {
+                let n: usize = redlease::redis::client::cmd("LLEN")
+                    .arg("{q}:queue")
+                    .query_async(&mut raw)
+                    .await
+                    .expect("LLEN");
+                if n > i {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("queued within 20 s");
+    }
+    holder.signal("TERM");
+    assert_eq!(holder.wait_exit().await.code(), Some(143));
+    for w in &mut waiters {
+        assert_eq!(w.wait_exit().await.code(), Some(0), "{:#?}", w.lines());
+    }
+    let order = std::fs::read_to_string(d.join("order")).expect("order");
+    let lines: Vec<(&str, u64)> = order
+        .lines()
+        .map(|l| {
+            let (tag, token) = l.split_once(' ').expect("tag and token");
+            (tag, token.parse().expect("a token"))
+        })
+        .collect();
+    assert_eq!(
+        lines.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        ["a", "b"],
+        "arrival order: {order}"
+    );
+    assert!(first < lines[0].1 && lines[0].1 < lines[1].1, "tokens increase: {order}");
+
+    let out = output({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "--fair", "-n", "2", "{q}", "--", "true"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot be used with"), "{}", stderr(&out));
+}
