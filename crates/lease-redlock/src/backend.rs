@@ -300,6 +300,17 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
         ))
     }
 
+    /// Refused: a fair queue needs one order of waiters, and independent nodes each keep their
+    /// own (a waiter first on one majority need not be first on another), so granting the head
+    /// of a quorum would take an agreement round per attempt. The fair operations keep the
+    /// trait's refusing defaults.
+    fn check_fair(&self, _spec: &LeaseSpec) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "Redlock offers no fair locks: each independent node keeps its own queue order, and              no majority vote makes one order of waiters; use one Redis primary (with replicas              and WAIT) for fair locks"
+                .into(),
+        ))
+    }
+
     /// A watch fed by every node's notices (each node's backend needs its own subscriber, as
     /// [`Node::connect`](crate::Node::connect) gives it); see [`crate::notify`].
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
