@@ -347,12 +347,7 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for FairBackend<B> {
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         self.inner.leave_fair(spec, owner).await
     }
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.fair_watch(spec, owner, role)
     }
 }

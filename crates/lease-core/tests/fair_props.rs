@@ -283,8 +283,14 @@ fn histories_queue_and_hand_over() {
         queued += usize::from(world.longest_queue >= 3);
         handed += usize::from(world.handovers >= 2);
     }
-    assert!(queued > 16, "only {queued} of 64 histories queued 3 waiters");
-    assert!(handed > 16, "only {handed} of 64 histories handed over twice");
+    assert!(
+        queued > 16,
+        "only {queued} of 64 histories queued 3 waiters"
+    );
+    assert!(
+        handed > 16,
+        "only {handed} of 64 histories handed over twice"
+    );
 }
 
 /// A crashed waiter (it stops heartbeating) is skipped once its place expired: the waiter
@@ -298,12 +304,12 @@ fn an_expired_place_is_skipped() {
         place_ms: Some(place_ms),
     };
     for op in [
-        acquire(0, 50),              // a holds
-        acquire(1, 30),              // b queues first, then crashes
-        acquire(2, 60),              // c queues behind it
-        Op::Release { owner: 0 },    // b is woken, and never comes
-        Op::Advance { ms: 31 },      // b's place expires
-        acquire(2, 60),              // c's next heartbeat takes the lock
+        acquire(0, 50),           // a holds
+        acquire(1, 30),           // b queues first, then crashes
+        acquire(2, 60),           // c queues behind it
+        Op::Release { owner: 0 }, // b is woken, and never comes
+        Op::Advance { ms: 31 },   // b's place expires
+        acquire(2, 60),           // c's next heartbeat takes the lock
     ] {
         world.step(&op).expect("the property holds");
     }
@@ -326,7 +332,9 @@ fn a_broken_queue_order_is_caught() {
     }
     // c arrives before b comes back: the plain rule grants it.
     world.rule = Rule::Barging;
-    let caught = world.step(&acquire(2)).expect_err("the barging grant went unnoticed");
+    let caught = world
+        .step(&acquire(2))
+        .expect_err("the barging grant went unnoticed");
     assert!(caught.to_string().contains("asked with holder"), "{caught}");
 
     // And the generated histories find it on their own: attempts on a free lock follow the
@@ -352,5 +360,8 @@ fn a_broken_queue_order_is_caught() {
             }
         }
     }
-    assert!(found > 8, "only {found} of 64 histories caught a lock that ignores the queue");
+    assert!(
+        found > 8,
+        "only {found} of 64 histories caught a lock that ignores the queue"
+    );
 }

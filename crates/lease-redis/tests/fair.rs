@@ -34,7 +34,10 @@ fn spec() -> Arc<LeaseSpec> {
 }
 
 fn fair(spec: &Arc<LeaseSpec>, who: &str, ttl: Ttl, place: Option<Ttl>) -> FairRequest {
-    FairRequest::new(AcquireRequest::new(Arc::clone(spec), owner(who), ttl), place)
+    FairRequest::new(
+        AcquireRequest::new(Arc::clone(spec), owner(who), ttl),
+        place,
+    )
 }
 
 #[derive(Clone, Debug)]
@@ -118,10 +121,7 @@ impl Case<'_> {
             Op::Acquire { owner, place, meta } => {
                 let mut req = fair(&self.spec, OWNERS[owner], long, place.then_some(long));
                 if meta {
-                    req = FairRequest::new(
-                        acq_meta(&self.spec, OWNERS[owner], "m"),
-                        req.place_ttl,
-                    );
+                    req = FairRequest::new(acq_meta(&self.spec, OWNERS[owner], "m"), req.place_ttl);
                 }
                 let m = self.mem.acquire_fair_now(&req);
                 let r = self.redis.acquire_fair(&req).await;
@@ -237,7 +237,10 @@ async fn places_expire_by_the_server() {
     let long = ttl_ms(LONG);
     let place = Some(ttl_ms(200));
     let got = backend.acquire_fair(&fair(&spec, "a", long, place)).await;
-    assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "{got:?}");
+    assert!(
+        matches!(got, Ok(AcquireOutcome::Acquired { .. })),
+        "{got:?}"
+    );
     for who in ["b", "c"] {
         let got = backend.acquire_fair(&fair(&spec, who, long, place)).await;
         assert!(matches!(got, Ok(AcquireOutcome::Held { .. })), "{got:?}");
@@ -246,7 +249,10 @@ async fn places_expire_by_the_server() {
     assert!(pttl(&mut raw, &queue).await > 0, "the queue expires");
     // a releases; b (the head) has crashed; c keeps heartbeating.
     let released = backend.release_fair(&release(&spec, "a", None)).await;
-    assert_eq!(released.expect("release"), lease_core::ReleaseOutcome::Released);
+    assert_eq!(
+        released.expect("release"),
+        lease_core::ReleaseOutcome::Released
+    );
     let early = backend.acquire_fair(&fair(&spec, "c", long, place)).await;
     assert!(
         matches!(early, Ok(AcquireOutcome::Held { holder: Some(ref h), .. }) if h == "b"),
@@ -307,7 +313,9 @@ async fn a_release_publishes_to_the_next_waiter_only() {
         .expect("a wake within 5 s")
         .expect("a message");
     assert!(
-        second.get_channel_name().ends_with(&wake_key("{fair}", "c")),
+        second
+            .get_channel_name()
+            .ends_with(&wake_key("{fair}", "c")),
         "{}",
         second.get_channel_name()
     );
@@ -324,12 +332,18 @@ async fn bad_keys_and_specs_are_refused() {
     let long = ttl_ms(LONG);
     let [queue, _] = fair_keys(&spec.keys()[0]);
     set(&mut raw, &queue, "x").await;
-    let got = backend.acquire_fair(&fair(&spec, "a", long, Some(long))).await;
+    let got = backend
+        .acquire_fair(&fair(&spec, "a", long, Some(long)))
+        .await;
     assert!(
         matches!(got, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")),
         "{got:?}"
     );
-    assert_eq!(get(&mut raw, &spec.keys()[0]).await, None, "nothing written");
+    assert_eq!(
+        get(&mut raw, &spec.keys()[0]).await,
+        None,
+        "nothing written"
+    );
     del(&mut raw, &queue).await;
     // A spec of two keys is not a fair lock's: refused before any round trip.
     let two = lock(&["{fair}:x", "{fair}:y"], None);

@@ -49,9 +49,9 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lease_core::fair::FairRequest;
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
-use lease_core::fair::FairRequest;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
@@ -312,12 +312,7 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
         self.inner.leave_fair(spec, owner).await
     }
 
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.fair_watch(spec, owner, role)
     }
 }

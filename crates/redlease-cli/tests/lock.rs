@@ -325,7 +325,9 @@ async fn lock_fair_hands_over_in_arrival_order() {
     let job = job_script(d);
     let mut holder = Proc::spawn({
         let mut c = redlease(&url, d);
-        c.args(["lock", "--fair", "{q}", "--"]).arg(&job).arg("holder");
+        c.args(["lock", "--fair", "{q}", "--"])
+            .arg(&job)
+            .arg("holder");
         c
     });
     holder.cleanup_group_from(d.join("holder.pid"));
@@ -340,7 +342,9 @@ async fn lock_fair_hands_over_in_arrival_order() {
         let cmd = format!("echo {tag} $REDLEASE_TOKEN >> order");
         let mut p = Proc::spawn({
             let mut c = redlease(&url, d);
-            c.args(["lock", "--fair", "{q}", "--wait", "30s", "--", "sh", "-c", &cmd]);
+            c.args([
+                "lock", "--fair", "{q}", "--wait", "30s", "--", "sh", "-c", &cmd,
+            ]);
             c
         });
         p.cleanup_group_from(d.join(format!("{tag}.pid")));
@@ -380,7 +384,10 @@ async fn lock_fair_hands_over_in_arrival_order() {
         ["a", "b"],
         "arrival order: {order}"
     );
-    assert!(first < lines[0].1 && lines[0].1 < lines[1].1, "tokens increase: {order}");
+    assert!(
+        first < lines[0].1 && lines[0].1 < lines[1].1,
+        "tokens increase: {order}"
+    );
 
     let out = output({
         let mut c = redlease(&url, d);
@@ -389,5 +396,9 @@ async fn lock_fair_hands_over_in_arrival_order() {
     })
     .await;
     assert_eq!(code(&out), 2, "{}", stderr(&out));
-    assert!(stderr(&out).contains("cannot be used with"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use lease_testkit::redis::RedisServer;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, PermitCount, PermitRequest,
-    ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
-    FairRequest, fair_spec, semaphore_spec,
+    AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, Owner, PermitCount,
+    PermitRequest, ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest,
+    WatchRole, fair_spec, semaphore_spec,
 };
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
@@ -203,12 +203,7 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
         self.count(Method::LeaveFair);
         self.inner.leave_fair(spec, owner).await
     }
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.count(Method::FairWatch);
         self.inner.fair_watch(spec, owner, role)
     }

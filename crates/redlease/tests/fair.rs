@@ -23,7 +23,9 @@ use redlease::core::{
     ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole, fair_keys, fair_spec,
 };
 use redlease::redis::{HealingConnection, RedisBackend};
-use redlease::{BackendError, Fair, LeaseBackend, LockError, LockOptions, Locker, Ttl, async_trait};
+use redlease::{
+    BackendError, Fair, LeaseBackend, LockError, LockOptions, Locker, Ttl, async_trait,
+};
 use tokio::sync::watch;
 
 /// Every await of these tests is bounded by this.
@@ -106,8 +108,16 @@ async fn fifo_across_connections() {
     for t in tasks {
         bounded("a waiter", t).await.expect("task");
     }
-    assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "FIFO across connections");
-    assert_eq!(queued(&server, "{fifo}").await, 0, "nobody left in the queue");
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "FIFO across connections"
+    );
+    assert_eq!(
+        queued(&server, "{fifo}").await,
+        0,
+        "nobody left in the queue"
+    );
 }
 
 #[tokio::test]
@@ -139,7 +149,10 @@ async fn a_crashed_waiter_is_skipped_within_its_bound() {
     let waiter = fair_on(&server, "{crash}").await;
     let wait = tokio::spawn(async move {
         let got = waiter
-            .acquire(ms(10_000), LockOptions::new().retry(linear(50)).wait(ms(20_000)))
+            .acquire(
+                ms(10_000),
+                LockOptions::new().retry(linear(50)).wait(ms(20_000)),
+            )
             .await;
         (got, Instant::now())
     });
@@ -171,10 +184,7 @@ struct Counted {
 
 #[async_trait]
 impl LeaseBackend for Counted {
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-    ) -> Result<AcquireOutcome, BackendError> {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
         self.inner.acquire(req).await
     }
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
@@ -209,12 +219,7 @@ impl LeaseBackend for Counted {
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         self.inner.leave_fair(spec, owner).await
     }
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.fair_watch(spec, owner, role)
     }
 }
@@ -272,8 +277,16 @@ async fn a_release_wakes_the_next_waiter_fast_and_only_it() {
     // Nothing signals an attempt that should not happen: give the others time to make one.
     tokio::time::sleep(ms(300)).await;
     let after: Vec<u32> = counts.iter().map(|c| *c.borrow()).collect();
-    assert_eq!(after[0], before[0] + 1, "the head attempted once: {before:?} -> {after:?}");
-    assert_eq!(&after[1..], &before[1..], "no herd: {before:?} -> {after:?}");
+    assert_eq!(
+        after[0],
+        before[0] + 1,
+        "the head attempted once: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        &after[1..],
+        &before[1..],
+        "no herd: {before:?} -> {after:?}"
+    );
     // And on down the line, each release waking the next.
     release_first.send(()).ok();
     for expected in 1..3 {
@@ -398,10 +411,7 @@ async fn refusals_before_any_round_trip() {
     struct Plain(Backend);
     #[async_trait]
     impl LeaseBackend for Plain {
-        async fn acquire(
-            &self,
-            req: &AcquireRequest,
-        ) -> Result<AcquireOutcome, BackendError> {
+        async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
             self.0.acquire(req).await
         }
         async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {

@@ -256,12 +256,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
 
     /// A watch on the wakes of `owner` as a waiter of the fair lock `spec` (its own channel:
     /// [`crate::fair::wake_key`]), or `None` when this backend has no notices (the default).
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         let _ = (spec, owner, role);
         None
     }
@@ -382,12 +377,7 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         (**self).leave_fair(spec, owner).await
     }
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         (**self).fair_watch(spec, owner, role)
     }
 }

@@ -13,8 +13,8 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
-use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
 use crate::fair::{FairRequest, check_fair_spec, fair_name, wake_key};
+use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
 use crate::semaphore::{
     PermitRequest, PermitWriteOutcome, SemaphoreInfo, check_semaphore_spec, permit_mark_key,
     permits_key,
@@ -389,18 +389,15 @@ impl LeaseBackend for MemoryBackend {
         Ok(outcome)
     }
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
-        let (had, wake) = self.delayed(|s, now| s.leave_fair(spec, owner, now)).await?;
+        let (had, wake) = self
+            .delayed(|s, now| s.leave_fair(spec, owner, now))
+            .await?;
         self.wake_waiter(spec, wake);
         Ok(had)
     }
     /// A waiter's own wake: only the releases and leaves that make it the head of a free
     /// lock notify it.
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         Some(self.watch_key(&wake_key(fair_name(spec), owner.as_str()), role))
     }
     async fn remaining(

@@ -159,10 +159,7 @@ impl Store {
             return Ok((AcquireOutcome::Acquired { token, fence }, None));
         }
         let fence = self.fence_state(spec, now)?;
-        let holder = fair
-            .holder_owner()
-            .or(fair.head())
-            .map(str::to_owned);
+        let holder = fair.holder_owner().or(fair.head()).map(str::to_owned);
         if let Some(place) = req.place_ttl {
             if !fair.places.contains_key(owner) {
                 fair.queue.push(owner.to_owned());

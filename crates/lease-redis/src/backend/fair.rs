@@ -25,7 +25,6 @@ use super::RedisBackend;
 use crate::notify;
 use crate::reply;
 use crate::scripts::{Call, LuaScript};
-use crate::topology::Topology;
 
 /// A fair script: the prelude, the permit helpers, the fair helpers, then its own file.
 macro_rules! fair_script {
@@ -101,21 +100,14 @@ fn keyed(spec: &LeaseSpec) -> Call {
     call
 }
 
-/// The wake channel of `spec`'s waiters without the owner, with its verb: `''` when this
-/// backend does not publish.
+/// The wake channel of `spec`'s waiters without the owner, with its verb (the release
+/// scripts' notice argument for the key `<name>:wake:`): `''` when this backend does not
+/// publish.
 fn notice<C>(backend: &RedisBackend<C>, spec: &LeaseSpec) -> String
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    if !backend.publish {
-        return String::new();
-    }
-    let mut notice = String::from(match backend.topology {
-        Topology::Cluster => "s:",
-        _ => "p:",
-    });
-    notify::push_channel(&mut notice, &wake_key(fair_name(spec), ""), backend.topology);
-    notice
+    backend.notice_arg(&wake_key(fair_name(spec), ""))
 }
 
 pub(super) async fn acquire<C>(
@@ -250,8 +242,14 @@ mod tests {
 
     /// The SHA1 of every composed fair script, pinned (as `scripts.rs` pins the others).
     const PINNED_SHA1: [(&str, &str); 2] = [
-        ("fair_acquire.lua", "cdacaa5a2f3d5c5e6b6ecf9f5d455bf091f256d5"),
-        ("fair_release.lua", "5e31c083caa7cd73f83d73f4f68c98b074c82d77"),
+        (
+            "fair_acquire.lua",
+            "cdacaa5a2f3d5c5e6b6ecf9f5d455bf091f256d5",
+        ),
+        (
+            "fair_release.lua",
+            "5e31c083caa7cd73f83d73f4f68c98b074c82d77",
+        ),
     ];
 
     #[test]

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
+use lease_core::fair::FairRequest;
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
-use lease_core::fair::FairRequest;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
@@ -321,12 +321,7 @@ where
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         fair::leave(self, spec, owner).await
     }
-    fn fair_watch(
-        &self,
-        spec: &LeaseSpec,
-        owner: &Owner,
-        role: WatchRole,
-    ) -> Option<ReleaseWatch> {
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         fair::watch(self, spec, owner, role)
     }
 }
