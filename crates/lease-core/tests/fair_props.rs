@@ -21,7 +21,6 @@
 //! same checker over a lock without the queue rule (the plain lock, which lets a late comer
 //! take a free lock past the head) fails.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,7 +128,6 @@ impl World {
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         self.prune();
         let now = self.clock.now();
-        let head_before = self.head();
         let mut released = false;
         match *op {
             Op::Acquire {
@@ -197,7 +195,7 @@ impl World {
             Op::Advance { ms } => self.clock.advance(Duration::from_millis(ms)),
         }
         if !matches!(op, Op::Advance { .. }) {
-            self.check_wakes(head_before, released)?;
+            self.check_wakes(released)?;
         }
         self.longest_queue = self.longest_queue.max(self.queue.len());
         self.check()
@@ -206,11 +204,7 @@ impl World {
     /// Exactly the head of a free lock is woken, when it is new or the lock was released;
     /// nobody else. (A head made by expiry alone is woken by the next operation that sees
     /// it, or finds the lock at its next heartbeat.)
-    fn check_wakes(
-        &mut self,
-        head_before: Option<usize>,
-        released: bool,
-    ) -> Result<(), TestCaseError> {
+    fn check_wakes(&mut self, released: bool) -> Result<(), TestCaseError> {
         self.prune();
         let woken: Vec<usize> = (0..OWNERS.len())
             .filter(|i| self.watches[*i].take_wake())
@@ -223,7 +217,6 @@ impl World {
         if released && let Some(h) = self.head() {
             prop_assert_eq!(woken, vec![h], "a release must wake the next waiter");
         }
-        let _ = head_before;
         Ok(())
     }
 

@@ -4,9 +4,9 @@
 //! contend on one key for a fixed time: each obtains, holds ~1 ms and releases, then obtains
 //! again. The plain-lock rounds and the fair-lock rounds are interleaved. Reported per build:
 //! acquisitions per second (the handoff rate), script calls and subscription changes per
-//! acquisition and Redis CPU per acquisition (`INFO commandstats`), and each task's
-//! acquisitions: min/max over the tasks of each round (the fairness figure; goal for the fair
-//! lock ≥ 0.9).
+//! acquisition (`INFO commandstats`), the server's CPU per acquisition (`INFO cpu`), and each
+//! task's acquisitions: min/max over the tasks of each round (the fairness figure; goal for
+//! the fair lock ≥ 0.9).
 //!
 //! `cargo bench -p redlease --bench fair`; the report is printed and written to
 //! `target/criterion/redlease-fair.md`. Without `--bench` (as `cargo test --all-targets` runs
@@ -45,13 +45,13 @@ async fn backend(server: &RedisServer) -> Backend {
     RedisBackend::new(conn).with_release_notices(ReleaseNotices::new(client))
 }
 
-/// Script calls (`EVALSHA`, `EVAL`), subscription changes (`SUBSCRIBE`, `UNSUBSCRIBE`) and
-/// the server µs of every command so far (`INFO commandstats`; commands a script runs are
-/// counted by the server too, so only its µs are summed over every command).
+/// Script calls (`EVALSHA`, `EVAL`) and subscription changes (`SUBSCRIBE`, `UNSUBSCRIBE`)
+/// so far (`INFO commandstats`), and the server's CPU time in µs (`INFO cpu`, user + system:
+/// every script, command, publish and connection of the round).
 async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> [u64; 3] {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query_async(conn)
+        .query_async(&mut *conn)
         .await
         .expect("INFO");
     let field = |l: &str, name: &str| {
@@ -71,15 +71,22 @@ async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> [u64; 3] 
             .map(|l| field(l, "calls"))
             .sum::<u64>()
     };
-    let usec = info
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-        .map(|l| field(l, "usec"))
-        .sum();
+    let cpu: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .expect("INFO cpu");
+    let secs = |name: &str| {
+        cpu.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let usec = (secs("used_cpu_user") + secs("used_cpu_sys")) * 1e6;
     [
         calls(&["evalsha", "eval"]),
         calls(&["subscribe", "unsubscribe"]),
-        usec,
+        usec as u64,
     ]
 }
 
@@ -217,7 +224,7 @@ fn main() {
     );
     let _ = writeln!(
         s,
-        "| build | acquisitions/s | script calls/acquisition | (un)subscribes/acquisition | server µs/acquisition | per task min–max per round | min/max per round |"
+        "| build | acquisitions/s | script calls/acquisition | (un)subscribes/acquisition | server CPU µs/acquisition | per task min–max per round | min/max per round |"
     );
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---|");
     for (what, f) in [
