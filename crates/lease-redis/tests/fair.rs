@@ -25,7 +25,7 @@ use lease_core::{AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, Lea
 use lease_redis::{RedisBackend, Topology};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 const OWNERS: [&str; 5] = ["a", "b", "c", "d", "e"];
 
@@ -73,22 +73,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..3).prop_map(|which| Op::LoseKey { which }),
         2 => Just(Op::Queue),
     ]
-}
-
-fn kind(e: &BackendError) -> String {
-    match e {
-        BackendError::Refused(_) => "refused".into(),
-        BackendError::Invalid(_) => "invalid".into(),
-        BackendError::Corrupt { key, .. } => format!("corrupt {key}"),
-        other => format!("other {other}"),
-    }
-}
-
-fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
-    match r {
-        Ok(v) => format!("ok {v:?}"),
-        Err(e) => format!("err {}", kind(e)),
-    }
 }
 
 fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
@@ -197,19 +181,11 @@ impl Case<'_> {
 fn fair_scripts_match_the_memory_backend() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_server, backend, raw) = rt.block_on(setup());
-    let mut runner = TestRunner::new(Config {
-        cases: 64,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = parity_runner(64);
     runner
         .run(&vec(op(), 1..50), |ops| {
             rt.block_on(async {
-                let mut flush = raw.clone();
-                let () = redis::cmd("FLUSHALL")
-                    .query_async(&mut flush)
-                    .await
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                flushall(&raw).await?;
                 let mut case = Case {
                     redis: &backend,
                     raw: raw.clone(),

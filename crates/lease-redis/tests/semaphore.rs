@@ -25,7 +25,7 @@ use lease_core::{
 use lease_redis::{RedisBackend, Topology};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 const OWNERS: [&str; 5] = ["a", "b", "c", "d", "e"];
 const N: u32 = 3;
@@ -63,25 +63,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(|size| Op::LoseKey { size }),
         1 => Just(Op::CorruptCount),
     ]
-}
-
-fn kind(e: &BackendError) -> String {
-    match e {
-        BackendError::Refused(_) => "refused".into(),
-        BackendError::Invalid(_) => "invalid".into(),
-        BackendError::Corrupt { key, .. } => format!("corrupt {key}"),
-        BackendError::PermitsMismatch { stored, asked, .. } => {
-            format!("mismatch {stored} {asked}")
-        }
-        other => format!("other {other}"),
-    }
-}
-
-fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
-    match r {
-        Ok(v) => format!("ok {v:?}"),
-        Err(e) => format!("err {}", kind(e)),
-    }
 }
 
 fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
@@ -180,19 +161,11 @@ impl Case<'_> {
 fn permit_scripts_match_the_memory_backend() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_server, backend, raw) = rt.block_on(setup());
-    let mut runner = TestRunner::new(Config {
-        cases: 64,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = parity_runner(64);
     runner
         .run(&vec(op(), 1..40), |ops| {
             rt.block_on(async {
-                let mut flush = raw.clone();
-                let () = redis::cmd("FLUSHALL")
-                    .query_async(&mut flush)
-                    .await
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                flushall(&raw).await?;
                 let mut case = Case {
                     redis: &backend,
                     raw: raw.clone(),

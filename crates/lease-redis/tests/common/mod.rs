@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOutcome, AcquireRequest, LeaseSpec, Metadata, Owner, ReleaseRequest, RenewRequest,
-    Token, Ttl,
+    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Metadata, Owner, ReleaseRequest,
+    RenewRequest, Token, Ttl,
 };
 use lease_redis::RedisBackend;
 use lease_testkit::redis::RedisServer;
@@ -173,4 +173,43 @@ impl<C: ConnectionLike + Send> ConnectionLike for Counting<C> {
     fn get_db(&self) -> i64 {
         self.inner.get_db()
     }
+}
+
+/// An error as the parity tests compare it: its kind (and what a refusal names), not its text.
+pub fn kind(e: &BackendError) -> String {
+    match e {
+        BackendError::Refused(_) => "refused".into(),
+        BackendError::Invalid(_) => "invalid".into(),
+        BackendError::Corrupt { key, .. } => format!("corrupt {key}"),
+        BackendError::PermitsMismatch { stored, asked, .. } => {
+            format!("mismatch {stored} {asked}")
+        }
+        other => format!("other {other}"),
+    }
+}
+
+/// An outcome as the parity tests compare it ([`kind`] for errors).
+pub fn norm<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> String {
+    match r {
+        Ok(v) => format!("ok {v:?}"),
+        Err(e) => format!("err {}", kind(e)),
+    }
+}
+
+/// The runner of a parity property on a real server: `cases` cases, nothing persisted.
+pub fn parity_runner(cases: u32) -> proptest::test_runner::TestRunner {
+    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })
+}
+
+/// Empties the server before a parity case.
+pub async fn flushall(raw: &Conn) -> Result<(), proptest::test_runner::TestCaseError> {
+    let mut flush = raw.clone();
+    redis::cmd("FLUSHALL")
+        .query_async::<()>(&mut flush)
+        .await
+        .map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))
 }
