@@ -448,7 +448,7 @@ mod tests {
         ),
         (
             "permit_renew_many.lua",
-            "1e257c99c0ee5491e202439c393bac65bdaa5c5b",
+            "f6324bed34ae9ea4ad52b06049b31393d5b188de",
         ),
         (
             "permit_release.lua",
