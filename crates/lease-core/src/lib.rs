@@ -18,6 +18,8 @@
 //! - [`backend`]: the [`LeaseBackend`] trait adapters implement, and its typed outcomes;
 //! - [`semaphore`]: counting semaphores' rule (at most `N` permits, each a lease of its own)
 //!   and [`semaphore::PermitBackend`], the view the lock machines drive permits through;
+//! - [`rwlock`]: read-write locks' rule (shared readers or one writer on one key, the writer
+//!   being the plain lock; writer-preferring) and [`rwlock::SharedBackend`], the readers' view;
 //! - [`notify`]: release notifications: which follower, waiter or observer a release wakes;
 //! - [`preflight`]: what a store discloses about how long its tokens survive;
 //! - [`memory`]: an in-memory backend with a manual clock and fault switches, with the
@@ -58,6 +60,7 @@ pub mod preflight;
 pub mod quorum;
 pub mod retry;
 pub mod rng;
+pub mod rwlock;
 pub mod semaphore;
 pub mod share;
 pub mod time;

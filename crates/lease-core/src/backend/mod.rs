@@ -40,6 +40,7 @@ use crate::config::Ttl;
 use crate::fair::FairRequest;
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
+use crate::rwlock::SharedInfo;
 use crate::semaphore::{PermitRequest, SemaphoreInfo};
 #[cfg(doc)]
 use crate::token::FenceState;
@@ -260,11 +261,65 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let _ = (spec, owner, role);
         None
     }
+
+    /// Refuses, before any round trip, a read-write lock this backend cannot serve: every
+    /// backend without shared (reader) operations (the default, [`BackendError::Unsupported`]),
+    /// and a spec of more than one key. Drivers call it before the first reader is asked for
+    /// (see [`crate::rwlock`]).
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        let _ = spec;
+        Err(unsupported_shared())
+    }
+
+    /// Obtains a shared (reader) hold of the one-key lock `req.spec` for `req.owner` (see
+    /// [`crate::rwlock`] for the rule), or takes the owner's over. The default refuses with
+    /// [`BackendError::Unsupported`].
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_shared())
+    }
+
+    /// Extends `req.owner`'s reader hold if it is still current. The default refuses with
+    /// [`BackendError::Unsupported`].
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_shared())
+    }
+
+    /// Ends `req.owner`'s reader hold; the last reader's release wakes a waiting writer. The
+    /// default refuses with [`BackendError::Unsupported`].
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let _ = req;
+        Err(unsupported_shared())
+    }
+
+    /// The remaining TTL of `owner`'s reader hold, `None` when it holds none. The default
+    /// refuses with [`BackendError::Unsupported`].
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        let _ = (spec, owner);
+        Err(unsupported_shared())
+    }
+
+    /// The lock's writer or readers, whether a writer waits, and the fence counter and mark.
+    /// The default refuses with [`BackendError::Unsupported`].
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        let _ = spec;
+        Err(unsupported_shared())
+    }
 }
 
 /// The default refusal of the fair lock methods of [`LeaseBackend`].
 fn unsupported_fair() -> BackendError {
     BackendError::Unsupported("this backend does not offer fair locks".into())
+}
+
+/// The default refusal of the shared (reader) methods of [`LeaseBackend`].
+fn unsupported_shared() -> BackendError {
+    BackendError::Unsupported("this backend does not offer read-write locks".into())
 }
 
 /// The default refusal of the semaphore methods of [`LeaseBackend`].
@@ -379,6 +434,28 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         (**self).fair_watch(spec, owner, role)
+    }
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        (**self).check_shared(spec)
+    }
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        (**self).acquire_shared(req).await
+    }
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        (**self).renew_shared(req).await
+    }
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        (**self).release_shared(req).await
+    }
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        (**self).shared_remaining(spec, owner).await
+    }
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        (**self).inspect_shared(spec).await
     }
 }
 

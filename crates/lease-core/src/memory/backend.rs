@@ -15,6 +15,7 @@ use crate::backend::{
 };
 use crate::fair::{FairRequest, check_fair_spec, fair_name, wake_key};
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
+use crate::rwlock::{SharedInfo, check_shared_spec};
 use crate::semaphore::{
     PermitRequest, PermitWriteOutcome, SemaphoreInfo, check_semaphore_spec, permit_mark_key,
     permits_key,
@@ -298,6 +299,22 @@ impl MemoryBackend {
     pub fn inspect_semaphore_now(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         self.with(|s, now| s.inspect_semaphore(spec, now))
     }
+    /// [`LeaseBackend::acquire_shared`], applied at once (no delay faults).
+    pub fn acquire_shared_now(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.with(|s, now| s.acquire_shared(req, now))
+    }
+    /// [`LeaseBackend::renew_shared`], applied at once.
+    pub fn renew_shared_now(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.with(|s, now| s.renew_shared(req, now))
+    }
+    /// [`LeaseBackend::release_shared`], applied at once (no release notice).
+    pub fn release_shared_now(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.with(|s, now| s.release_shared(req, now)).map(|(o, _)| o)
+    }
+    /// [`LeaseBackend::inspect_shared`], applied at once.
+    pub fn inspect_shared_now(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        self.with(|s, now| s.inspect_shared(spec, now))
+    }
     /// A fenced batch of writes under `token` against `mark_key`, applied at once.
     pub fn fenced_now(
         &self,
@@ -365,6 +382,38 @@ impl LeaseBackend for MemoryBackend {
     }
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         self.delayed(|s, now| s.inspect_semaphore(spec, now)).await
+    }
+
+    /// Read-write locks as the Redis scripts keep them (see [`crate::rwlock`]).
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        check_shared_spec(spec)
+    }
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.delayed(|s, now| s.acquire_shared(req, now)).await
+    }
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.delayed(|s, now| s.renew_shared(req, now)).await
+    }
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        let outcome = self.delayed(|s, now| s.release_shared(req, now)).await;
+        // The notice goes out only when the last reader left.
+        let notice = match &outcome {
+            Ok((ReleaseOutcome::Released, true)) => Ok(ReleaseOutcome::Released),
+            _ => Ok(ReleaseOutcome::NotHeld),
+        };
+        self.notify_release(&req.spec, &notice);
+        outcome.map(|(o, _)| o)
+    }
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.delayed(|s, now| s.shared_remaining(spec, owner, now))
+            .await
+    }
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        self.delayed(|s, now| s.inspect_shared(spec, now)).await
     }
 
     /// Release notices as Redis gives them (a release wakes one contender of the lease's first

@@ -36,6 +36,7 @@ mod backend;
 mod clock;
 mod fair;
 mod fencer;
+mod rwlock;
 mod semaphore;
 mod store;
 

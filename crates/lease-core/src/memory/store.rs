@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::MemoryWrite;
+use super::rwlock::{current_readers, first_reader};
+use crate::rwlock::writer_retry_within;
 use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseInfo, LeaseSpec, Owner,
     ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
@@ -21,6 +23,13 @@ pub(super) enum Value {
     ZSet(BTreeMap<String, Instant>),
     /// A fair lock's queue: owners in arrival order (a Redis list).
     List(Vec<String>),
+}
+
+/// What a lock key holds (see [`Store::lock_value`]).
+pub(super) enum LockValue {
+    Free,
+    Str(String),
+    Readers(BTreeMap<String, Instant>),
 }
 
 #[derive(Clone, Debug)]
@@ -160,7 +169,24 @@ impl Store {
         }
     }
 
-    fn pttl(&mut self, key: &str, now: Instant) -> Option<Duration> {
+    /// A lock key as the plain lock and the read-write lock see it: free, a writer's (or plain
+    /// lock's) string, or the readers' sorted set (see [`crate::rwlock`]); WRONGTYPE otherwise.
+    pub(super) fn lock_value(&mut self, key: &str, now: Instant) -> Result<LockValue, BackendError> {
+        match self.live(key, now) {
+            None => Ok(LockValue::Free),
+            Some(Entry {
+                value: Value::Str(s),
+                ..
+            }) => Ok(LockValue::Str(s.clone())),
+            Some(Entry {
+                value: Value::ZSet(m),
+                ..
+            }) => Ok(LockValue::Readers(m.clone())),
+            Some(_) => Err(BackendError::Refused(WRONGTYPE.into())),
+        }
+    }
+
+    pub(super) fn pttl(&mut self, key: &str, now: Instant) -> Option<Duration> {
         self.live(key, now)
             .map(|e| e.expires_at.map_or(Duration::MAX, |t| t - now))
     }
@@ -264,16 +290,29 @@ impl Store {
     ) -> Result<AcquireOutcome, BackendError> {
         // Check every key before changing any (all-or-nothing).
         for k in req.spec.keys() {
-            if let Some(v) = self.get_str(k, now)?
-                && !req.owner.matches(&v)
-            {
-                let remaining = self.pttl(k, now);
-                let fence = self.fence_state(&req.spec, now)?;
-                return Ok(AcquireOutcome::Held {
-                    holder: Some(split_stored(&v).0.to_owned()),
-                    remaining,
-                    fence,
-                });
+            match self.lock_value(k, now)? {
+                LockValue::Str(v) if !req.owner.matches(&v) => {
+                    let remaining = self.pttl(k, now);
+                    let fence = self.fence_state(&req.spec, now)?;
+                    return Ok(AcquireOutcome::Held {
+                        holder: Some(split_stored(&v).0.to_owned()),
+                        remaining,
+                        fence,
+                    });
+                }
+                // Readers hold it (see crate::rwlock): held, and a writer waits from now on.
+                LockValue::Readers(m) => {
+                    if let Some(first) = first_reader(&m, now) {
+                        self.mark_writer_waiting(k, m, req.ttl.get(), now);
+                        let fence = self.fence_state(&req.spec, now)?;
+                        return Ok(AcquireOutcome::Held {
+                            holder: None,
+                            remaining: Some(writer_retry_within(first - now, req.ttl.get())),
+                            fence,
+                        });
+                    }
+                }
+                _ => {}
             }
         }
         let (token, fence) = self.mint(&req.spec, req.floor, now)?;
@@ -292,8 +331,8 @@ impl Store {
         now: Instant,
     ) -> Result<bool, BackendError> {
         for k in spec.keys() {
-            match self.get_str(k, now)? {
-                Some(v) if owner.matches(&v) => {}
+            match self.lock_value(k, now)? {
+                LockValue::Str(v) if owner.matches(&v) => {}
                 _ => return Ok(false),
             }
         }
@@ -329,8 +368,8 @@ impl Store {
         }
         let mut all = true;
         for k in req.spec.keys() {
-            match self.get_str(k, now)? {
-                Some(v) if req.owner.matches(&v) => {
+            match self.lock_value(k, now)? {
+                LockValue::Str(v) if req.owner.matches(&v) => {
                     self.entries.remove(k.as_str());
                 }
                 _ => all = false,
@@ -361,13 +400,23 @@ impl Store {
         now: Instant,
     ) -> Result<LeaseInfo, BackendError> {
         let mut info = LeaseInfo::default();
-        if let Some(k) = spec.keys().first()
-            && let Some(v) = self.get_str(k, now)?
-        {
-            let (o, m) = split_stored(&v);
-            info.holder = Some(o.to_owned());
-            info.metadata = Some(m.to_owned());
-            info.remaining = self.pttl(k, now);
+        if let Some(k) = spec.keys().first() {
+            match self.lock_value(k, now)? {
+                LockValue::Str(v) => {
+                    let (o, m) = split_stored(&v);
+                    info.holder = Some(o.to_owned());
+                    info.metadata = Some(m.to_owned());
+                    info.remaining = self.pttl(k, now);
+                }
+                // Read-held: the reader whose hold expires first.
+                LockValue::Readers(m) => {
+                    if let Some((o, e)) = current_readers(&m, now).into_iter().next() {
+                        info.holder = Some(o);
+                        info.remaining = Some(e - now);
+                    }
+                }
+                LockValue::Free => {}
+            }
         }
         if let Some(fk) = spec.fence_key() {
             info.counter = Token::new(self.get_int(fk, now)?).ok();
