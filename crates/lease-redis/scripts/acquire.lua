@@ -16,7 +16,10 @@ NOAUTH; a fenced single-key acquire is exactly 10.)
 
 Every lock key is checked before any key is changed (all-or-nothing). A key holding a value
 whose owner part (the text before the first NUL) differs from ARGV[1] means "held": nothing is
-changed. Otherwise, when fenced, the next token is max(counter, mark, floor) + 1 (the mark and
+changed. A key holding a read-write lock's readers (a sorted set, see prelude.lua) with a
+current reader means "held" too: the writer's mark (WRITER_WAITING) is set to lapse at TIME +
+ttl (never earlier than it did), the key lives at least that long, and nothing else changes;
+a sorted set with no current reader is free (the SET below replaces it). Otherwise, when fenced, the next token is max(counter, mark, floor) + 1 (the mark and
 the floor heal a counter that went back), and under 'clock' at least the server's TIME in µs;
 it is checked against 2^53 before anything is written and stored in counter and mark. The
 epoch key, when absent, is created with TIME in µs. Then every lock key is SET to ARGV[2] with
@@ -26,14 +29,17 @@ Returns
   {1, token, before, epoch}       acquired; token '0' when unfenced; before: max(counter, mark)
                                   before this call; epoch: the fence epoch ('' when unfenced)
   {0, holder, pttl, now, epoch}   held: the holder's owner part, its PTTL in ms (-1: no expiry),
-                                  max(counter, mark) and the epoch ('' when absent)
+                                  max(counter, mark) and the epoch ('' when absent); held by
+                                  readers: holder '', pttl the first reader's remaining ms, at
+                                  most half the TTL (a waiting writer comes back before its
+                                  mark lapses)
 Errors (nothing changed)
   TOKEN_EXHAUSTED ... the next token would exceed 2^53
   CORRUPT <key> ...   the counter or the mark is not a decimal integer in 0..2^53, or the
                       epoch is not a decimal integer (checked before anything is written,
                       whether the lease is free or held)
   ERR ...             the floor is not a decimal integer, or the TTL not in 1..2^53 ms
-  WRONGTYPE ...       a key holds a value that is not a string
+  WRONGTYPE ...       a key holds a value that is neither a string nor a sorted set
 ]]
 local value, ttl = ARGV[1], ttl_ms(ARGV[2])
 if not ttl or not value then return redis.error_reply(BAD_TTL) end
@@ -65,11 +71,29 @@ local function fence_state()
 end
 
 for i = 1, n do
-  local v = redis.call('GET', KEYS[i])
+  local v, readers = lock_get(KEYS[i])
   if v and owner_of(v) ~= owner then
     local now, epoch = fence_state()
     if not now then return epoch end
     return {0, owner_of(v), redis.call('PTTL', KEYS[i]), now, epoch}
+  end
+  if readers then
+    local t = redis.call('TIME')
+    local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local _, first = first_reader(KEYS[i], ms)
+    if first then
+      local counter, epoch = fence_state()
+      if not counter then return epoch end
+      local lapse = ms + tonumber(ttl)
+      local mark = redis.call('ZSCORE', KEYS[i], WRITER_WAITING)
+      if not mark or tonumber(mark) < lapse then
+        redis.call('ZADD', KEYS[i], lapse, WRITER_WAITING)
+      end
+      if redis.call('PTTL', KEYS[i]) < tonumber(ttl) then redis.call('PEXPIRE', KEYS[i], ttl) end
+      local wait = tonumber(first) - ms
+      if wait > math.floor(tonumber(ttl) / 2) then wait = math.floor(tonumber(ttl) / 2) end
+      return {0, '', wait, counter, epoch}
+    end
   end
 end
 

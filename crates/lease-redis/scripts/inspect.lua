@@ -7,7 +7,9 @@ KEYS[4]  fence-epoch key   (optional)
 ARGV     none
 
 Returns {has_value, value, pttl, has_counter, counter, has_mark, mark, epoch}
-  has_value    1 if KEYS[1] exists, else 0 (then value = '' and pttl = -2)
+  has_value    1 if KEYS[1] exists, else 0 (then value = '' and pttl = -2); when it holds a
+               read-write lock's readers, the reader whose hold expires first (its owner
+               and remaining ms), 0 when none is current
   value        the raw stored value (owner, or owner .. "\0" .. metadata)
   pttl         PTTL of KEYS[1] in ms (-1: no expiry)
   has_counter  1 if KEYS[2] exists, else 0; counter is its raw value ('' if absent)
@@ -16,13 +18,18 @@ Returns {has_value, value, pttl, has_counter, counter, has_mark, mark, epoch}
 Raw values are returned as stored, once checked: a counter or mark that is not a decimal
 integer in 0..2^53, or an epoch that is not a decimal integer, is refused by name.
 Errors
-  WRONGTYPE ...  a key holds a value that is not a string
+  WRONGTYPE ...  a key holds a value that is neither a string nor a sorted set, or a fence key not a string
   CORRUPT <key>  the counter, the mark or the epoch holds a value it must not
 ]]
 local out = {0, '', -2, 0, '', 0, '', ''}
-local v = redis.call('GET', KEYS[1])
+local v, readers = lock_get(KEYS[1])
 if v then
   out[1], out[2], out[3] = 1, v, redis.call('PTTL', KEYS[1])
+elseif readers then
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local owner, expiry = first_reader(KEYS[1], ms)
+  if owner then out[1], out[2], out[3] = 1, owner, tonumber(expiry) - ms end
 end
 if #KEYS >= 3 then
   local c = redis.call('GET', KEYS[2])

@@ -69,3 +69,23 @@ local function ttl_ms(s)
   return s
 end
 local BAD_TTL = 'ERR the TTL must be whole milliseconds in 1..2^53'
+-- A read-write lock's readers live in the lock key itself, as a sorted set of owner -> expiry
+-- in ms of the server's clock (see lease-core's rwlock module). WRITER_WAITING is the member
+-- that says a writer waits (a NUL first: no owner contains one).
+local WRITER_WAITING = '\0writer-waiting'
+-- The string at lock key `key` (false when absent), and whether the key holds readers
+-- instead (a sorted set: then the string is false). A key of any other type raises WRONGTYPE,
+-- which aborts the script.
+local function lock_get(key)
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'table' then return v, false end
+  if redis.call('TYPE', key)['ok'] == 'zset' then return false, true end
+  return redis.call('GET', key), false
+end
+-- The owner and expiry (ms) of the current reader at `key` whose hold expires first, or nil:
+-- entries scored above `now` (ms), the writer's mark left out.
+local function first_reader(key, now)
+  local e = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+  if e[1] == WRITER_WAITING then return e[3], e[4] end
+  return e[1], e[2]
+end

@@ -10,7 +10,7 @@ ARGV[4]     term: the token of the term being released (only when KEYS[n+1] is g
 
 When a term is checked and the counter differs from it (a later term of the same owner, or a
 counter that was lost), nothing changes. Otherwise every key whose owner part equals ARGV[1]
-is deleted; keys held by anyone else are left alone. When a key was deleted, the owner is
+is deleted; keys held by anyone else (a read-write lock's readers too) are left alone. When a key was deleted, the owner is
 published on the notice channel with redis.pcall: a refused publish (an ACL without the
 channel) costs the waiters their notice, never the release.
 
@@ -20,7 +20,7 @@ Returns
 Errors
   ERR malformed release  n is not in 1..999999, #KEYS is neither n nor n + 1, or no term
   CORRUPT <key>  the counter is not a decimal integer in 0..2^53; nothing changed
-  WRONGTYPE ...  a key holds a value that is not a string
+  WRONGTYPE ...  a key holds a value that is neither a string nor a sorted set
 ]]
 local owner = ARGV[1]
 local n = string.match(ARGV[2] or '', '^[1-9]%d?%d?%d?%d?%d?$') and tonumber(ARGV[2])
@@ -34,7 +34,7 @@ if #KEYS == n + 1 then
 end
 local all, deleted = 1, false
 for i = 1, n do
-  local v = redis.call('GET', KEYS[i])
+  local v = lock_get(KEYS[i])
   if v and owner_of(v) == owner then
     redis.call('DEL', KEYS[i])
     deleted = true

@@ -15,11 +15,16 @@ never the release).
 
 Returns
   1   the key was ours and is deleted
-  0   not ours (absent, or another owner's); nothing changed
+  0   not ours (absent, another owner's, or a read-write lock's readers); nothing changed
 Errors
-  WRONGTYPE ...  the key holds a value that is not a string
+  WRONGTYPE ...  the key holds a value that is neither a string nor a sorted set
 ]]
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  -- A read-write lock's readers (a sorted set) are not ours; any other type is WRONGTYPE.
+  if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return 0 end
+  return v
+end
 if not v then return 0 end
 local nul = string.find(v, '\0', 1, true)
 if nul then v = string.sub(v, 1, nul - 1) end

@@ -11,8 +11,10 @@ answer never changes another's.
 
 Returns an array, one entry per lease, in order:
   1   renewed
-  0   not held (a key is absent or held by another owner); nothing of it changed
- -1   a key holds a value that is not a string (WRONGTYPE); nothing of it changed
+  0   not held (a key is absent, held by another owner, or by a read-write lock's readers);
+      nothing of it changed
+ -1   a key holds a value that is neither a string nor a sorted set (WRONGTYPE); nothing of
+      it changed
 Errors (nothing changed)
   ERR malformed renewal batch   a key count that is not in 1..999999, a TTL not in 1..2^53 ms,
                                 or counts that do not add up to #KEYS
@@ -33,7 +35,10 @@ for i = 1, #ARGV, 3 do
   local r = 1
   for j = k, k + n - 1 do
     local v = redis.pcall('GET', KEYS[j])
-    if type(v) == 'table' then r = -1 break end
+    if type(v) == 'table' then
+      if redis.call('TYPE', KEYS[j])['ok'] ~= 'zset' then r = -1 break end
+      v = false
+    end
     if not v or owner_of(v) ~= owner then r = 0 break end
   end
   if r == 1 then

@@ -59,7 +59,7 @@ end
 -- under scheme 'clock'; checked against 2^53 before anything is written; then stored in the
 -- counter and the mark, and the epoch created when `epoch` is ''. `before`, `epoch`: what
 -- fence_state read. Returns the token and the epoch, or nil and an error reply (nothing
--- written). Shared by permit_acquire.lua and fair_acquire.lua.
+-- written). Shared by permit_acquire.lua, fair_acquire.lua and rw_acquire.lua.
 local function mint(counter_key, mark_key, epoch_key, scheme, floor_arg, before, epoch)
   local floor = canon(floor_arg)
   if not floor then return nil, redis.error_reply(NOT_AN_INTEGER) end

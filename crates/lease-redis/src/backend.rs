@@ -25,6 +25,7 @@ use lease_core::{Fencing, LeaseBackend};
 
 mod fair;
 mod lease;
+mod rwlock;
 mod semaphore;
 
 /// The default clock-drift factor of a Redis lease's local validity (1 %, plus 2 ms), as
@@ -218,6 +219,9 @@ where
                 self.native.disable();
                 Ok(None)
             }
+            // A key of another type (a read-write lock's readers): nothing ran; the script
+            // decides (not held).
+            Some(Err(e)) if e.code() == Some("WRONGTYPE") => Ok(None),
             Some(Err(e)) => Err(crate::error::backend_error(e)),
             other => Err(BackendError::Protocol(format!(
                 "unexpected reply to a native release: {other:?}"
@@ -255,6 +259,9 @@ where
                 self.native.disable();
                 Ok(None)
             }
+            // A key of another type (a read-write lock's readers): nothing ran; the script
+            // decides (not held).
+            Err(e) if e.code() == Some("WRONGTYPE") => Ok(None),
             Err(e) => Err(crate::error::backend_error(e)),
             Ok(other) => Err(BackendError::Protocol(format!(
                 "unexpected reply to a native renewal: {other:?}"

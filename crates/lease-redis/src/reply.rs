@@ -122,7 +122,9 @@ pub(crate) fn acquire(v: &Value, fenced: bool) -> Result<AcquireOutcome, Backend
             })
         }
         [ok, holder, ttl, counter, epoch] if !flag(W, ok)? => Ok(AcquireOutcome::Held {
-            holder: Some(String::from_utf8_lossy(bytes(W, holder)?).into_owned()),
+            // '' is no owner (owners are never empty): held by a read-write lock's readers.
+            holder: Some(String::from_utf8_lossy(bytes(W, holder)?).into_owned())
+                .filter(|h| !h.is_empty()),
             remaining: pttl(W, ttl)?,
             fence: FenceState::new(token_text(W, counter)?, epoch_text(W, epoch)?),
         }),

@@ -346,21 +346,21 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 12] = [
-        ("acquire.lua", "cd8855c3066caf5de36895847eec27cb48ffeb5a"),
-        ("renew.lua", "84e98b29f19a5b6414b1d5542350e58c7d0fdb2d"),
-        ("renew_many.lua", "0ffcddf98053d105969b9cfbf6cc9044e8beb92c"),
-        ("release.lua", "4e83bc59d23aa274c84b6319ac6e86a771cd5881"),
-        ("pttl.lua", "0e14cd3bef528d8f9b80d0e78775e5477c6eb974"),
-        ("inspect.lua", "8996c78be4836524b04469a4b094affaf8eb7ced"),
-        ("raise.lua", "915a5c087c6ac0dcd129a39a430166e00202a957"),
-        ("fence_set.lua", "adfe545754e84e44809b87b09d9edb462636fdd0"),
-        ("fence_hset.lua", "d1bad737b18732cd471a1ec13e81933aa50f5dd0"),
-        ("fence_del.lua", "a98e7c6552b98db4ba557bb0100acf41bb2515ab"),
+        ("acquire.lua", "a06d4295a1e0fb630a3034852221fa179402fc36"),
+        ("renew.lua", "a6f6d4de7bdf1aafe072514fc231846e5dbc1411"),
+        ("renew_many.lua", "ce064ee7a396a83626cb57b65576bd082965a680"),
+        ("release.lua", "a46b6084bf4b850208d8d4d5eea28d27c09c3a0f"),
+        ("pttl.lua", "0ccc6326c8c85aa70157f664b9edcab23a5c7f86"),
+        ("inspect.lua", "79af5a6005221c246d718d61b94a7f40ce55d5e6"),
+        ("raise.lua", "100d3a57c48f2dc208f171e75266901283eed438"),
+        ("fence_set.lua", "261da835354bf7c8a611d66660334edec4a4f556"),
+        ("fence_hset.lua", "7f5179ad1f4f10ecb15d381d24e051b69b94056d"),
+        ("fence_del.lua", "3117be7864bbda4b55eb68a6c5a4ed0ea431a96f"),
         (
             "fence_multi.lua",
-            "9f89420572fbc446bacecac304cce2e90e2d6361",
+            "c061847b2e11fadb0a6b04ec69ab799f17fad693",
         ),
-        ("fence_eval.lua", "f670c4705215927aab83d5a56f3bef464ce608a1"),
+        ("fence_eval.lua", "27681a6c5caf60db8ffd59c65a6d6ac961c2ba49"),
     ];
 
     /// Every composed script, by file name.
@@ -427,7 +427,7 @@ mod tests {
         assert!(!RELEASE_ONE.contains("tostring("));
         assert_eq!(
             redis::Script::new(RELEASE_ONE).get_hash(),
-            "ce0cd32e94f48b7c1fa46a2826142b6d2688ab19",
+            "74316c5fa5a289bca8c7b111392fc0e257301374",
             "release_one.lua changed: check, then re-pin"
         );
     }

@@ -9,6 +9,7 @@ use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_ea
 use lease_core::fair::FairRequest;
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
+use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
@@ -25,7 +26,7 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 
-use super::{RedisBackend, fair, semaphore};
+use super::{RedisBackend, fair, rwlock, semaphore};
 
 #[async_trait]
 impl<C> LeaseBackend for RedisBackend<C>
@@ -323,6 +324,30 @@ where
     }
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         fair::watch(self, spec, owner, role)
+    }
+
+    // Read-write locks' readers: the rw_*.lua scripts, in `backend/rwlock.rs`.
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        rwlock::check(self, spec)
+    }
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        rwlock::acquire(self, req).await
+    }
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        rwlock::renew(self, req).await
+    }
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        rwlock::release(self, req).await
+    }
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        rwlock::remaining(self, spec, owner).await
+    }
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        rwlock::inspect(self, spec).await
     }
 }
 

@@ -28,7 +28,8 @@ use crate::reply;
 use crate::scripts::{Call, LuaScript};
 use crate::topology::Topology;
 
-/// A permit script: the prelude, the permit helpers, then the script's own file.
+/// A permit script: the prelude, the permit helpers, then the script's own file (the
+/// read-write lock's scripts are composed the same way, in `rwlock.rs`).
 macro_rules! permit_script {
     ($file:literal) => {
         concat!(
@@ -38,6 +39,7 @@ macro_rules! permit_script {
         )
     };
 }
+pub(super) use permit_script;
 
 /// `permit_acquire.lua`: obtain or take over one permit, minting a token when fenced.
 pub(crate) const PERMIT_ACQUIRE: &str = permit_script!("permit_acquire.lua");
@@ -75,11 +77,11 @@ static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("permit_ptt
 static S_INSPECT: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new("permit_inspect", PERMIT_INSPECT));
 
-fn protocol(what: &str, v: &Value) -> BackendError {
+pub(super) fn protocol(what: &str, v: &Value) -> BackendError {
     BackendError::Protocol(format!("{what}: unexpected reply {v:?}"))
 }
 
-fn text<'a>(what: &str, v: &'a Value) -> Result<&'a str, BackendError> {
+pub(super) fn text<'a>(what: &str, v: &'a Value) -> Result<&'a str, BackendError> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).map_err(|_| protocol(what, v)),
         Value::SimpleString(s) => Ok(s),
@@ -87,14 +89,14 @@ fn text<'a>(what: &str, v: &'a Value) -> Result<&'a str, BackendError> {
     }
 }
 
-fn int(what: &str, v: &Value) -> Result<i64, BackendError> {
+pub(super) fn int(what: &str, v: &Value) -> Result<i64, BackendError> {
     match v {
         Value::Int(i) => Ok(*i),
         other => Err(protocol(what, other)),
     }
 }
 
-fn millis(what: &str, v: &Value) -> Result<Duration, BackendError> {
+pub(super) fn millis(what: &str, v: &Value) -> Result<Duration, BackendError> {
     let ms = int(what, v)?;
     u64::try_from(ms)
         .map(Duration::from_millis)
@@ -136,7 +138,7 @@ fn acquire_reply(
     }
 }
 
-fn flag_reply(what: &str, v: &Value) -> Result<bool, BackendError> {
+pub(super) fn flag_reply(what: &str, v: &Value) -> Result<bool, BackendError> {
     match int(what, v)? {
         0 => Ok(false),
         1 => Ok(true),
@@ -144,7 +146,7 @@ fn flag_reply(what: &str, v: &Value) -> Result<bool, BackendError> {
     }
 }
 
-fn token_reply(what: &str, v: &Value) -> Result<Option<Token>, BackendError> {
+pub(super) fn token_reply(what: &str, v: &Value) -> Result<Option<Token>, BackendError> {
     let n = text(what, v)?
         .parse::<u64>()
         .map_err(|_| protocol(what, v))?;
@@ -208,7 +210,7 @@ where
 }
 
 /// The semaphore's keys, then its fence keys when fenced.
-fn keyed(spec: &LeaseSpec, fence_keys: usize) -> Call {
+pub(super) fn keyed(spec: &LeaseSpec, fence_keys: usize) -> Call {
     let mut call = Call::new();
     for k in spec.keys() {
         call.key(k);

@@ -1,0 +1,269 @@
+//! Read-write locks on Redis: the readers' `rw_*.lua` scripts, each composed at compile time
+//! like the permit scripts (`prelude.lua`, then `semaphore.lua`'s helpers: the server's clock
+//! in ms, `settle`, the fence state and `mint`, then the script's own file), and the
+//! [`RedisBackend`] side of the shared methods of [`LeaseBackend`](lease_core::LeaseBackend).
+//! The writer is the plain lock: `acquire.lua` and the other plain scripts treat a key holding
+//! readers as the rule says. The rule is `lease_core::rwlock`'s; the in-memory backend is its
+//! executable specification (`tests/rwlock.rs` compares them on a real server).
+//!
+//! One key, so on Redis Cluster only the fence keys must share its slot (the precheck of any
+//! fenced lock).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lease_core::rwlock::{SharedInfo, check_shared_spec};
+use lease_core::semaphore::PermitHolder;
+use lease_core::{
+    AcquireOutcome, AcquireRequest, BackendError, FenceMark, LeaseSpec, Owner, ReleaseOutcome,
+    ReleaseRequest, RenewOutcome, RenewRequest, Token, TokenScheme,
+};
+use redis::Value;
+use redis::aio::ConnectionLike;
+
+use super::RedisBackend;
+use super::semaphore::{
+    flag_reply, int, keyed, millis, permit_script, protocol, text, token_reply,
+};
+use crate::reply;
+use crate::scripts::LuaScript;
+
+/// `rw_acquire.lua`: obtain or take over a reader's hold, minting a token when fenced.
+pub(crate) const RW_ACQUIRE: &str = permit_script!("rw_acquire.lua");
+/// `rw_renew.lua`: extend a reader's current hold.
+pub(crate) const RW_RENEW: &str = permit_script!("rw_renew.lua");
+/// `rw_release.lua`: end a reader's hold; the last reader publishes the release notice.
+pub(crate) const RW_RELEASE: &str = permit_script!("rw_release.lua");
+/// `rw_pttl.lua`: the remaining TTL of a reader's hold.
+pub(crate) const RW_PTTL: &str = permit_script!("rw_pttl.lua");
+/// `rw_inspect.lua`: the writer or the readers, the writer's mark, the counter and the mark.
+pub(crate) const RW_INSPECT: &str = permit_script!("rw_inspect.lua");
+
+/// Every read-write lock script, by file name.
+#[cfg(test)]
+pub(crate) const ALL: [(&str, &str); 5] = [
+    ("rw_acquire.lua", RW_ACQUIRE),
+    ("rw_renew.lua", RW_RENEW),
+    ("rw_release.lua", RW_RELEASE),
+    ("rw_pttl.lua", RW_PTTL),
+    ("rw_inspect.lua", RW_INSPECT),
+];
+
+static S_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_acquire", RW_ACQUIRE));
+static S_RENEW: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_renew", RW_RENEW));
+static S_RELEASE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_release", RW_RELEASE));
+static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_pttl", RW_PTTL));
+static S_INSPECT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_inspect", RW_INSPECT));
+
+/// The checks every shared operation makes before its round trip: one key, and on Redis
+/// Cluster the fence keys in its slot.
+fn precheck<C>(
+    backend: &RedisBackend<C>,
+    op: &'static str,
+    spec: &LeaseSpec,
+) -> Result<(), BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    check_shared_spec(spec)?;
+    backend.precheck(op, spec)
+}
+
+/// [`LeaseBackend::check_shared`](lease_core::LeaseBackend::check_shared).
+pub(super) fn check<C>(backend: &RedisBackend<C>, spec: &LeaseSpec) -> Result<(), BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "check_shared", spec)
+}
+
+pub(super) async fn acquire<C>(
+    backend: &RedisBackend<C>,
+    req: &AcquireRequest,
+) -> Result<AcquireOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let spec = &*req.spec;
+    precheck(backend, "acquire_shared", spec)?;
+    let fenced = spec.fence_key().is_some();
+    let mut call = keyed(spec, 3);
+    call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+    if fenced {
+        let scheme = match backend.scheme {
+            TokenScheme::Counter => "counter",
+            _ => "clock",
+        };
+        call.arg(format!("{scheme}:{}", req.floor.map_or(0, Token::get)));
+    }
+    let mut conn = backend.lane().await;
+    let v = call.run(&mut conn, &S_ACQUIRE).await?;
+    let outcome = reply::acquire(&v, fenced)?;
+    if matches!(outcome, AcquireOutcome::Acquired { .. }) {
+        backend.acknowledge(&mut conn).await?;
+    }
+    Ok(outcome)
+}
+
+pub(super) async fn renew<C>(
+    backend: &RedisBackend<C>,
+    req: &RenewRequest,
+) -> Result<RenewOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "renew_shared", &req.spec)?;
+    let mut call = keyed(&req.spec, 0);
+    call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+    let mut conn = backend.lane().await;
+    let v = call.run(&mut conn, &S_RENEW).await?;
+    if flag_reply("rw_renew", &v)? {
+        backend.acknowledge(&mut conn).await?;
+        Ok(RenewOutcome::Renewed)
+    } else {
+        Ok(RenewOutcome::NotHeld)
+    }
+}
+
+pub(super) async fn release<C>(
+    backend: &RedisBackend<C>,
+    req: &ReleaseRequest,
+) -> Result<ReleaseOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let spec = &*req.spec;
+    precheck(backend, "release_shared", spec)?;
+    let mut call = keyed(spec, 0);
+    call.arg(req.owner.as_str());
+    call.arg(spec.keys().first().map_or_else(String::new, |k| backend.notice_arg(k)));
+    let mut conn = backend.conn.clone();
+    let v = call.run(&mut conn, &S_RELEASE).await?;
+    Ok(if flag_reply("rw_release", &v)? {
+        ReleaseOutcome::Released
+    } else {
+        ReleaseOutcome::NotHeld
+    })
+}
+
+pub(super) async fn remaining<C>(
+    backend: &RedisBackend<C>,
+    spec: &LeaseSpec,
+    owner: &Owner,
+) -> Result<Option<Duration>, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "shared_remaining", spec)?;
+    let mut call = keyed(spec, 0);
+    call.arg(owner.as_str());
+    let mut conn = backend.conn.clone();
+    let v = call.run(&mut conn, &S_PTTL).await?;
+    const W: &str = "rw_pttl";
+    match &v {
+        Value::Array(a) => match a.as_slice() {
+            [held, ms] if flag_reply(W, held)? => Ok(Some(millis(W, ms)?)),
+            [held] if !flag_reply(W, held)? => Ok(None),
+            _ => Err(protocol(W, &v)),
+        },
+        other => Err(protocol(W, other)),
+    }
+}
+
+fn inspect_reply(v: &Value) -> Result<SharedInfo, BackendError> {
+    const W: &str = "rw_inspect";
+    let Value::Array(a) = v else {
+        return Err(protocol(W, v));
+    };
+    let [writer, writer_ms, readers, waiting, counter, mark] = a.as_slice() else {
+        return Err(protocol(W, v));
+    };
+    let mut info = SharedInfo::default();
+    let writer = text(W, writer)?;
+    if !writer.is_empty() {
+        // -1: a writer's key without expiry (never ours).
+        let remaining = match int(W, writer_ms)? {
+            -1 => Duration::MAX,
+            _ => millis(W, writer_ms)?,
+        };
+        info.writer = Some(PermitHolder::new(writer, remaining));
+    }
+    let readers = match readers {
+        Value::Array(r) => r.as_slice(),
+        other => return Err(protocol(W, other)),
+    };
+    for pair in readers.chunks(2) {
+        let [owner, ms] = pair else {
+            return Err(protocol(W, v));
+        };
+        info.readers
+            .push(PermitHolder::new(text(W, owner)?, millis(W, ms)?));
+    }
+    if int(W, waiting)? >= 0 {
+        info.writer_waiting = Some(millis(W, waiting)?);
+    }
+    info.counter = token_reply(W, counter)?;
+    info.mark = token_reply(W, mark)?.map_or(FenceMark::NONE, FenceMark::at);
+    Ok(info)
+}
+
+pub(super) async fn inspect<C>(
+    backend: &RedisBackend<C>,
+    spec: &LeaseSpec,
+) -> Result<SharedInfo, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    precheck(backend, "inspect_shared", spec)?;
+    let call = keyed(spec, 2);
+    let mut conn = backend.conn.clone();
+    let v = call.run(&mut conn, &S_INSPECT).await?;
+    inspect_reply(&v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SHA1 of every composed read-write lock script, pinned (as `scripts.rs` pins the
+    /// others): a change to the prelude, `semaphore.lua` or a script's own file must be
+    /// deliberate.
+    const PINNED_SHA1: [(&str, &str); 5] = [
+        ("rw_acquire.lua", "9ab0a41a46f798c1a7d2c26d8ab01606ceed4158"),
+        ("rw_renew.lua", "91a1653dc86948f18e8c0d52a887a5c26c547ae8"),
+        ("rw_release.lua", "33ad11eaa384e5c8bdd498b7eabef55c5cafb04e"),
+        ("rw_pttl.lua", "3872619f6169dc34fe970c2f59c633a7d526d094"),
+        ("rw_inspect.lua", "b0e3a19fb02da2200d77c55bfc7887e3827dc18a"),
+    ];
+
+    #[test]
+    fn every_rw_script_is_pinned() {
+        for ((file, code), (pinned_file, sha)) in ALL.iter().zip(PINNED_SHA1) {
+            assert_eq!(*file, pinned_file);
+            let hash = redis::Script::new(code).get_hash().to_owned();
+            assert_eq!(hash, sha, "{file}: re-pin deliberately");
+        }
+    }
+
+    #[test]
+    fn an_inspect_reply_is_typed() {
+        let s = |x: &str| Value::BulkString(x.as_bytes().to_vec());
+        let v = Value::Array(vec![
+            s(""),
+            Value::Int(-2),
+            Value::Array(vec![s("r1"), Value::Int(5), s("r2"), Value::Int(9)]),
+            Value::Int(7),
+            s("3"),
+            s("2"),
+        ]);
+        let info = inspect_reply(&v).expect("a reply");
+        assert_eq!(info.writer, None);
+        assert_eq!(info.readers.len(), 2);
+        assert_eq!(info.writer_waiting, Some(Duration::from_millis(7)));
+        let garbage = Value::Array(vec![s("w"), Value::Int(-5)]);
+        assert!(matches!(
+            inspect_reply(&garbage),
+            Err(BackendError::Protocol(_))
+        ));
+    }
+}
