@@ -311,6 +311,20 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
         ))
     }
 
+    /// Refused: readers are not built for a quorum. Exclusion itself would follow from
+    /// intersecting majorities, as a lock's does, but the round's fenced-token raise
+    /// (`raise.lua`) and its cleanup are a lock's, judged on a writer's string, and a reader's
+    /// hold would need its own; a waiting writer's mark on independent nodes lapses on
+    /// independent clocks. The shared operations keep the trait's refusing defaults.
+    fn check_shared(&self, _spec: &LeaseSpec) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "Redlock offers no read-write locks: the quorum round's token raise and cleanup are \
+             a lock's, not a reader's; use one Redis primary (with replicas and WAIT) for \
+             read-write locks"
+                .into(),
+        ))
+    }
+
     /// A watch fed by every node's notices (each node's backend needs its own subscriber, as
     /// [`Node::connect`](crate::Node::connect) gives it); see [`crate::notify`].
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {

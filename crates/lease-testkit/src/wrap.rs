@@ -8,10 +8,11 @@
 //! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`,
 //! `check_semaphore`), `preflight` and the semaphore's permit methods (`acquire_permit`,
 //! `renew_permit`, `renew_permit_many`, `release_permit`, `permit_remaining`,
-//! `inspect_semaphore`) are forwarded
-//! without hooks: release notices reach a waiter behind the wrapper as they would without it,
-//! and a semaphore works behind it. So are the fair lock's methods (`check_fair`,
-//! `acquire_fair`, `release_fair`, `leave_fair`, `fair_watch`).
+//! `inspect_semaphore`) and a read-write lock's shared methods (`check_shared`,
+//! `acquire_shared`, `renew_shared`, `release_shared`, `shared_remaining`, `inspect_shared`)
+//! are forwarded without hooks: release notices reach a waiter behind the wrapper as they
+//! would without it, and a semaphore or a reader works behind it. So are the fair lock's
+//! methods (`check_fair`, `acquire_fair`, `release_fair`, `leave_fair`, `fair_watch`).
 //!
 //! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
 //! it in one round trip still does; the hooks see each renewal in it as a [`Call::Renew`]:
@@ -52,6 +53,7 @@ use async_trait::async_trait;
 use lease_core::fair::FairRequest;
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
+use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
@@ -314,6 +316,34 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.fair_watch(spec, owner, role)
+    }
+
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_shared(spec)
+    }
+
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.inner.acquire_shared(req).await
+    }
+
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.inner.renew_shared(req).await
+    }
+
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.inner.release_shared(req).await
+    }
+
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.inner.shared_remaining(spec, owner).await
+    }
+
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        self.inner.inspect_shared(spec).await
     }
 }
 

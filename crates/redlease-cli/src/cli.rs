@@ -271,6 +271,12 @@ pub(crate) struct LockArgs {
     /// <KEY>:fence). Every holder of KEY must use --fair (a plain `lock` barges past the queue)
     #[arg(long, env = "REDLEASE_LOCK_FAIR", conflicts_with = "permits")]
     pub(crate) fair: bool,
+    /// A reader's hold instead of the lock: any number of `--shared` holders of KEY at once,
+    /// none beside a plain `lock` of KEY, the writer (like `flock -s` beside `flock -x`).
+    /// Writer-preferring. Always fenced (counter <KEY>:fence, REDLEASE_TOKEN); give writers
+    /// --fence to order their tokens against readers'
+    #[arg(long, env = "REDLEASE_LOCK_SHARED", conflicts_with = "permits")]
+    pub(crate) shared: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]

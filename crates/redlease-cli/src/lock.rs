@@ -43,7 +43,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         .map_err(|e| Failure::config(&e))?;
     options = options.retry(retry).wait(args.wait);
     let fence_key = format!("{}:fence", args.key);
-    if args.fence {
+    if args.fence || args.shared {
         options = options.fence_key(fence_key.clone());
     }
     // Refuse bad input before connecting.
@@ -105,6 +105,7 @@ async fn lock_on<B: LeaseBackend + 'static>(
     let what = match args.permits {
         Some(n) => format!("a permit of semaphore {:?} ({n} permits", args.key),
         None if args.fair => format!("fair lock {:?} (", args.key),
+        None if args.shared => format!("a shared hold of lock {:?} (", args.key),
         None => format!("lock {:?} (", args.key),
     };
     progress.event(
@@ -130,6 +131,14 @@ async fn lock_on<B: LeaseBackend + 'static>(
             let fair = locker.fair(args.key.clone()).map_err(failed)?;
             let obtained = tokio::select! {
                 r = fair.acquire(args.ttl, options) => r,
+                () = held.signals.stop.cancelled() => return Ok(128 + held.signals.signo()),
+            };
+            hold(ctx, args, obtained.map_err(failed)?, held).await
+        }
+        None if args.shared => {
+            let readers = locker.shared(args.key.clone()).map_err(failed)?;
+            let obtained = tokio::select! {
+                r = readers.acquire(args.ttl, options) => r,
                 () = held.signals.stop.cancelled() => return Ok(128 + held.signals.signo()),
             };
             hold(ctx, args, obtained.map_err(failed)?, held).await
@@ -185,6 +194,10 @@ async fn hold<B: LeaseBackend + 'static>(
                 "obtained a permit of semaphore {:?} ({n} permits) with fencing token {t}",
                 args.key
             ),
+            (Some(t), None) if args.shared => format!(
+                "obtained a shared hold of lock {:?} with fencing token {t}",
+                args.key
+            ),
             (Some(t), None) => format!("obtained lock {:?} with fencing token {t}", args.key),
             (None, _) => format!("obtained lock {:?}", args.key),
         },
@@ -200,6 +213,9 @@ async fn hold<B: LeaseBackend + 'static>(
     ];
     if let Some(n) = args.permits {
         env.push(("REDLEASE_LOCK_PERMITS", n.to_string()));
+    }
+    if args.shared {
+        env.push(("REDLEASE_LOCK_SHARED", "1".to_owned()));
     }
     if let Some(t) = token {
         env.push(("REDLEASE_TOKEN", t.to_string()));
@@ -388,10 +404,17 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
             "no permit of semaphore {:?} obtained {within}: all {n} permits held",
             args.key
         ),
+        None if args.shared => format!(
+            "no shared hold of lock {:?} obtained {within}: {}",
+            args.key,
+            holder
+                .as_deref()
+                .map_or("a writer waits".to_owned(), |h| format!("held by writer {h}"))
+        ),
         None => format!(
             "lock {:?} not obtained {within}: held by {}",
             args.key,
-            holder.as_deref().unwrap_or("another owner")
+            holder.as_deref().unwrap_or("readers or another owner")
         ),
     };
     Some(Failure::new(exit::NOT_OBTAINED, message))

@@ -133,6 +133,28 @@
 //! # let _ = token;
 //! # Ok(()) }
 //! ```
+//!
+//! # Read-write locks
+//!
+//! Readers share a key; the writer is the plain lock of the same key (`flock -s` / `-x`).
+//! Writer-preferring: a waiting writer is not starved by a stream of readers.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use redlease::{LockOptions, Locker};
+//!
+//! let locker = Locker::new(redlease::redis::connect("redis://127.0.0.1/").await?);
+//! let ttl = Duration::from_secs(30);
+//! // Readers and the writer name one fence key: their tokens come from one counter.
+//! let opts = || LockOptions::new().fence_key("{report}:fence").wait(Duration::from_secs(60));
+//! let reader = locker.shared("{report}")?.acquire(ttl, opts()).await?;
+//! // ... read, beside other readers ...
+//! reader.release().await?; // the last reader's release wakes a waiting writer
+//! let writer = locker.obtain("{report}", ttl, opts()).await?; // excludes every reader
+//! writer.release().await?;
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature show a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -166,6 +188,9 @@ pub use lease_core::semaphore::{
 pub use lease_tokio::{Permit, Semaphore};
 // Fair locks (FIFO across processes; each hold a lock with its own fencing token).
 pub use lease_tokio::{Fair, FairLock};
+// Read-write locks (shared readers, or one writer: the plain lock of the same key).
+pub use lease_core::rwlock::SharedInfo;
+pub use lease_tokio::{ReadGuard, ReadLock};
 
 // Fencing tokens and fenced resources.
 pub use lease_core::{
@@ -255,6 +280,8 @@ pub mod core {
         FairBackend, FairPlan, FairRequest, PLACE_HEARTBEATS, fair_keys, fair_spec, place_ttl,
         wake_key,
     };
+    // Read-write locks: the readers' view the lock machines drive reader holds through.
+    pub use lease_core::rwlock::{SharedBackend, WRITER_WAITING, check_shared_spec};
     // The store's preflight report.
     pub use lease_core::preflight::{
         CLOCK_SKEW_LIMIT, ClockSkew, Eviction, Persistence, Replication, ServerInfo, Setting,

@@ -20,7 +20,7 @@ use redlease::core::{
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
     BackendError, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy, SemaphoreInfo,
-    StoreReport, Token, Ttl, async_trait,
+    SharedInfo, StoreReport, Token, Ttl, async_trait,
 };
 
 /// Every bound on a wait in this file: far below the 20 s poll of the waiter.
@@ -51,11 +51,17 @@ enum Method {
     ReleaseFair,
     LeaveFair,
     FairWatch,
+    CheckShared,
+    AcquireShared,
+    RenewShared,
+    ReleaseShared,
+    SharedRemaining,
+    InspectShared,
     Fencer,
 }
 
 impl Method {
-    const ALL: [Method; 23] = [
+    const ALL: [Method; 29] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -78,6 +84,12 @@ impl Method {
         Method::ReleaseFair,
         Method::LeaveFair,
         Method::FairWatch,
+        Method::CheckShared,
+        Method::AcquireShared,
+        Method::RenewShared,
+        Method::ReleaseShared,
+        Method::SharedRemaining,
+        Method::InspectShared,
         Method::Fencer,
     ];
 }
@@ -206,6 +218,34 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.count(Method::FairWatch);
         self.inner.fair_watch(spec, owner, role)
+    }
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.count(Method::CheckShared);
+        self.inner.check_shared(spec)
+    }
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.count(Method::AcquireShared);
+        self.inner.acquire_shared(req).await
+    }
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.count(Method::RenewShared);
+        self.inner.renew_shared(req).await
+    }
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.count(Method::ReleaseShared);
+        self.inner.release_shared(req).await
+    }
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.count(Method::SharedRemaining);
+        self.inner.shared_remaining(spec, owner).await
+    }
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        self.count(Method::InspectShared);
+        self.inner.inspect_shared(spec).await
     }
 }
 
@@ -376,6 +416,40 @@ async fn every_method_reaches_the_wrapped_backend() {
     let released = bounded(
         "release_fair",
         backend.release_fair(&ReleaseRequest::new(fair.clone(), owner.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(released, ReleaseOutcome::Released);
+
+    // A reader through the wrapper: every shared method reaches the Redis backend, which has
+    // the readers' scripts (the defaults would refuse with `Unsupported`).
+    let rw = Arc::new(LeaseSpec::lock(["f:rw"], Some("f:rw:fence".into())).unwrap());
+    backend.check_shared(&rw).unwrap();
+    let got = bounded(
+        "acquire_shared",
+        backend.acquire_shared(&AcquireRequest::new(rw.clone(), owner.clone(), ttl)),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(got, AcquireOutcome::Acquired { .. }), "{got:?}");
+    let renewed = bounded(
+        "renew_shared",
+        backend.renew_shared(&RenewRequest::new(rw.clone(), owner.clone(), ttl)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(renewed, RenewOutcome::Renewed);
+    let left = bounded("shared_remaining", backend.shared_remaining(&rw, &owner))
+        .await
+        .unwrap();
+    assert!(left.is_some());
+    let info: SharedInfo = bounded("inspect_shared", backend.inspect_shared(&rw))
+        .await
+        .unwrap();
+    assert_eq!(info.readers.len(), 1);
+    let released = bounded(
+        "release_shared",
+        backend.release_shared(&ReleaseRequest::new(rw.clone(), owner.clone())),
     )
     .await
     .unwrap();

@@ -222,6 +222,34 @@ impl LockOptions {
         let obtain = options.plan(spec.keys().iter().cloned(), ttl, fresh_token)?;
         Ok(crate::fair::FairPlan { obtain, place_ttl })
     }
+
+    /// Validates an obtain of a reader's hold of the read-write lock on `key` for `ttl` (see
+    /// [`crate::rwlock`]): one key, fenced by [`fence_key`](Self::fence_key) when given (give
+    /// the writers the same one: readers' and writers' tokens come from one counter). Readers
+    /// store no metadata: [`metadata`](Self::metadata) is refused. Every other option means
+    /// what it means for a lock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::lock::LockOptions;
+    /// let plan = LockOptions::new().fence_key("doc:fence").plan_shared("doc", Duration::from_secs(5), || "t".into())?;
+    /// assert_eq!(plan.request.spec.keys(), ["doc"]);
+    /// assert!(LockOptions::new().metadata("m").plan_shared("doc", Duration::from_secs(5), || "t".into()).is_err());
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn plan_shared(
+        &self,
+        key: &str,
+        ttl: Duration,
+        fresh_token: impl FnOnce() -> String,
+    ) -> Result<ObtainPlan, ConfigError> {
+        if self.metadata.as_deref().is_some_and(|m| !m.is_empty()) {
+            return Err(ConfigError::Invalid(
+                "a read-write lock's readers store no metadata (LockOptions::metadata)".into(),
+            ));
+        }
+        self.plan([key], ttl, fresh_token)
+    }
 }
 
 /// A validated obtain: what to send and the bounds of the call. Made by [`LockOptions::plan`].

@@ -15,6 +15,8 @@
 //!   permit operations (`lease_core::semaphore::PermitBackend`);
 //! - `fair.rs`: [`Fair`] and its [`FairLock`]s, a [`Locker`] per obtain over the backend's
 //!   fair operations (`lease_core::fair::FairBackend`), sharing one renewal task.
+//! - `rwlock.rs`: [`ReadLock`] and its [`ReadGuard`]s, a [`Locker`] over the backend's shared
+//!   (reader) operations (`lease_core::rwlock::SharedBackend`); the writer is the plain lock.
 //!
 //! Imports go one way: `obtain` → `handle` → `renewals` (and `task`). The renewal task reads
 //! a lock only through its `Renewable` trait, which the handle's shared state implements.
@@ -27,6 +29,7 @@ mod fair;
 mod handle;
 mod obtain;
 mod renewals;
+mod rwlock;
 mod semaphore;
 mod task;
 
@@ -34,4 +37,5 @@ pub use fair::{Fair, FairLock};
 pub use handle::Lock;
 pub use lease_core::lock::{AutoRenew, LockError, LockOptions};
 pub use obtain::Locker;
+pub use rwlock::{ReadGuard, ReadLock};
 pub use semaphore::{Permit, Semaphore};

@@ -1,0 +1,275 @@
+//! Read-write locks through the facade, against a real Redis: readers through
+//! `Locker::shared`, the writer the plain lock of the same key.
+//!
+//! - readers share; the plain lock (the writer) is excluded by readers and excludes them; one
+//!   fence counter orders readers and writers;
+//! - writer preference: with a stream of overlapping readers (each process its own locker), a
+//!   waiting writer gets in within a bound, and no reader holds while it does (as the
+//!   holders themselves see it);
+//! - release notices: the last reader's release wakes a waiting writer at once, and a
+//!   writer's release wakes every waiting reader at once (far before their retry delays);
+//! - a crashed reader's hold (never released, never renewed) expires with its TTL;
+//! - truthful outcomes: a reader's obtain whose reply is lost is "unknown", was applied, and
+//!   its cleanup ends the hold.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::locks::{linear, ms, proxied};
+use lease_testkit::proxy::{FaultProxy, Mode};
+use redlease::{LockError, LockOptions, Locker};
+
+/// Every await of these tests is bounded by this.
+const BOUND: Duration = Duration::from_secs(30);
+
+async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {BOUND:?}"))
+}
+
+type Backend = redlease::redis::RedisBackend<redlease::redis::HealingConnection>;
+
+/// A locker of its own (a separate "process"), with release notices.
+async fn locker(server: &lease_testkit::redis::RedisServer) -> Locker<Backend> {
+    Locker::new(
+        redlease::redis::connect(&server.url())
+            .await
+            .expect("connect"),
+    )
+}
+
+fn fenced(key: &str) -> LockOptions {
+    LockOptions::new().fence_key(format!("{key}:fence"))
+}
+
+#[tokio::test]
+async fn readers_share_and_the_plain_lock_is_the_writer() {
+    let server = common::redis().await;
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let ttl = ms(10_000);
+    let r1 = bounded("r1", a.shared("doc").expect("readers").acquire(ttl, fenced("doc")))
+        .await
+        .expect("r1");
+    let r2 = bounded("r2", b.shared("doc").expect("readers").acquire(ttl, fenced("doc")))
+        .await
+        .expect("readers share");
+    let once = || fenced("doc").wait(Duration::ZERO);
+    let err = bounded("writer", a.obtain("doc", ttl, once())).await.unwrap_err();
+    assert!(err.is_not_obtained(), "readers exclude the writer: {err:?}");
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    let w = bounded("writer", b.obtain("doc", ttl, once()))
+        .await
+        .expect("the writer once the readers left");
+    assert!(w.fence_token() > r2.fence_token() && r2.fence_token() > r1.fence_token());
+    let err = bounded("reader", a.shared("doc").expect("readers").acquire(ttl, once()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::NotObtained { ref holder } if holder.is_some()),
+        "the writer excludes readers, and is named: {err:?}"
+    );
+    w.release().await.expect("release");
+}
+
+/// Four readers keep the key read-held at every instant (each holds 40 ms and comes back at
+/// once); a writer that starts among them gets in within a bound, and while it holds no
+/// reader holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_of_readers_cannot_starve_a_waiting_writer() {
+    let server = common::redis().await;
+    let readers_in = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let readers = locker(&server).await.shared("{stream}").expect("readers");
+        let (readers_in, stop) = (Arc::clone(&readers_in), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            let mut rounds = 0u32;
+            // Staggered, so the holds overlap.
+            tokio::time::sleep(ms(10 * i)).await;
+            while !stop.load(Ordering::SeqCst) {
+                let opts = LockOptions::new().retry(linear(10)).wait(ms(20_000));
+                let hold = match readers.acquire(ms(5_000), opts).await {
+                    Ok(h) => h,
+                    Err(e) => panic!("reader {i}: {e}"),
+                };
+                readers_in.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(ms(40)).await;
+                readers_in.fetch_sub(1, Ordering::SeqCst);
+                hold.release().await.expect("release");
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    // Let the stream run: readers are in.
+    bounded("readers in", async {
+        while readers_in.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    let writer = locker(&server).await;
+    let asked = Instant::now();
+    let w = bounded(
+        "writer",
+        writer.obtain(
+            "{stream}",
+            ms(2_000),
+            LockOptions::new().retry(linear(20)).wait(ms(10_000)),
+        ),
+    )
+    .await
+    .expect("the writer gets in among the readers");
+    let waited = asked.elapsed();
+    // Each reader's hold is 40 ms: once the mark stands, the readers in leave within that.
+    assert!(waited < ms(2_000), "the writer waited {waited:?}");
+    for _ in 0..10 {
+        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "a reader beside the writer");
+        tokio::time::sleep(ms(10)).await;
+    }
+    w.release().await.expect("release");
+    stop.store(true, Ordering::SeqCst);
+    let mut rounds = 0;
+    for t in tasks {
+        rounds += bounded("a reader", t).await.expect("reader task");
+    }
+    assert!(rounds > 8, "the readers did stream: {rounds} holds");
+}
+
+#[tokio::test]
+async fn the_last_readers_release_wakes_a_waiting_writer_at_once() {
+    let server = common::redis().await;
+    let ttl = ms(10_000);
+    let hold = bounded(
+        "reader",
+        locker(&server).await.shared("{wake}").expect("readers").acquire(ttl, LockOptions::new()),
+    )
+    .await
+    .expect("reader");
+    let writer = locker(&server).await;
+    // Its retries are 5 s apart: only a notice brings it in sooner.
+    let waiting = tokio::spawn(async move {
+        let w = writer
+            .obtain("{wake}", ttl, LockOptions::new().retry(linear(5_000)).wait(ms(20_000)))
+            .await;
+        (w, Instant::now())
+    });
+    tokio::time::sleep(ms(300)).await;
+    let released = Instant::now();
+    hold.release().await.expect("release");
+    let (w, got) = bounded("writer", waiting).await.expect("task");
+    let w = w.expect("the writer");
+    let after = got.duration_since(released);
+    assert!(after < ms(1_000), "woken {after:?} after the release");
+    w.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writers_release_wakes_every_waiting_reader_at_once() {
+    let server = common::redis().await;
+    let ttl = ms(10_000);
+    let w = bounded("writer", locker(&server).await.obtain("{all}", ttl, LockOptions::new()))
+        .await
+        .expect("writer");
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let readers = locker(&server).await.shared("{all}").expect("readers");
+        waiting.push(tokio::spawn(async move {
+            let opts = LockOptions::new().retry(linear(5_000)).wait(ms(20_000));
+            let hold = readers.acquire(ttl, opts).await;
+            (hold, Instant::now())
+        }));
+    }
+    tokio::time::sleep(ms(300)).await;
+    let released = Instant::now();
+    w.release().await.expect("release");
+    let mut holds = Vec::new();
+    for t in waiting {
+        let (hold, got) = bounded("reader", t).await.expect("task");
+        let after = got.duration_since(released);
+        assert!(after < ms(1_000), "a reader woken {after:?} after the release");
+        holds.push(hold.expect("reader"));
+    }
+    for h in holds {
+        h.release().await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_readers_hold_expires() {
+    let server = common::redis().await;
+    let readers = locker(&server).await.shared("{crash}").expect("readers");
+    let crashed = bounded("reader", readers.acquire(ms(1_000), LockOptions::new()))
+        .await
+        .expect("reader");
+    let obtained_at = Instant::now();
+    // The reader dies: no release, no renewal (its handle never runs its drop).
+    std::mem::forget(crashed);
+    let w = bounded(
+        "writer",
+        locker(&server).await.obtain(
+            "{crash}",
+            ms(5_000),
+            LockOptions::new().retry(linear(50)).wait(ms(5_000)),
+        ),
+    )
+    .await
+    .expect("the crashed hold expires");
+    let waited = obtained_at.elapsed();
+    assert!(waited >= ms(900), "the writer got in after {waited:?}, before the reader's TTL");
+    assert!(waited < ms(3_000), "the writer got in only after {waited:?}");
+    w.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_readers_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up() {
+    let server = common::redis().await;
+    let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
+    let locker_ = Locker::new(proxied(&server, &proxy).await);
+    let readers = locker_.shared("{lost}").expect("readers");
+    // Load the scripts while the path is healthy.
+    let warm = bounded("warm", readers.acquire(ms(10_000), fenced("{lost}")))
+        .await
+        .expect("warm");
+    warm.release().await.expect("release");
+
+    proxy.set_mode(Mode::DropReplies);
+    let err = bounded(
+        "obtain",
+        readers.acquire(
+            ms(10_000),
+            fenced("{lost}")
+                .operation_timeout(ms(300))
+                .wait(Duration::ZERO),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown(_)), "{err:?}");
+    proxy.set_mode(Mode::Pass);
+    let other = locker(&server).await.shared("{lost}").expect("readers");
+    let info = bounded("inspect", other.inspect(Some("{lost}:fence"), ms(2_000)))
+        .await
+        .expect("inspect");
+    assert_eq!(
+        info.counter.map(|t| t.get()),
+        Some(2),
+        "the lost obtain minted a token"
+    );
+    bounded("cleanup", async {
+        loop {
+            let info = other.inspect(None, ms(2_000)).await.expect("inspect");
+            if info.readers.is_empty() {
+                break;
+            }
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+}
