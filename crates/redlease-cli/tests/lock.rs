@@ -401,4 +401,56 @@ async fn lock_fair_hands_over_in_arrival_order() {
         "{}",
         stderr(&out)
     );
+
+/// `lock --shared` is a reader: two readers hold KEY at once (each with its own token), a
+/// plain `lock` of KEY (the writer) is not obtained while they do, gets in once they are gone
+/// (with a token above theirs), and `--shared` with `-n` is refused by the parser.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-shared");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut readers = Vec::new();
+    for tag in ["r1", "r2"] {
+        let mut p = Proc::spawn({
+            let mut c = redlease(&url, d);
+            c.args(["lock", "--shared", "{doc}", "--"]).arg(&job).arg(tag);
+            c
+        });
+        p.cleanup_group_from(d.join(format!("{tag}.pid")));
+        readers.push(p);
+    }
+    let r1: u64 = wait_file(&d.join("r1.token")).await.trim().parse().expect("a token");
+    let r2: u64 = wait_file(&d.join("r2.token")).await.trim().parse().expect("a token");
+    assert_ne!(r1, r2, "each reader has its own fencing token");
+
+    let writer = |wait: &str| {
+        let mut c = redlease(&url, d);
+        c.args([
+            "lock", "--fence", "{doc}", "--wait", wait, "--", "sh", "-c",
+            "echo $REDLEASE_TOKEN",
+        ]);
+        c
+    };
+    let out = output(writer("0")).await;
+    assert_eq!(code(&out), 71, "the writer beside readers: {}", stderr(&out));
+    for r in &mut readers {
+        r.signal("TERM");
+        assert_eq!(r.wait_exit().await.code(), Some(143), "{:#?}", r.lines());
+    }
+    let out = output(writer("5s")).await;
+    assert_eq!(code(&out), 0, "the writer once the readers left: {}", stderr(&out));
+    let token: u64 = stdout(&out).trim().parse().expect("a token");
+    assert!(token > r1.max(r2), "one counter for readers and writers");
+
+    let out = output({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "--shared", "-n", "2", "{doc}", "--", "true"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 2, "--shared with -n is a usage error: {}", stderr(&out));
+    assert!(stderr(&out).contains("cannot be used with"), "{}", stderr(&out));
 }

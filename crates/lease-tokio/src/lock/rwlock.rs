@@ -47,10 +47,11 @@ pub type ReadGuard<B> = Lock<SharedBackend<B>>;
 /// let b = doc.acquire(ttl, fenced()).await?; // readers share
 /// // The writer is the plain lock of the same key: excluded while readers hold it.
 /// assert!(locker.obtain("doc", ttl, fenced()).await.unwrap_err().is_not_obtained());
+/// let read = b.fence_token();
 /// a.release().await?;
 /// b.release().await?;
 /// let w = locker.obtain("doc", ttl, fenced()).await?;
-/// assert!(w.fence_token() > b.fence_token(), "one counter for readers and writers");
+/// assert!(w.fence_token() > read, "one counter for readers and writers");
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
