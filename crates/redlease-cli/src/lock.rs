@@ -214,9 +214,6 @@ async fn hold<B: LeaseBackend + 'static>(
     if let Some(n) = args.permits {
         env.push(("REDLEASE_LOCK_PERMITS", n.to_string()));
     }
-    if args.shared {
-        env.push(("REDLEASE_LOCK_SHARED", "1".to_owned()));
-    }
     if let Some(t) = token {
         env.push(("REDLEASE_TOKEN", t.to_string()));
     }
