@@ -36,10 +36,23 @@ const OWNERS: [&str; 5] = ["a", "b", "c", "d", "e"];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire { owner: usize, ttl_ms: u64, write: bool },
-    Renew { owner: usize, ttl_ms: u64, write: bool },
-    Release { owner: usize, write: bool },
-    Advance { ms: u64 },
+    Acquire {
+        owner: usize,
+        ttl_ms: u64,
+        write: bool,
+    },
+    Renew {
+        owner: usize,
+        ttl_ms: u64,
+        write: bool,
+    },
+    Release {
+        owner: usize,
+        write: bool,
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -114,7 +127,11 @@ impl World {
 
     fn granted(&mut self, token: Option<lease_core::Token>) -> Result<(), TestCaseError> {
         let t = token.map_or(0, |t| t.get());
-        prop_assert!(t > self.last_token, "tokens increase: {t} after {}", self.last_token);
+        prop_assert!(
+            t > self.last_token,
+            "tokens increase: {t} after {}",
+            self.last_token
+        );
         self.last_token = t;
         Ok(())
     }
@@ -214,7 +231,10 @@ impl World {
                 let (got, held) = if write {
                     (self.store.release_now(&req), writer == Some(owner))
                 } else {
-                    (self.store.release_shared_now(&req), readers.contains(&owner))
+                    (
+                        self.store.release_shared_now(&req),
+                        readers.contains(&owner),
+                    )
                 };
                 let got = got.map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(
@@ -322,5 +342,8 @@ fn a_reader_beside_a_writer_is_caught() {
             caught += 1;
         }
     }
-    assert!(caught > 8, "the broken store was caught in only {caught} of 64 histories");
+    assert!(
+        caught > 8,
+        "the broken store was caught in only {caught} of 64 histories"
+    );
 }

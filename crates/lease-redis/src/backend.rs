@@ -165,6 +165,16 @@ where
             && self.native.enabled()
     }
 
+    /// The acquire scripts' minting argument of a fenced lease: `<scheme>:<floor>` (scheme
+    /// `counter` or `clock`; floor a token to mint above, `0`: none).
+    fn mint_arg(&self, floor: Option<Token>) -> String {
+        let scheme = match self.scheme {
+            TokenScheme::Counter => "counter",
+            _ => "clock",
+        };
+        format!("{scheme}:{}", floor.map_or(0, Token::get))
+    }
+
     /// The release scripts' notice argument for a lease whose first key is `key`: `''` when
     /// releases do not publish, else `p:<channel>` (`PUBLISH`) or `s:<channel>` (`SPUBLISH`,
     /// Redis Cluster).

@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use common::*;
 use lease_core::memory::{ManualClock, MemoryBackend};
+use lease_core::notify::WatchRole;
 use lease_core::rwlock::SharedInfo;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, ReleaseOutcome,
     RenewOutcome, Ttl,
 };
-use lease_core::notify::WatchRole;
 use lease_redis::{RedisBackend, ReleaseNotices};
 use tokio::time::timeout;
 
@@ -257,8 +257,13 @@ fn rw_scripts_match_the_memory_backend() {
 async fn holds_expire_by_the_server() {
     let (_server, backend, mut raw) = setup().await;
     let spec = fenced();
-    let got = backend.acquire_shared(&acquire(&spec, "r1", ttl_ms(300))).await;
-    assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "{got:?}");
+    let got = backend
+        .acquire_shared(&acquire(&spec, "r1", ttl_ms(300)))
+        .await;
+    assert!(
+        matches!(got, Ok(AcquireOutcome::Acquired { .. })),
+        "{got:?}"
+    );
     // A writer tries once (its TTL 400 ms) and is gone.
     let w = backend.acquire(&acquire(&spec, "w", ttl_ms(400))).await;
     let Ok(AcquireOutcome::Held {
@@ -269,18 +274,37 @@ async fn holds_expire_by_the_server() {
     else {
         panic!("expected held by readers, got {w:?}");
     };
-    assert!(r <= Duration::from_millis(200), "at most half the writer's TTL: {r:?}");
-    let refused = backend.acquire_shared(&acquire(&spec, "r2", ttl_ms(300))).await;
-    assert!(matches!(refused, Ok(AcquireOutcome::Held { holder: None, .. })), "{refused:?}");
+    assert!(
+        r <= Duration::from_millis(200),
+        "at most half the writer's TTL: {r:?}"
+    );
+    let refused = backend
+        .acquire_shared(&acquire(&spec, "r2", ttl_ms(300)))
+        .await;
+    assert!(
+        matches!(refused, Ok(AcquireOutcome::Held { holder: None, .. })),
+        "{refused:?}"
+    );
     // r1 crashes: its hold expires; the writer's mark lapses 400 ms after it was set.
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(
-        backend.renew_shared(&renew(&spec, "r1")).await.expect("renew"),
+        backend
+            .renew_shared(&renew(&spec, "r1"))
+            .await
+            .expect("renew"),
         RenewOutcome::NotHeld
     );
-    assert!(!exists(&mut raw, KEY).await, "the key expired with its last entry");
-    let got = backend.acquire_shared(&acquire(&spec, "r2", ttl_ms(300))).await;
-    assert!(matches!(got, Ok(AcquireOutcome::Acquired { .. })), "{got:?}");
+    assert!(
+        !exists(&mut raw, KEY).await,
+        "the key expired with its last entry"
+    );
+    let got = backend
+        .acquire_shared(&acquire(&spec, "r2", ttl_ms(300)))
+        .await;
+    assert!(
+        matches!(got, Ok(AcquireOutcome::Acquired { .. })),
+        "{got:?}"
+    );
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert!(!exists(&mut raw, KEY).await);
 }
@@ -303,11 +327,20 @@ async fn a_waiting_writer_is_preferred() {
     };
     assert!(t1 < t2);
     let w = backend.acquire(&acquire(&spec, "w", long)).await;
-    assert!(matches!(w, Ok(AcquireOutcome::Held { holder: None, .. })), "{w:?}");
+    assert!(
+        matches!(w, Ok(AcquireOutcome::Held { holder: None, .. })),
+        "{w:?}"
+    );
     let r3 = backend.acquire_shared(&acquire(&spec, "r3", long)).await;
-    assert!(matches!(r3, Ok(AcquireOutcome::Held { holder: None, .. })), "{r3:?}");
+    assert!(
+        matches!(r3, Ok(AcquireOutcome::Held { holder: None, .. })),
+        "{r3:?}"
+    );
     assert_eq!(
-        backend.renew_shared(&renew(&spec, "r1")).await.expect("renew"),
+        backend
+            .renew_shared(&renew(&spec, "r1"))
+            .await
+            .expect("renew"),
         RenewOutcome::Renewed
     );
     let info = backend.inspect_shared(&spec).await.expect("inspect");
@@ -319,7 +352,10 @@ async fn a_waiting_writer_is_preferred() {
         RenewOutcome::NotHeld
     );
     assert_eq!(
-        backend.release(&release(&plain(), "r1", None)).await.expect("release"),
+        backend
+            .release(&release(&plain(), "r1", None))
+            .await
+            .expect("release"),
         ReleaseOutcome::NotHeld
     );
     // Only the last reader's release publishes the notice, and a waiter's watch wakes on it.
@@ -336,10 +372,13 @@ async fn a_waiting_writer_is_preferred() {
     assert!(!watch.take_wake());
     let publishes = |raw: Conn| async move {
         let mut raw = raw;
-        let info: String = timeout(BOUND, redis::cmd("INFO").arg("commandstats").query_async(&mut raw))
-            .await
-            .expect("bounded")
-            .expect("INFO");
+        let info: String = timeout(
+            BOUND,
+            redis::cmd("INFO").arg("commandstats").query_async(&mut raw),
+        )
+        .await
+        .expect("bounded")
+        .expect("INFO");
         info.lines()
             .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
             .and_then(|c| c.split(',').next())
@@ -354,14 +393,21 @@ async fn a_waiting_writer_is_preferred() {
                 .expect("release"),
             ReleaseOutcome::Released
         );
-        assert_eq!(publishes(raw.clone()).await - before, published, "after {who}");
+        assert_eq!(
+            publishes(raw.clone()).await - before,
+            published,
+            "after {who}"
+        );
     }
     timeout(BOUND, watch.notified())
         .await
         .expect("the waiting writer is woken within the bound");
     let w = backend.acquire(&acquire(&spec, "w", long)).await;
     let tw = w.as_ref().ok().and_then(acquired_token);
-    assert!(tw.is_some_and(|t| t > t2), "the writer gets in, its token above: {w:?}");
+    assert!(
+        tw.is_some_and(|t| t > t2),
+        "the writer gets in, its token above: {w:?}"
+    );
     assert_eq!(get(&mut raw, KEY).await.as_deref(), Some("w"));
     let r = backend.acquire_shared(&acquire(&spec, "r3", long)).await;
     assert!(
@@ -386,7 +432,10 @@ async fn bad_keys_specs_and_arguments_are_refused() {
         backend.acquire_shared(&acquire(&fenced(), "a", long)).await,
         backend.acquire(&acquire(&plain(), "a", long)).await,
     ] {
-        assert!(matches!(r, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")), "{r:?}");
+        assert!(
+            matches!(r, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")),
+            "{r:?}"
+        );
     }
     assert!(matches!(
         backend.renew(&renew(&plain(), "a")).await,
@@ -395,7 +444,10 @@ async fn bad_keys_specs_and_arguments_are_refused() {
     del(&mut raw, KEY).await;
     // More than one key: refused before any round trip.
     let two = lock(&["{rw}:a", "{rw}:b"], None);
-    assert!(matches!(backend.check_shared(&two), Err(BackendError::Invalid(_))));
+    assert!(matches!(
+        backend.check_shared(&two),
+        Err(BackendError::Invalid(_))
+    ));
     assert!(matches!(
         backend.acquire_shared(&acquire(&two, "a", long)).await,
         Err(BackendError::Invalid(_))
@@ -408,7 +460,12 @@ async fn bad_keys_specs_and_arguments_are_refused() {
         include_str!("../scripts/rw_acquire.lua")
     );
     let keys = [KEY, "{rw}:fence", "{rw}:fence:applied", "{rw}:fence:epoch"];
-    for (ttl, floor) in [("0", "counter:0"), ("x", "counter:0"), ("10", ""), ("10", "counter:x")] {
+    for (ttl, floor) in [
+        ("0", "counter:0"),
+        ("x", "counter:0"),
+        ("10", ""),
+        ("10", "counter:x"),
+    ] {
         let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
             .arg(&script)
             .arg(keys.len())

@@ -406,7 +406,9 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
             args.key,
             holder
                 .as_deref()
-                .map_or("a writer waits".to_owned(), |h| format!("held by writer {h}"))
+                .map_or("a writer waits".to_owned(), |h| format!(
+                    "held by writer {h}"
+                ))
         ),
         None => format!(
             "lock {:?} not obtained {within}: held by {}",

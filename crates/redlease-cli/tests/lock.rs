@@ -416,32 +416,59 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
     for tag in ["r1", "r2"] {
         let mut p = Proc::spawn({
             let mut c = redlease(&url, d);
-            c.args(["lock", "--shared", "{doc}", "--"]).arg(&job).arg(tag);
+            c.args(["lock", "--shared", "{doc}", "--"])
+                .arg(&job)
+                .arg(tag);
             c
         });
         p.cleanup_group_from(d.join(format!("{tag}.pid")));
         readers.push(p);
     }
-    let r1: u64 = wait_file(&d.join("r1.token")).await.trim().parse().expect("a token");
-    let r2: u64 = wait_file(&d.join("r2.token")).await.trim().parse().expect("a token");
+    let r1: u64 = wait_file(&d.join("r1.token"))
+        .await
+        .trim()
+        .parse()
+        .expect("a token");
+    let r2: u64 = wait_file(&d.join("r2.token"))
+        .await
+        .trim()
+        .parse()
+        .expect("a token");
     assert_ne!(r1, r2, "each reader has its own fencing token");
 
     let writer = |wait: &str| {
         let mut c = redlease(&url, d);
         c.args([
-            "lock", "--fence", "{doc}", "--wait", wait, "--", "sh", "-c",
+            "lock",
+            "--fence",
+            "{doc}",
+            "--wait",
+            wait,
+            "--",
+            "sh",
+            "-c",
             "echo $REDLEASE_TOKEN",
         ]);
         c
     };
     let out = output(writer("0")).await;
-    assert_eq!(code(&out), 71, "the writer beside readers: {}", stderr(&out));
+    assert_eq!(
+        code(&out),
+        71,
+        "the writer beside readers: {}",
+        stderr(&out)
+    );
     for r in &mut readers {
         r.signal("TERM");
         assert_eq!(r.wait_exit().await.code(), Some(143), "{:#?}", r.lines());
     }
     let out = output(writer("5s")).await;
-    assert_eq!(code(&out), 0, "the writer once the readers left: {}", stderr(&out));
+    assert_eq!(
+        code(&out),
+        0,
+        "the writer once the readers left: {}",
+        stderr(&out)
+    );
     let token: u64 = stdout(&out).trim().parse().expect("a token");
     assert!(token > r1.max(r2), "one counter for readers and writers");
 
@@ -451,6 +478,15 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
         c
     })
     .await;
-    assert_eq!(code(&out), 2, "--shared with -n is a usage error: {}", stderr(&out));
-    assert!(stderr(&out).contains("cannot be used with"), "{}", stderr(&out));
+    assert_eq!(
+        code(&out),
+        2,
+        "--shared with -n is a usage error: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -51,14 +51,26 @@ async fn readers_share_and_the_plain_lock_is_the_writer() {
     let server = common::redis().await;
     let (a, b) = (locker(&server).await, locker(&server).await);
     let ttl = ms(10_000);
-    let r1 = bounded("r1", a.shared("doc").expect("readers").acquire(ttl, fenced("doc")))
-        .await
-        .expect("r1");
-    let r2 = bounded("r2", b.shared("doc").expect("readers").acquire(ttl, fenced("doc")))
-        .await
-        .expect("readers share");
+    let r1 = bounded(
+        "r1",
+        a.shared("doc")
+            .expect("readers")
+            .acquire(ttl, fenced("doc")),
+    )
+    .await
+    .expect("r1");
+    let r2 = bounded(
+        "r2",
+        b.shared("doc")
+            .expect("readers")
+            .acquire(ttl, fenced("doc")),
+    )
+    .await
+    .expect("readers share");
     let once = || fenced("doc").wait(Duration::ZERO);
-    let err = bounded("writer", a.obtain("doc", ttl, once())).await.unwrap_err();
+    let err = bounded("writer", a.obtain("doc", ttl, once()))
+        .await
+        .unwrap_err();
     assert!(err.is_not_obtained(), "readers exclude the writer: {err:?}");
     let (t1, t2) = (r1.fence_token(), r2.fence_token());
     r1.release().await.expect("release");
@@ -66,10 +78,16 @@ async fn readers_share_and_the_plain_lock_is_the_writer() {
     let w = bounded("writer", b.obtain("doc", ttl, once()))
         .await
         .expect("the writer once the readers left");
-    assert!(t1.is_some() && t2 > t1 && w.fence_token() > t2, "one counter");
-    let err = bounded("reader", a.shared("doc").expect("readers").acquire(ttl, once()))
-        .await
-        .unwrap_err();
+    assert!(
+        t1.is_some() && t2 > t1 && w.fence_token() > t2,
+        "one counter"
+    );
+    let err = bounded(
+        "reader",
+        a.shared("doc").expect("readers").acquire(ttl, once()),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(err, LockError::NotObtained { ref holder } if holder.is_some()),
         "the writer excludes readers, and is named: {err:?}"
@@ -89,8 +107,11 @@ async fn a_stream_of_readers_cannot_starve_a_waiting_writer() {
     let mut tasks = Vec::new();
     for i in 0..4 {
         let readers = locker(&server).await.shared("{stream}").expect("readers");
-        let (readers_in, holds, stop) =
-            (Arc::clone(&readers_in), Arc::clone(&holds), Arc::clone(&stop));
+        let (readers_in, holds, stop) = (
+            Arc::clone(&readers_in),
+            Arc::clone(&holds),
+            Arc::clone(&stop),
+        );
         tasks.push(tokio::spawn(async move {
             // Staggered, so the holds overlap.
             tokio::time::sleep(ms(10 * i)).await;
@@ -131,7 +152,11 @@ async fn a_stream_of_readers_cannot_starve_a_waiting_writer() {
     // Each reader's hold is 40 ms: once the mark stands, the readers in leave within that.
     assert!(waited < ms(2_000), "the writer waited {waited:?}");
     for _ in 0..10 {
-        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "a reader beside the writer");
+        assert_eq!(
+            readers_in.load(Ordering::SeqCst),
+            0,
+            "a reader beside the writer"
+        );
         tokio::time::sleep(ms(10)).await;
     }
     w.release().await.expect("release");
@@ -147,7 +172,11 @@ async fn the_last_readers_release_wakes_a_waiting_writer_at_once() {
     let ttl = ms(10_000);
     let hold = bounded(
         "reader",
-        locker(&server).await.shared("{wake}").expect("readers").acquire(ttl, LockOptions::new()),
+        locker(&server)
+            .await
+            .shared("{wake}")
+            .expect("readers")
+            .acquire(ttl, LockOptions::new()),
     )
     .await
     .expect("reader");
@@ -155,7 +184,11 @@ async fn the_last_readers_release_wakes_a_waiting_writer_at_once() {
     // Its retries are 5 s apart: only a notice brings it in sooner.
     let waiting = tokio::spawn(async move {
         let w = writer
-            .obtain("{wake}", ttl, LockOptions::new().retry(linear(5_000)).wait(ms(20_000)))
+            .obtain(
+                "{wake}",
+                ttl,
+                LockOptions::new().retry(linear(5_000)).wait(ms(20_000)),
+            )
             .await;
         (w, Instant::now())
     });
@@ -173,9 +206,14 @@ async fn the_last_readers_release_wakes_a_waiting_writer_at_once() {
 async fn a_writers_release_wakes_every_waiting_reader_at_once() {
     let server = common::redis().await;
     let ttl = ms(10_000);
-    let w = bounded("writer", locker(&server).await.obtain("{all}", ttl, LockOptions::new()))
-        .await
-        .expect("writer");
+    let w = bounded(
+        "writer",
+        locker(&server)
+            .await
+            .obtain("{all}", ttl, LockOptions::new()),
+    )
+    .await
+    .expect("writer");
     let mut waiting = Vec::new();
     for _ in 0..3 {
         let readers = locker(&server).await.shared("{all}").expect("readers");
@@ -192,7 +230,10 @@ async fn a_writers_release_wakes_every_waiting_reader_at_once() {
     for t in waiting {
         let (hold, got) = bounded("reader", t).await.expect("task");
         let after = got.duration_since(released);
-        assert!(after < ms(1_000), "a reader woken {after:?} after the release");
+        assert!(
+            after < ms(1_000),
+            "a reader woken {after:?} after the release"
+        );
         holds.push(hold.expect("reader"));
     }
     for h in holds {
@@ -221,8 +262,14 @@ async fn a_crashed_readers_hold_expires() {
     .await
     .expect("the crashed hold expires");
     let waited = obtained_at.elapsed();
-    assert!(waited >= ms(900), "the writer got in after {waited:?}, before the reader's TTL");
-    assert!(waited < ms(3_000), "the writer got in only after {waited:?}");
+    assert!(
+        waited >= ms(900),
+        "the writer got in after {waited:?}, before the reader's TTL"
+    );
+    assert!(
+        waited < ms(3_000),
+        "the writer got in only after {waited:?}"
+    );
     w.release().await.expect("release");
 }
 

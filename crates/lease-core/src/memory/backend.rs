@@ -309,7 +309,8 @@ impl MemoryBackend {
     }
     /// [`LeaseBackend::release_shared`], applied at once (no release notice).
     pub fn release_shared_now(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
-        self.with(|s, now| s.release_shared(req, now)).map(|(o, _)| o)
+        self.with(|s, now| s.release_shared(req, now))
+            .map(|(o, _)| o)
     }
     /// [`LeaseBackend::inspect_shared`], applied at once.
     pub fn inspect_shared_now(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {

@@ -12,13 +12,12 @@ use std::time::Duration;
 
 use super::store::{Entry, LockValue, Store, Value};
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Owner, ReleaseOutcome,
-    ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
+    AcquireOutcome, AcquireRequest, BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest, split_stored,
 };
 use crate::rwlock::{SharedInfo, WRITER_WAITING, check_shared_spec};
 use crate::semaphore::PermitHolder;
 use crate::time::Instant;
-use crate::token::{FenceMark, Token};
 
 /// The current readers of a read-held key (the mark left out), the one whose hold expires
 /// first first (ties by owner).
@@ -209,12 +208,7 @@ impl Store {
                     .map(|e| *e - now);
             }
         }
-        if let Some(fk) = spec.fence_key() {
-            info.counter = Token::new(self.get_int(fk, now)?).ok();
-            info.mark = Token::new(self.mark(spec, now)?)
-                .map(FenceMark::at)
-                .unwrap_or(FenceMark::NONE);
-        }
+        (info.counter, info.mark) = self.counter_and_mark(spec, now)?;
         Ok(info)
     }
 }

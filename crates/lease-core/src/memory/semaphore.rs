@@ -20,7 +20,6 @@ use crate::semaphore::{
     check_semaphore_spec, semaphore_name,
 };
 use crate::time::Instant;
-use crate::token::{FenceMark, Token};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -219,12 +218,7 @@ impl Store {
                 .collect(),
             ..SemaphoreInfo::default()
         };
-        if let Some(fk) = spec.fence_key() {
-            info.counter = Token::new(self.get_int(fk, now)?).ok();
-            info.mark = Token::new(self.mark(spec, now)?)
-                .map(FenceMark::at)
-                .unwrap_or(FenceMark::NONE);
-        }
+        (info.counter, info.mark) = self.counter_and_mark(spec, now)?;
         Ok(info)
     }
 

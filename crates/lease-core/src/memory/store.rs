@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::MemoryWrite;
 use super::rwlock::{current_readers, first_reader};
-use crate::rwlock::writer_retry_within;
 use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseInfo, LeaseSpec, Owner,
     ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
 };
+use crate::rwlock::writer_retry_within;
 use crate::time::Instant;
 use crate::token::{Epoch, FenceMark, FenceState, MAX_TOKEN, Token, TokenScheme};
 
@@ -171,7 +171,11 @@ impl Store {
 
     /// A lock key as the plain lock and the read-write lock see it: free, a writer's (or plain
     /// lock's) string, or the readers' sorted set (see [`crate::rwlock`]); WRONGTYPE otherwise.
-    pub(super) fn lock_value(&mut self, key: &str, now: Instant) -> Result<LockValue, BackendError> {
+    pub(super) fn lock_value(
+        &mut self,
+        key: &str,
+        now: Instant,
+    ) -> Result<LockValue, BackendError> {
         match self.live(key, now) {
             None => Ok(LockValue::Free),
             Some(Entry {
@@ -207,6 +211,22 @@ impl Store {
             Some(k) => self.get_int(&k, now),
             None => Ok(0),
         }
+    }
+
+    /// The fence counter and the applied mark of `spec` as read (none when unfenced).
+    pub(super) fn counter_and_mark(
+        &mut self,
+        spec: &LeaseSpec,
+        now: Instant,
+    ) -> Result<(Option<Token>, FenceMark), BackendError> {
+        let Some(fk) = spec.fence_key() else {
+            return Ok((None, FenceMark::NONE));
+        };
+        let counter = Token::new(self.get_int(fk, now)?).ok();
+        let mark = Token::new(self.mark(spec, now)?)
+            .map(FenceMark::at)
+            .unwrap_or(FenceMark::NONE);
+        Ok((counter, mark))
     }
 
     /// The "server time" in µs: the clock's reading plus the offset (never below zero).
@@ -418,11 +438,8 @@ impl Store {
                 LockValue::Free => {}
             }
         }
-        if let Some(fk) = spec.fence_key() {
-            info.counter = Token::new(self.get_int(fk, now)?).ok();
-            info.mark = Token::new(self.mark(spec, now)?)
-                .map(FenceMark::at)
-                .unwrap_or(FenceMark::NONE);
+        if spec.fence_key().is_some() {
+            (info.counter, info.mark) = self.counter_and_mark(spec, now)?;
             info.epoch = self.fence_state(spec, now)?.epoch;
         }
         Ok(info)

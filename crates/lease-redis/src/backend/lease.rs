@@ -14,7 +14,6 @@ use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
     LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
-    TokenScheme,
 };
 use redis::aio::ConnectionLike;
 
@@ -78,11 +77,7 @@ where
         call.arg(req.owner.stored_value(&req.metadata))
             .arg(req.ttl.as_millis());
         if spec.fence_key().is_some() {
-            let scheme = match self.scheme {
-                TokenScheme::Counter => "counter",
-                _ => "clock",
-            };
-            call.arg(format!("{scheme}:{}", req.floor.map_or(0, Token::get)));
+            call.arg(self.mint_arg(req.floor));
         }
         let mut conn = self.lane().await;
         let v = call.run(&mut conn, &S_ACQUIRE).await?;

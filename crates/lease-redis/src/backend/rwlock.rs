@@ -16,14 +16,15 @@ use lease_core::rwlock::{SharedInfo, check_shared_spec};
 use lease_core::semaphore::PermitHolder;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceMark, LeaseSpec, Owner, ReleaseOutcome,
-    ReleaseRequest, RenewOutcome, RenewRequest, Token, TokenScheme,
+    ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
 use super::semaphore::{
-    flag_reply, int, keyed, millis, permit_script, protocol, text, token_reply,
+    flag_reply, int, keyed, millis, permit_script, protocol, pttl_reply, renew_with, text,
+    token_reply,
 };
 use crate::reply;
 use crate::scripts::LuaScript;
@@ -90,11 +91,7 @@ where
     let mut call = keyed(spec, 3);
     call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
     if fenced {
-        let scheme = match backend.scheme {
-            TokenScheme::Counter => "counter",
-            _ => "clock",
-        };
-        call.arg(format!("{scheme}:{}", req.floor.map_or(0, Token::get)));
+        call.arg(backend.mint_arg(req.floor));
     }
     let mut conn = backend.lane().await;
     let v = call.run(&mut conn, &S_ACQUIRE).await?;
@@ -115,14 +112,7 @@ where
     precheck(backend, "renew_shared", &req.spec)?;
     let mut call = keyed(&req.spec, 0);
     call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-    let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, &S_RENEW).await?;
-    if flag_reply("rw_renew", &v)? {
-        backend.acknowledge(&mut conn).await?;
-        Ok(RenewOutcome::Renewed)
-    } else {
-        Ok(RenewOutcome::NotHeld)
-    }
+    renew_with(backend, call, &S_RENEW, "rw_renew").await
 }
 
 pub(super) async fn release<C>(
@@ -136,7 +126,11 @@ where
     precheck(backend, "release_shared", spec)?;
     let mut call = keyed(spec, 0);
     call.arg(req.owner.as_str());
-    call.arg(spec.keys().first().map_or_else(String::new, |k| backend.notice_arg(k)));
+    call.arg(
+        spec.keys()
+            .first()
+            .map_or_else(String::new, |k| backend.notice_arg(k)),
+    );
     let mut conn = backend.conn.clone();
     let v = call.run(&mut conn, &S_RELEASE).await?;
     Ok(if flag_reply("rw_release", &v)? {
@@ -159,15 +153,7 @@ where
     call.arg(owner.as_str());
     let mut conn = backend.conn.clone();
     let v = call.run(&mut conn, &S_PTTL).await?;
-    const W: &str = "rw_pttl";
-    match &v {
-        Value::Array(a) => match a.as_slice() {
-            [held, ms] if flag_reply(W, held)? => Ok(Some(millis(W, ms)?)),
-            [held] if !flag_reply(W, held)? => Ok(None),
-            _ => Err(protocol(W, &v)),
-        },
-        other => Err(protocol(W, other)),
-    }
+    pttl_reply("rw_pttl", &v)
 }
 
 fn inspect_reply(v: &Value) -> Result<SharedInfo, BackendError> {

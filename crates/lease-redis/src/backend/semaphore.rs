@@ -17,7 +17,7 @@ use lease_core::semaphore::{
 };
 use lease_core::{
     AcquireOutcome, BackendError, FenceMark, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
-    RenewOutcome, RenewRequest, Token, TokenScheme,
+    RenewOutcome, RenewRequest, Token,
 };
 use redis::Value;
 use redis::aio::ConnectionLike;
@@ -237,12 +237,8 @@ where
     let mut call = keyed(spec, 3);
     let mut packed = format!("{}:{}", req.ttl().as_millis(), req.permits.get());
     if fenced {
-        let scheme = match backend.scheme {
-            TokenScheme::Counter => "counter",
-            _ => "clock",
-        };
-        let floor = req.acquire.floor.map_or(0, Token::get);
-        packed.push_str(&format!(":{scheme}:{floor}"));
+        packed.push(':');
+        packed.push_str(&backend.mint_arg(req.acquire.floor));
     }
     call.arg(req.owner().as_str()).arg(packed);
     let mut conn = backend.lane().await;
@@ -264,9 +260,22 @@ where
     precheck(backend, "renew_permit", &req.spec)?;
     let mut call = keyed(&req.spec, 0);
     call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+    renew_with(backend, call, &S_RENEW, "permit_renew").await
+}
+
+/// Runs a renewal script (`1` renewed, `0` not held), acknowledged by replicas when renewed.
+pub(super) async fn renew_with<C>(
+    backend: &RedisBackend<C>,
+    call: Call,
+    script: &LuaScript,
+    what: &str,
+) -> Result<RenewOutcome, BackendError>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, &S_RENEW).await?;
-    if flag_reply("permit_renew", &v)? {
+    let v = call.run(&mut conn, script).await?;
+    if flag_reply(what, &v)? {
         backend.acknowledge(&mut conn).await?;
         Ok(RenewOutcome::Renewed)
     } else {
@@ -405,14 +414,18 @@ where
     call.arg(owner.as_str());
     let mut conn = backend.conn.clone();
     let v = call.run(&mut conn, &S_PTTL).await?;
-    const W: &str = "permit_pttl";
-    match &v {
+    pttl_reply("permit_pttl", &v)
+}
+
+/// A `*_pttl.lua` reply: `{1, ms}` held, `{0}` not.
+pub(super) fn pttl_reply(what: &str, v: &Value) -> Result<Option<Duration>, BackendError> {
+    match v {
         Value::Array(a) => match a.as_slice() {
-            [held, ms] if flag_reply(W, held)? => Ok(Some(millis(W, ms)?)),
-            [held] if !flag_reply(W, held)? => Ok(None),
-            _ => Err(protocol(W, &v)),
+            [held, ms] if flag_reply(what, held)? => Ok(Some(millis(what, ms)?)),
+            [held] if !flag_reply(what, held)? => Ok(None),
+            _ => Err(protocol(what, v)),
         },
-        other => Err(protocol(W, other)),
+        other => Err(protocol(what, other)),
     }
 }
 
