@@ -20,6 +20,7 @@ use crate::semaphore::{
     check_semaphore_spec, semaphore_name,
 };
 use crate::time::Instant;
+use crate::token::Token;
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 

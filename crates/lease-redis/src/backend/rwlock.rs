@@ -215,11 +215,11 @@ mod tests {
     /// others): a change to the prelude, `semaphore.lua` or a script's own file must be
     /// deliberate.
     const PINNED_SHA1: [(&str, &str); 5] = [
-        ("rw_acquire.lua", "9ab0a41a46f798c1a7d2c26d8ab01606ceed4158"),
-        ("rw_renew.lua", "91a1653dc86948f18e8c0d52a887a5c26c547ae8"),
-        ("rw_release.lua", "33ad11eaa384e5c8bdd498b7eabef55c5cafb04e"),
-        ("rw_pttl.lua", "3872619f6169dc34fe970c2f59c633a7d526d094"),
-        ("rw_inspect.lua", "b0e3a19fb02da2200d77c55bfc7887e3827dc18a"),
+        ("rw_acquire.lua", "c2e8a118bb49f97b62789ee806fdb1671b4fbf89"),
+        ("rw_renew.lua", "76cbf40099c717949177989790b70f04b901d8d9"),
+        ("rw_release.lua", "9099e96e2c001fa8b76c3e9a18d89a75d4cf20a2"),
+        ("rw_pttl.lua", "6c07fcf7ef1b2dc19c2e03cca02178862624b75e"),
+        ("rw_inspect.lua", "e47e620166ff704307e171420590494c7c0e141c"),
     ];
 
     #[test]

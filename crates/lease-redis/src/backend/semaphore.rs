@@ -455,27 +455,27 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 6] = [
         (
             "permit_acquire.lua",
-            "ac9eebd97c4598fa0b4f2fb961f1b17530046897",
+            "3039bc6aafc08f061cf6da0e80d4b854c38d051a",
         ),
         (
             "permit_renew.lua",
-            "d08ff3b84fca201498590d42ba0f7c4e2eaff8ff",
+            "6a8783455f5d4f9c91f8203829c3ff3ce105b87b",
         ),
         (
             "permit_renew_many.lua",
-            "f6324bed34ae9ea4ad52b06049b31393d5b188de",
+            "fe50d2c86b7e9443ceae327c7096e6a2a7c379e9",
         ),
         (
             "permit_release.lua",
-            "f5d1d1eacd64d2a6a56b0f1181ee98dfe7b8d4fd",
+            "99743423e7bd5befc7019858c72c7394787a34f2",
         ),
         (
             "permit_pttl.lua",
-            "204a5e8dabc8167a5fccccf3d345870f940915c5",
+            "9b9a2f6f5f9d8d75029b94b13a0c4f50541cc84b",
         ),
         (
             "permit_inspect.lua",
-            "c10ac55d3bf7f228d508dd73f30f571f88108658",
+            "88fc266fc3ab3c06969eb77b46714af63882b312",
         ),
     ];
 
