@@ -401,6 +401,7 @@ async fn lock_fair_hands_over_in_arrival_order() {
         "{}",
         stderr(&out)
     );
+}
 
 /// `lock --shared` is a reader: two readers hold KEY at once (each with its own token), a
 /// plain `lock` of KEY (the writer) is not obtained while they do, gets in once they are gone

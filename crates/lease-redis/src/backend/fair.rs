@@ -244,11 +244,11 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 2] = [
         (
             "fair_acquire.lua",
-            "cdacaa5a2f3d5c5e6b6ecf9f5d455bf091f256d5",
+            "8773d67ad1fdd81541fee98fdab6d76c279f0384",
         ),
         (
             "fair_release.lua",
-            "5e31c083caa7cd73f83d73f4f68c98b074c82d77",
+            "ade602c87e72c6ee5335ded4ebca9b6344f502de",
         ),
     ];
 
