@@ -275,7 +275,7 @@ pub(crate) struct LockArgs {
     /// none beside a plain `lock` of KEY, the writer (like `flock -s` beside `flock -x`).
     /// Writer-preferring. Always fenced (counter <KEY>:fence, REDLEASE_TOKEN); give writers
     /// --fence to order their tokens against readers'
-    #[arg(long, env = "REDLEASE_LOCK_SHARED", conflicts_with = "permits")]
+    #[arg(long, env = "REDLEASE_LOCK_SHARED", conflicts_with_all = ["permits", "fair"])]
     pub(crate) shared: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
