@@ -217,8 +217,14 @@ impl Call {
     /// A call with room for `keys` keys and `args` arguments (no growing on the way).
     pub(crate) fn with_capacity(keys: usize, args: usize) -> Call {
         Call {
-            keys: Vec::with_capacity(keys),
-            args: Vec::with_capacity(args),
+            keys: Parts {
+                bytes: Vec::new(),
+                ends: Vec::with_capacity(keys),
+            },
+            args: Parts {
+                bytes: Vec::new(),
+                ends: Vec::with_capacity(args),
+            },
         }
     }
 
@@ -232,9 +238,9 @@ impl Call {
         self
     }
 
-    /// An argument already in bytes, taken without a copy.
+    /// An argument already in bytes.
     pub(crate) fn arg_vec(&mut self, a: Vec<u8>) -> &mut Call {
-        self.args.push(a);
+        redis::RedisWrite::write_arg(&mut self.args, &a);
         self
     }
 
@@ -246,7 +252,8 @@ impl Call {
     fn cmd(&self, verb: &str, script_ref: &[u8]) -> redis::Cmd {
         // Sized once: growing the command's buffers argument by argument was a visible share
         // of a lock cycle's instructions.
-        let data = verb.len() + script_ref.len() + 20 + self.keys.bytes.len() + self.args.bytes.len();
+        let data =
+            verb.len() + script_ref.len() + 20 + self.keys.bytes.len() + self.args.bytes.len();
         let mut cmd = redis::Cmd::with_capacity(3 + self.keys.len() + self.args.len(), data);
         cmd.arg(verb).arg(script_ref).arg(self.keys.len());
         for k in self.keys.iter() {
@@ -401,10 +408,7 @@ mod tests {
             .arg("a")
             .arg("b")
             .get_packed_command();
-        assert_eq!(
-            call.cmd("EVALSHA", b"sha").get_packed_command(),
-            expected
-        );
+        assert_eq!(call.cmd("EVALSHA", b"sha").get_packed_command(), expected);
         // An argument written through a writer is one argument, however many writes.
         let mut parts = Parts::default();
         redis::RedisWrite::write_arg(&mut parts, b"x");

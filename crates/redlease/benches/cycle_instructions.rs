@@ -160,7 +160,8 @@ async fn cycles(url: &str, client: &str, n: u64, many: usize) {
                 for k in &keys {
                     pipe.cmd("PEXPIRE").arg(k).arg(MANY_TTL.as_millis() as u64);
                 }
-                let renewed: Vec<i64> = pipe.query_async(&mut conn).await.expect("PEXPIRE pipeline");
+                let renewed: Vec<i64> =
+                    pipe.query_async(&mut conn).await.expect("PEXPIRE pipeline");
                 assert!(renewed.iter().all(|&r| r == 1), "every key alive");
             }
             tokio::time::sleep_until(start + MANY_INTERVAL * n as u32 + MANY_INTERVAL / 2).await;

@@ -44,7 +44,12 @@ fn main() {
         let section = if only.as_deref() == Some("many") {
             many::render(&rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2)))
         } else {
-            elections::render(&rt.block_on(elections::measure(&env, 1_000, Duration::from_secs(10), 2)))
+            elections::render(&rt.block_on(elections::measure(
+                &env,
+                1_000,
+                Duration::from_secs(10),
+                2,
+            )))
         };
         println!("{section}");
         drop(env);
