@@ -160,6 +160,9 @@ pub(crate) struct Call {
     args: Parts,
 }
 
+/// The first reservation of a [`Parts`]' bytes.
+const FIRST_RESERVE: usize = 128;
+
 /// Byte strings back to back: `bytes`, and where each ends.
 #[derive(Default)]
 struct Parts {
@@ -182,6 +185,10 @@ impl Parts {
 
 impl redis::RedisWrite for Parts {
     fn write_arg(&mut self, arg: &[u8]) {
+        if self.bytes.capacity() == 0 {
+            // Room for a small call's keys or arguments at once (not 8, 16, 32, ... bytes).
+            self.bytes.reserve(arg.len().max(FIRST_RESERVE));
+        }
         self.bytes.extend_from_slice(arg);
         self.ends.push(self.bytes.len());
     }
