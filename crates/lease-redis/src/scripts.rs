@@ -150,10 +150,70 @@ script!(S_FENCE_MULTI, "fence_multi", FENCE_MULTI);
 script!(S_FENCE_EVAL, "fence_eval", FENCE_EVAL);
 
 /// One script call: keys and arguments, sent as `EVALSHA` (then `EVAL` on `NOSCRIPT`).
+///
+/// The keys' bytes and the arguments' bytes are each kept back to back in one buffer (with
+/// where each ends), not one allocation per key or argument: a batch of renewals adds four
+/// per lease, and their allocations were a visible share of a renewal's instructions.
 #[derive(Default)]
 pub(crate) struct Call {
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    keys: Parts,
+    args: Parts,
+}
+
+/// The first reservation of a [`Parts`]' bytes.
+const FIRST_RESERVE: usize = 128;
+
+/// Byte strings back to back: `bytes`, and where each ends.
+#[derive(Default)]
+struct Parts {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Parts {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| self.bytes.get(start..end).unwrap_or_default())
+    }
+}
+
+impl redis::RedisWrite for Parts {
+    fn write_arg(&mut self, arg: &[u8]) {
+        if self.bytes.capacity() == 0 {
+            // Room for a small call's keys or arguments at once (not 8, 16, 32, ... bytes).
+            self.bytes.reserve(arg.len().max(FIRST_RESERVE));
+        }
+        self.bytes.extend_from_slice(arg);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        self.ends.push(self.bytes.len());
+        PartWriter(self)
+    }
+}
+
+/// Appends to the last part of a [`Parts`].
+struct PartWriter<'a>(&'a mut Parts);
+
+impl std::io::Write for PartWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.bytes.extend_from_slice(buf);
+        if let Some(end) = self.0.ends.last_mut() {
+            *end = self.0.bytes.len();
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Call {
@@ -164,13 +224,19 @@ impl Call {
     /// A call with room for `keys` keys and `args` arguments (no growing on the way).
     pub(crate) fn with_capacity(keys: usize, args: usize) -> Call {
         Call {
-            keys: Vec::with_capacity(keys),
-            args: Vec::with_capacity(args),
+            keys: Parts {
+                bytes: Vec::new(),
+                ends: Vec::with_capacity(keys),
+            },
+            args: Parts {
+                bytes: Vec::new(),
+                ends: Vec::with_capacity(args),
+            },
         }
     }
 
     pub(crate) fn key(&mut self, k: impl AsRef<[u8]>) -> &mut Call {
-        self.keys.push(k.as_ref().to_vec());
+        redis::RedisWrite::write_arg(&mut self.keys, k.as_ref());
         self
     }
 
@@ -179,29 +245,29 @@ impl Call {
         self
     }
 
-    /// An argument already in bytes, taken without a copy.
+    /// An argument already in bytes.
     pub(crate) fn arg_vec(&mut self, a: Vec<u8>) -> &mut Call {
-        self.args.push(a);
+        redis::RedisWrite::write_arg(&mut self.args, &a);
         self
     }
 
     pub(crate) fn arg_bytes(&mut self, a: &[u8]) -> &mut Call {
-        self.args.push(a.to_vec());
+        redis::RedisWrite::write_arg(&mut self.args, a);
         self
     }
 
     fn cmd(&self, verb: &str, script_ref: &[u8]) -> redis::Cmd {
         // Sized once: growing the command's buffers argument by argument was a visible share
         // of a lock cycle's instructions.
-        let parts = self.keys.iter().chain(&self.args);
-        let data = verb.len() + script_ref.len() + 20 + parts.map(Vec::len).sum::<usize>();
+        let data =
+            verb.len() + script_ref.len() + 20 + self.keys.bytes.len() + self.args.bytes.len();
         let mut cmd = redis::Cmd::with_capacity(3 + self.keys.len() + self.args.len(), data);
         cmd.arg(verb).arg(script_ref).arg(self.keys.len());
-        for k in &self.keys {
-            cmd.arg(k.as_slice());
+        for k in self.keys.iter() {
+            cmd.arg(k);
         }
-        for a in &self.args {
-            cmd.arg(a.as_slice());
+        for a in self.args.iter() {
+            cmd.arg(a);
         }
         cmd
     }
@@ -324,6 +390,45 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+
+    #[test]
+    fn a_call_encodes_its_keys_and_arguments_as_separate_arguments() {
+        let mut call = Call::new();
+        call.key("k1").key("").key(b"k3".as_slice());
+        call.arg(2usize)
+            .arg("owner")
+            .arg(3000u64)
+            .arg("")
+            .arg_bytes(b"raw")
+            .arg(&["a", "b"][..]);
+        let expected = redis::cmd("EVALSHA")
+            .arg("sha")
+            .arg(3)
+            .arg("k1")
+            .arg("")
+            .arg("k3")
+            .arg(2)
+            .arg("owner")
+            .arg(3000)
+            .arg("")
+            .arg("raw")
+            .arg("a")
+            .arg("b")
+            .get_packed_command();
+        assert_eq!(call.cmd("EVALSHA", b"sha").get_packed_command(), expected);
+        // An argument written through a writer is one argument, however many writes.
+        let mut parts = Parts::default();
+        redis::RedisWrite::write_arg(&mut parts, b"x");
+        {
+            use std::io::Write;
+            let mut w = redis::RedisWrite::writer_for_next_arg(&mut parts);
+            w.write_all(b"ab").unwrap();
+            w.write_all(b"cd").unwrap();
+        }
+        drop(redis::RedisWrite::writer_for_next_arg(&mut parts));
+        let got: Vec<&[u8]> = parts.iter().collect();
+        assert_eq!(got, [b"x".as_slice(), b"abcd", b""]);
+    }
 
     /// Every script's own file (what follows the prelude, or the guard), by file name.
     const OWN_PARTS: [(&str, &str); 12] = [

@@ -8,7 +8,12 @@
 //! start-up and connection costs. Arguments: `<client> <cycles>`, the client one of
 //! `redlease`, `rslock`, `raw` (a lock cycle each), `redlease-renew` (a refresh of one held
 //! lock) and `redlease-release` (a raw `SET`, then `RedisBackend::release` of it); `cargo xtask
-//! perf` gates the three `redlease*` counts against committed baselines. Without them
+//! perf` gates the three `redlease*` counts against committed baselines. `redlease-many` and
+//! `raw-many` take a number of seconds instead: [`MANY`] auto-renewed locks (TTL 3 s, renewed
+//! every 1 s) held that long through one `Locker`, or as many keys kept alive by one raw
+//! pipeline of `PEXPIRE`s per second; each prints `renewals <n>` (the `PEXPIRE`s the server ran
+//! meanwhile, from `INFO commandstats`), so `scripts/callgrind-many.sh` can divide the
+//! instructions of the hold by the renewals it made. Without them
 //! (as `cargo test --all-targets` runs it, or `cargo bench`) it runs a few cycles of each
 //! client against a kit Redis, as a smoke test.
 
@@ -18,9 +23,13 @@ use redlease::redis::RedisBackend;
 use redlease::{LockOptions, Locker};
 
 const TTL: Duration = Duration::from_secs(10);
+/// How many locks the `*-many` clients hold (`REDLEASE_BENCH_MANY` overrides it).
+const MANY: usize = 2_000;
+const MANY_TTL: Duration = Duration::from_secs(3);
+const MANY_INTERVAL: Duration = Duration::from_secs(1);
 const RAW_RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
-async fn cycles(url: &str, client: &str, n: u64) {
+async fn cycles(url: &str, client: &str, n: u64, many: usize) {
     let redis_client = redis::Client::open(url).expect("url");
     let mut conn = redis_client
         .get_multiplexed_async_connection()
@@ -104,10 +113,90 @@ async fn cycles(url: &str, client: &str, n: u64) {
                 assert!(matches!(outcome, redlease::core::ReleaseOutcome::Released));
             }
         }
+        "redlease-many" => {
+            let locker = Locker::new(RedisBackend::new(conn.clone()));
+            let mut held = Vec::with_capacity(many);
+            for i in 0..many {
+                let lock = locker
+                    .obtain(
+                        format!("bench:ir:many:{i}"),
+                        MANY_TTL,
+                        LockOptions::new().auto_renew(MANY_INTERVAL),
+                    )
+                    .await
+                    .expect("obtain a free lock");
+                held.push(lock);
+            }
+            // The renewals that follow the obtains settle into their batches first.
+            tokio::time::sleep(MANY_INTERVAL * 2).await;
+            let before = pexpires(&mut conn).await;
+            tokio::time::sleep(MANY_INTERVAL * n as u32).await;
+            println!("renewals {}", pexpires(&mut conn).await - before);
+            assert!(held.iter().all(|l| l.held()), "every lock held throughout");
+            for lock in held {
+                lock.release().await.expect("release");
+            }
+        }
+        "raw-many" => {
+            let keys: Vec<String> = (0..many).map(|i| format!("bench:ir:rawmany:{i}")).collect();
+            // One pipeline: set one by one under callgrind, the first keys could expire
+            // before the last is set.
+            let mut set = redis::pipe();
+            for k in &keys {
+                set.cmd("SET")
+                    .arg(k)
+                    .arg("raw")
+                    .arg("PX")
+                    .arg(MANY_TTL.as_millis() as u64)
+                    .ignore();
+            }
+            let () = set.query_async(&mut conn).await.expect("SET the keys");
+            let before = pexpires(&mut conn).await;
+            let start = tokio::time::Instant::now();
+            let mut tick = tokio::time::interval_at(start + MANY_INTERVAL, MANY_INTERVAL);
+            for _ in 0..n {
+                tick.tick().await;
+                let mut pipe = redis::pipe();
+                for k in &keys {
+                    pipe.cmd("PEXPIRE").arg(k).arg(MANY_TTL.as_millis() as u64);
+                }
+                let renewed: Vec<i64> =
+                    pipe.query_async(&mut conn).await.expect("PEXPIRE pipeline");
+                assert!(renewed.iter().all(|&r| r == 1), "every key alive");
+            }
+            tokio::time::sleep_until(start + MANY_INTERVAL * n as u32 + MANY_INTERVAL / 2).await;
+            println!("renewals {}", pexpires(&mut conn).await - before);
+            let mut del = redis::pipe();
+            for k in &keys {
+                del.cmd("DEL").arg(k).ignore();
+            }
+            let () = del.query_async(&mut conn).await.expect("DEL the keys");
+        }
         other => panic!(
-            "unknown client {other:?}: expected redlease, rslock, raw, redlease-renew or redlease-release"
+            "unknown client {other:?}: expected redlease, rslock, raw, redlease-renew, redlease-release, redlease-many or raw-many"
         ),
     }
+}
+
+/// How many locks the `*-many` clients hold.
+fn many_locks() -> usize {
+    std::env::var("REDLEASE_BENCH_MANY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MANY)
+}
+
+/// The `PEXPIRE` calls the server has run (inside scripts or not), from `INFO commandstats`.
+async fn pexpires(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_pexpire:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn main() {
@@ -115,16 +204,25 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // The `*-many` clients run on two worker threads, as the benchmarks' many-locks section
+    // does (the renewal task, its batches and the connection then hop between threads).
+    let rt = if args.first().is_some_and(|c| c.ends_with("-many")) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
     match args.as_slice() {
         [client, n] => {
             let n: u64 = n.parse().expect("a cycle count");
             let url = std::env::var("REDLEASE_BENCH_URL")
                 .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-            rt.block_on(cycles(&url, client, n));
+            rt.block_on(cycles(&url, client, n, many_locks()));
         }
         _ => rt.block_on(async {
             let server = lease_testkit::redis::RedisServer::start()
@@ -138,7 +236,10 @@ fn main() {
                 "redlease-renew",
                 "redlease-release",
             ] {
-                cycles(&url, client, 3).await;
+                cycles(&url, client, 3, 0).await;
+            }
+            for client in ["redlease-many", "raw-many"] {
+                cycles(&url, client, 1, 20).await;
             }
             println!("smoke: 3 cycles of each client and measure");
         }),

@@ -69,12 +69,15 @@ impl std::fmt::Debug for ObserverSlot {
 
 impl<B: LeaseBackend> Shared<B> {
     /// Runs `f` on the machine at the current instant, then acts on the events it produced
-    /// (after the mutex is released).
+    /// (after the mutex is released). `Renewed` events, which need no action, are dropped
+    /// without allocating: every auto-renewal produces one.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut HeldLock, lease_core::Instant) -> R) -> R {
         let (result, events) = {
             let mut machine = self.machine.lock().unwrap_or_else(|e| e.into_inner());
             let result = f(&mut machine, self.clock.now());
-            let events: Vec<LockEvent> = std::iter::from_fn(|| machine.poll_event()).collect();
+            let events: Vec<LockEvent> = std::iter::from_fn(|| machine.poll_event())
+                .filter(|e| !matches!(e, LockEvent::Renewed { .. }))
+                .collect();
             (result, events)
         };
         for event in events {
@@ -176,7 +179,8 @@ impl<B: LeaseBackend> Renewable for Shared<B> {
 
     fn handle_renew(&self, reply: Result<RenewOutcome, BackendError>) {
         self.with(|m, now| m.handle_renew(now, reply));
-        self.moved();
+        // The renewal task reads the machine again when the batch comes back to it.
+        self.moved.notify_waiters();
     }
 }
 

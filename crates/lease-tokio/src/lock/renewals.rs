@@ -17,8 +17,11 @@
 //!   ([`poll_renew_within`](lease_core::lock::HeldLock::poll_renew_within)), and those renewals
 //!   go out together, on a task of their own, bounded by the earliest of their deadlines;
 //! - each reply is fed to its own lock's machine, which decides (renewed, tolerated failure,
-//!   lost); a lock whose deadline passes while its batch is in flight is lost at its deadline
-//!   like any other;
+//!   lost), and the batch comes back to the task as one message (not one wake per lock),
+//!   which reads each of its machines again; while its renewal is in flight a lock has no
+//!   queue entry (the batch is bounded by the earliest deadline in it, so it comes back by
+//!   then), and a lock whose deadline passes while its batch is in flight is lost at its
+//!   deadline like any other;
 //! - a refresh, a release or a drop wakes the task for that lock, which reads its machine
 //!   again.
 //!
@@ -58,7 +61,9 @@ pub(crate) trait Renewable: Send + Sync + 'static {
     fn backend(&self) -> &Arc<Self::Backend>;
     /// The renewal to send.
     fn renew_request(&self) -> &RenewRequest;
-    /// Feeds a renewal's reply to the machine (and wakes whoever waits on it).
+    /// Feeds a renewal's reply to the machine and wakes whoever waits on it (a refresh
+    /// waiting for the slot), but not the renewal task: the batch's answer reads every
+    /// machine of the batch again.
     fn handle_renew(&self, reply: Result<RenewOutcome, BackendError>);
 }
 
@@ -66,7 +71,7 @@ pub(crate) trait Renewable: Send + Sync + 'static {
 /// auto-renewed lock, on that caller's runtime; it ends once the locker and all its locks are
 /// gone.
 pub(crate) struct Renewals<L> {
-    tx: Mutex<Option<mpsc::UnboundedSender<Weak<L>>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Msg<L>>>>,
     /// The timer queue's length after the task's last step (for tests and diagnostics).
     queued: Arc<AtomicUsize>,
 }
@@ -105,7 +110,7 @@ impl<L: Renewable> Renewals<L> {
     pub(crate) fn wake(&self, lock: &Arc<L>) -> bool {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(sender) = tx.as_ref()
-            && sender.send(Arc::downgrade(lock)).is_ok()
+            && sender.send(Msg::Wake(Arc::downgrade(lock))).is_ok()
         {
             return true;
         }
@@ -113,11 +118,19 @@ impl<L: Renewable> Renewals<L> {
             return false;
         };
         let (sender, rx) = mpsc::unbounded_channel();
-        let sent = sender.send(Arc::downgrade(lock)).is_ok();
-        handle.spawn(run(rx, Arc::clone(&self.queued)));
+        let sent = sender.send(Msg::Wake(Arc::downgrade(lock))).is_ok();
+        handle.spawn(run(rx, sender.downgrade(), Arc::clone(&self.queued)));
         *tx = Some(sender);
         sent
     }
+}
+
+/// What the renewal task is told.
+enum Msg<L> {
+    /// Read this lock's machine now (a new lock, or its deadline or slot moved).
+    Wake(Weak<L>),
+    /// A batch's replies were fed to its machines: read each of them again.
+    Answered(Vec<Order<L>>),
 }
 
 /// The timer queue is compacted (stale and dead entries dropped) once it holds more than twice
@@ -165,7 +178,12 @@ type Order<L> = (Arc<L>, RenewOrder);
 
 impl<L: Renewable> Queue<L> {
     /// Reads `lock`'s machine at `now`: takes its renewal if one is due within its window,
-    /// then queues it at the instant it next needs attention (or lets it go: lost, released).
+    /// else queues it at the instant it next needs attention (or lets it go: lost, released).
+    ///
+    /// A lock whose renewal was taken is not queued: its batch comes back to the task once
+    /// answered, at the latest at the earliest deadline in the batch (the batch's bound), and
+    /// is read again then. A queue entry for it would only go stale (one heap push and one
+    /// pop of a stale entry per lock and renewal).
     fn visit(&mut self, lock: Arc<L>, batch: &mut Vec<Order<L>>) {
         let window = lock.coalesce_window();
         self.horizon = self.horizon.max(window);
@@ -175,8 +193,13 @@ impl<L: Renewable> Queue<L> {
             lock.cancel();
             return;
         };
-        let at = lock.to_tokio(next);
+        // Any entry the lock still has in the queue is stale from here on.
         let generation = lock.schedule().fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(order) = order {
+            batch.push((lock, order));
+            return;
+        }
+        let at = lock.to_tokio(next);
         self.seq += 1;
         self.heap.push(Reverse(Entry {
             at,
@@ -184,9 +207,6 @@ impl<L: Renewable> Queue<L> {
             generation,
             lock: Arc::downgrade(&lock),
         }));
-        if let Some(order) = order {
-            batch.push((lock, order));
-        }
         if self.heap.len() > self.compact_at {
             self.compact();
         }
@@ -237,7 +257,14 @@ impl<L: Renewable> Queue<L> {
 }
 
 /// The task: wakes at the earliest queued instant or when a lock asks, and sends what is due.
-async fn run<L: Renewable>(mut rx: mpsc::UnboundedReceiver<Weak<L>>, queued: Arc<AtomicUsize>) {
+///
+/// `me` is the task's own channel, for the batches' answers; weak, so that the task still ends
+/// once the locker and its locks are gone.
+async fn run<L: Renewable>(
+    mut rx: mpsc::UnboundedReceiver<Msg<L>>,
+    me: mpsc::WeakUnboundedSender<Msg<L>>,
+    queued: Arc<AtomicUsize>,
+) {
     let mut queue = Queue {
         heap: BinaryHeap::new(),
         seq: 0,
@@ -249,33 +276,42 @@ async fn run<L: Renewable>(mut rx: mpsc::UnboundedReceiver<Weak<L>>, queued: Arc
             Some(at) => tokio::select! {
                 biased;
                 msg = rx.recv() => match msg {
-                    Some(lock) => woken(&mut queue, &mut rx, lock),
+                    Some(msg) => woken(&mut queue, &mut rx, msg),
                     None => return,
                 },
                 () = tokio::time::sleep_until(at) => queue.due(Instant::now()),
             },
             None => match rx.recv().await {
-                Some(lock) => woken(&mut queue, &mut rx, lock),
+                Some(msg) => woken(&mut queue, &mut rx, msg),
                 None => return,
             },
         };
         queued.store(queue.heap.len(), Ordering::Relaxed);
-        send(batch);
+        send(batch, &me);
     }
 }
 
-/// The locks that asked to be read (this one and any others already waiting), read now; the
-/// renewals due among them.
+/// The locks that asked to be read and those of answered batches (this message's and any
+/// others already waiting), read now; the renewals due among them.
 fn woken<L: Renewable>(
     queue: &mut Queue<L>,
-    rx: &mut mpsc::UnboundedReceiver<Weak<L>>,
-    first: Weak<L>,
+    rx: &mut mpsc::UnboundedReceiver<Msg<L>>,
+    first: Msg<L>,
 ) -> Vec<Order<L>> {
     let mut batch = Vec::new();
     let mut next = Some(first);
-    while let Some(weak) = next {
-        if let Some(lock) = weak.upgrade() {
-            queue.visit(lock, &mut batch);
+    while let Some(msg) = next {
+        match msg {
+            Msg::Wake(weak) => {
+                if let Some(lock) = weak.upgrade() {
+                    queue.visit(lock, &mut batch);
+                }
+            }
+            Msg::Answered(answered) => {
+                for (lock, _) in answered {
+                    queue.visit(lock, &mut batch);
+                }
+            }
         }
         next = rx.try_recv().ok();
     }
@@ -285,12 +321,14 @@ fn woken<L: Renewable>(
 /// Sends `batch` on a task of its own (the queue keeps running meanwhile), bounded by the
 /// earliest deadline among its renewals, and feeds each reply to its own lock. A batch that
 /// got no answer in time gives every renewal in it [`BackendError::Timeout`] (outcome
-/// unknown; each machine tolerates it until its own deadline).
-fn send<L: Renewable>(batch: Vec<Order<L>>) {
+/// unknown; each machine tolerates it until its own deadline). Then the batch goes back to the
+/// task (`me`), which reads its machines again.
+fn send<L: Renewable>(batch: Vec<Order<L>>, me: &mpsc::WeakUnboundedSender<Msg<L>>) {
     let Some((first, _)) = batch.first() else {
         return;
     };
     let backend = Arc::clone(first.backend());
+    let me = me.clone();
     tokio::spawn(async move {
         let deadline = batch
             .iter()
@@ -318,6 +356,10 @@ fn send<L: Renewable>(batch: Vec<Order<L>>) {
                 ))
             });
             lock.handle_renew(reply);
+        }
+        // The task is gone only once the locker and every lock are: nothing left to read.
+        if let Some(task) = me.upgrade() {
+            let _ = task.send(Msg::Answered(batch));
         }
     });
 }

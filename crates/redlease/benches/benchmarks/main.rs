@@ -37,11 +37,21 @@ fn main() {
     let env = rt
         .block_on(setup::Env::start(5))
         .expect("start the Redis servers");
-    // `REDLEASE_BENCH_ONLY=elections`: only the many-elections section (it takes a minute;
-    // the whole run takes much longer).
-    if std::env::var("REDLEASE_BENCH_ONLY").as_deref() == Ok("elections") {
-        let e = rt.block_on(elections::measure(&env, 1_000, Duration::from_secs(10), 2));
-        println!("{}", elections::render(&e));
+    // `REDLEASE_BENCH_ONLY=elections` (or `many`): only the many-elections (or many-locks)
+    // section (about a minute each; the whole run takes much longer).
+    let only = std::env::var("REDLEASE_BENCH_ONLY").ok();
+    if matches!(only.as_deref(), Some("elections" | "many")) {
+        let section = if only.as_deref() == Some("many") {
+            many::render(&rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2)))
+        } else {
+            elections::render(&rt.block_on(elections::measure(
+                &env,
+                1_000,
+                Duration::from_secs(10),
+                2,
+            )))
+        };
+        println!("{section}");
         drop(env);
         rt.shutdown_timeout(Duration::from_secs(2));
         return;
