@@ -57,8 +57,9 @@ usage: cargo xtask <command> [args]
 
 commands:
   test --server <name> [cargo test args]
-                           the compatibility suite (elections, locks, fencing, Redlock,
-                           notices, Cluster, Sentinel, TLS, ACL, preflight) on one server of
+                           the compatibility suite (elections, locks, fencing, semaphores,
+                           read-write and fair locks, Redlock, notices, Cluster, Sentinel,
+                           TLS, ACL, preflight) on one server of
                            the matrix: redis70 (redis-server on PATH), valkey9, redis62
                            (installed by scripts/install-deps.sh under target/servers)
   test [cargo test args]   xtask's unit tests, install-check servers, build the Redis image

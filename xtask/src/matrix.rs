@@ -31,6 +31,18 @@ pub(crate) const COMPAT_SUITE: &[(&str, &str)] = &[
         "semaphore",
         "semaphores: permit scripts vs the spec, the server's clock, refusals, the driver",
     ),
+    (
+        "permit_fence",
+        "permit-fenced writes: the permit still current, checked with the write",
+    ),
+    (
+        "rwlock",
+        "read-write locks: reader scripts vs the spec, the plain lock on a read-held key",
+    ),
+    (
+        "fair",
+        "fair locks: queue scripts vs the spec, places by the server's clock, wakes",
+    ),
     ("handover", "release notices (PUBLISH / SUBSCRIBE)"),
     (
         "least_privilege",
