@@ -11,7 +11,9 @@
 //! Machines pause (no events, no timers, up to 2.5 TTLs) and resume. While a machine *believes*
 //! it holds its permit (`HeldLock::is_held` on its own clock) it writes to the resource every
 //! eighth of a TTL through the permit fence (`MemoryBackend::permit_fenced_now`), over the same
-//! network: a write sent before a pause or on a slow leg arrives late.
+//! network: a write sent before a pause or on a slow leg arrives late. The world (machines,
+//! clocks, network, pauses) is `common/world.rs`, shared with the read-write and fair lock
+//! simulations; this file names the semaphore's operations and checks.
 //!
 //! The checker asserts, for every seed:
 //!
@@ -31,143 +33,42 @@
 //! whose clocks run 10 % slow (beyond the drift margin) believe past their permit's expiry,
 //! and the belief checker reports it.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+#[path = "common/world.rs"]
+mod world;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::lock::{HeldLock, LockEvent, LockOptions, Obtain, ObtainPlan};
-use lease_core::memory::{ManualClock, MemoryBackend, MemoryWrite};
+use lease_core::lock::{LockOptions, ObtainPlan};
+use lease_core::memory::{MemoryBackend, MemoryWrite};
 use lease_core::rng::SplitMix64;
 use lease_core::semaphore::{PermitCount, PermitRequest, PermitWriteOutcome, semaphore_spec};
 use lease_core::{
-    AcquireOutcome, BackendError, Instant, LeaseSpec, Owner, ReleaseRequest, RenewOutcome,
-    RenewRequest, RetryStrategy, Token,
+    AcquireOutcome, AcquireRequest, BackendError, Instant, LeaseSpec, Owner, ReleaseRequest,
+    RenewOutcome, RenewRequest, RetryStrategy, Token,
 };
+use world::{Believer, Kind, Net, START, World, max_overlap, ms};
 
-const START: Instant = Instant::from_origin(Duration::from_secs(100));
 const NAME: &str = "{sim}";
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
 
 /// One simulated world's parameters, drawn from its seed.
 #[derive(Clone, Debug)]
 struct Params {
     n: u32,
-    machines: usize,
-    ttl: Duration,
-    faults_until: Instant,
-    end: Instant,
-    fast: Duration,
-    slow: Duration,
-    slow_permille: u64,
-    drop_permille: u64,
-    pause_every: Duration,
-    pause_max: Duration,
+    net: Net,
 }
 
 impl Params {
     fn draw(rng: &mut SplitMix64) -> Params {
         let n = 1 + u32::try_from(rng.below_inclusive(2)).expect("small");
         let ttl_ms = 200 + rng.below_inclusive(800);
-        let ttl = ms(ttl_ms);
-        let faults_until = START + ttl * 14;
         let storm = rng.below_inclusive(2) == 0;
+        let machines = n as usize + 1 + usize::try_from(rng.below_inclusive(3)).expect("small");
         Params {
             n,
-            machines: n as usize + 1 + usize::try_from(rng.below_inclusive(3)).expect("small"),
-            ttl,
-            faults_until,
-            end: faults_until + ttl * 6,
-            fast: ms(1 + rng.below_inclusive(ttl_ms / 50)),
-            slow: ttl * 6 / 10,
-            slow_permille: if storm {
-                rng.below_inclusive(300)
-            } else {
-                rng.below_inclusive(50)
-            },
-            drop_permille: if storm {
-                rng.below_inclusive(300)
-            } else {
-                rng.below_inclusive(50)
-            },
-            pause_every: ttl * (2 + u32::try_from(rng.below_inclusive(6)).expect("small")),
-            pause_max: ttl * 5 / 2,
+            net: Net::draw(rng, machines, ttl_ms, storm),
         }
-    }
-
-    /// The drift allowance the machines get (the single-server one).
-    fn margin(&self) -> Duration {
-        self.ttl / 100 + ms(2)
-    }
-}
-
-/// What a request does at the store.
-#[derive(Clone, Debug)]
-enum Op {
-    Acquire(PermitRequest),
-    Renew(RenewRequest),
-    Release(ReleaseRequest),
-    Write { owner: Owner, token: Token },
-}
-
-#[derive(Debug)]
-enum Reply {
-    Acquire(Result<AcquireOutcome, BackendError>),
-    Renew(Result<RenewOutcome, BackendError>),
-}
-
-#[derive(Debug)]
-enum Ev {
-    Wake { node: usize, generation: u64 },
-    Apply { node: usize, id: u64, op: Op },
-    Arrive { node: usize, id: u64, reply: Reply },
-    Pause { node: usize },
-}
-
-#[allow(clippy::large_enum_variant)] // one per machine, a handful per world
-enum State {
-    Idle {
-        until: Instant,
-    },
-    Obtaining {
-        plan: Box<ObtainPlan>,
-        machine: Obtain,
-    },
-    Holding {
-        plan: Box<ObtainPlan>,
-        machine: HeldLock,
-        since: Instant,
-        hold_until: Instant,
-        next_write: Instant,
-    },
-}
-
-struct Node {
-    /// Local clock rate, parts per million of real time.
-    ppm: u64,
-    state: State,
-    /// The request in flight (acquire or renewal): its id and local deadline.
-    inflight: Option<(u64, Instant)>,
-    paused_until: Option<Instant>,
-    generation: u64,
-    obtains: u64,
-}
-
-impl Node {
-    fn local(&self, real: Instant) -> Instant {
-        let d = real.saturating_duration_since(START);
-        let nanos = d.as_nanos() * u128::from(self.ppm) / 1_000_000;
-        START + Duration::from_nanos(u64::try_from(nanos).expect("fits"))
-    }
-
-    /// The first real instant at which the local clock reads `local` or later.
-    fn real(&self, local: Instant) -> Instant {
-        let d = local.saturating_duration_since(START);
-        let nanos = (d.as_nanos() * 1_000_000).div_ceil(u128::from(self.ppm));
-        START + Duration::from_nanos(u64::try_from(nanos).expect("fits"))
     }
 }
 
@@ -194,223 +95,22 @@ struct Report {
     refused: usize,
 }
 
-struct Sim {
-    p: Params,
-    rng: SplitMix64,
-    clock: ManualClock,
-    store: MemoryBackend,
+/// The semaphore's permits, asked of the store and checked.
+struct Semaphore {
+    n: u32,
     spec: Arc<LeaseSpec>,
     /// The count the store is asked for (N, or N + 1 when broken).
     asked: PermitCount,
-    nodes: Vec<Node>,
-    heap: BinaryHeap<Reverse<(Instant, u64, usize)>>,
-    events: Vec<Option<Ev>>,
-    seq: u64,
-    next_id: u64,
-    /// Real-time intervals of belief.
-    beliefs: Vec<(Instant, Instant)>,
     /// (owner, token) → first and last accepted write.
     spans: BTreeMap<(String, u64), (Instant, Instant)>,
     report: Report,
 }
 
-impl Sim {
-    fn new(seed: u64, broken: Broken) -> Sim {
-        let mut rng = SplitMix64::new(seed);
-        let p = Params::draw(&mut rng);
-        let clock = ManualClock::starting_at(START);
-        let asked = PermitCount::new(p.n + u32::from(broken == Broken::Count)).expect("count");
-        let nodes = (0..p.machines)
-            .map(|_| Node {
-                ppm: match broken {
-                    Broken::SlowClock => 900_000,
-                    _ => 995_000 + rng.below_inclusive(10_000),
-                },
-                state: State::Idle { until: START },
-                inflight: None,
-                paused_until: None,
-                generation: 0,
-                obtains: 0,
-            })
-            .collect();
-        let mut sim = Sim {
-            store: MemoryBackend::new(clock.clone()),
-            clock,
-            spec: Arc::new(semaphore_spec(NAME, None).expect("spec")),
-            asked,
-            nodes,
-            heap: BinaryHeap::new(),
-            events: Vec::new(),
-            seq: 0,
-            next_id: 0,
-            beliefs: Vec::new(),
-            spans: BTreeMap::new(),
-            report: Report::default(),
-            p,
-            rng,
-        };
-        for i in 0..sim.nodes.len() {
-            let jitter = ms(sim.rng.below_inclusive(50));
-            sim.wake(i, START + jitter);
-            let first = sim.pause_gap();
-            sim.push(START + first, Ev::Pause { node: i });
-        }
-        sim
-    }
+impl Kind for Semaphore {
+    const WRITES: bool = true;
+    const CRASHES: bool = false;
 
-    fn pause_gap(&mut self) -> Duration {
-        let every = u64::try_from(self.p.pause_every.as_millis()).expect("fits");
-        ms(1 + self.rng.below_inclusive(2 * every))
-    }
-
-    fn push(&mut self, at: Instant, ev: Ev) {
-        self.seq += 1;
-        self.events.push(Some(ev));
-        self.heap
-            .push(Reverse((at, self.seq, self.events.len() - 1)));
-    }
-
-    fn wake(&mut self, node: usize, at: Instant) {
-        self.nodes[node].generation += 1;
-        let generation = self.nodes[node].generation;
-        self.push(at, Ev::Wake { node, generation });
-    }
-
-    fn leg(&mut self, now: Instant) -> Duration {
-        let fast = u64::try_from(self.p.fast.as_millis()).expect("fits");
-        if now < self.p.faults_until && self.rng.below_inclusive(999) < self.p.slow_permille {
-            let slow = u64::try_from(self.p.slow.as_millis()).expect("fits");
-            ms(1 + self.rng.below_inclusive(slow))
-        } else {
-            ms(self.rng.below_inclusive(fast))
-        }
-    }
-
-    fn send(&mut self, node: usize, now: Instant, op: Op) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        let at = now + self.leg(now);
-        self.push(at, Ev::Apply { node, id, op });
-        id
-    }
-
-    fn run(mut self) -> Report {
-        while let Some(Reverse((at, _, idx))) = self.heap.pop() {
-            if at > self.p.end {
-                break;
-            }
-            let Some(ev) = self.events[idx].take() else {
-                continue;
-            };
-            self.clock.set(at);
-            self.handle(at, ev);
-            self.check_believers(at);
-        }
-        let end = self.p.end;
-        for i in 0..self.nodes.len() {
-            self.end_hold(i, end);
-        }
-        self.finish()
-    }
-
-    fn handle(&mut self, t: Instant, ev: Ev) {
-        // A paused machine handles nothing: its events wait for the resume.
-        let node = match &ev {
-            Ev::Wake { node, .. } | Ev::Arrive { node, .. } => Some(*node),
-            _ => None,
-        };
-        if let Some(i) = node
-            && let Some(until) = self.nodes[i].paused_until
-        {
-            if t < until {
-                self.push(until, ev);
-                return;
-            }
-            self.nodes[i].paused_until = None;
-        }
-        match ev {
-            Ev::Wake { node, generation } => {
-                if generation == self.nodes[node].generation {
-                    self.drive(node, t);
-                }
-            }
-            Ev::Pause { node } => {
-                if t < self.p.faults_until && self.nodes[node].paused_until.is_none() {
-                    let max = u64::try_from(self.p.pause_max.as_millis()).expect("fits");
-                    let until = t + ms(1 + self.rng.below_inclusive(max));
-                    self.nodes[node].paused_until = Some(until);
-                    self.wake(node, until);
-                }
-                let gap = self.pause_gap();
-                self.push(t + gap, Ev::Pause { node });
-            }
-            Ev::Apply { node, id, op } => self.apply(t, node, id, op),
-            Ev::Arrive { node, id, reply } => {
-                if self.nodes[node].inflight.map(|(i, _)| i) != Some(id) {
-                    return; // timed out already: a late reply is dropped
-                }
-                self.nodes[node].inflight = None;
-                let now = self.nodes[node].local(t);
-                match (&mut self.nodes[node].state, reply) {
-                    (State::Obtaining { machine, .. }, Reply::Acquire(r)) => {
-                        machine.handle_reply(now, r);
-                    }
-                    (State::Holding { machine, .. }, Reply::Renew(r)) => {
-                        machine.handle_renew(now, r);
-                    }
-                    _ => {}
-                }
-                self.drive(node, t);
-            }
-        }
-    }
-
-    fn apply(&mut self, t: Instant, node: usize, id: u64, op: Op) {
-        let reply = match op {
-            Op::Acquire(req) => Some(Reply::Acquire(self.store.acquire_permit_now(&req))),
-            Op::Renew(req) => Some(Reply::Renew(self.store.renew_permit_now(&req))),
-            Op::Release(req) => {
-                let _ = self.store.release_permit_now(&req);
-                None
-            }
-            Op::Write { owner, token } => {
-                let write = MemoryWrite::Set {
-                    key: format!("{NAME}:resource"),
-                    value: format!("{}:{}", owner.as_str(), token.get()),
-                };
-                let got = self
-                    .store
-                    .permit_fenced_now(&self.spec, &owner, token, &[write])
-                    .expect("a fenced semaphore");
-                match got {
-                    Ok(PermitWriteOutcome::Applied) => {
-                        self.report.accepted += 1;
-                        let span = self
-                            .spans
-                            .entry((owner.as_str().to_owned(), token.get()))
-                            .or_insert((t, t));
-                        span.1 = t;
-                    }
-                    Ok(_) => self.report.refused += 1,
-                    Err(e) => self.report.violations.push(format!("write failed: {e}")),
-                }
-                None
-            }
-        };
-        if let Some(reply) = reply {
-            let dropped =
-                t < self.p.faults_until && self.rng.below_inclusive(999) < self.p.drop_permille;
-            if !dropped {
-                let at = t + self.leg(t);
-                self.push(at, Ev::Arrive { node, id, reply });
-            }
-        }
-    }
-
-    fn plan(&mut self, node: usize) -> ObtainPlan {
-        let ttl = self.p.ttl;
-        self.nodes[node].obtains += 1;
-        let owner = format!("m{node}-{}", self.nodes[node].obtains);
+    fn plan(&mut self, _node: usize, ttl: Duration, owner: String) -> ObtainPlan {
         LockOptions::new()
             .auto_renew(ttl / 3)
             .retry(RetryStrategy::linear(ttl / 4).expect("retry"))
@@ -420,247 +120,132 @@ impl Sim {
             .expect("plan")
     }
 
-    /// Drives machine `node` at real time `t`, as the driver does: timeouts, requests, events.
-    fn drive(&mut self, node: usize, t: Instant) {
-        for _ in 0..4 {
-            if !self.step(node, t) {
-                return;
-            }
-        }
+    fn acquire(
+        &mut self,
+        store: &MemoryBackend,
+        _t: Instant,
+        _node: usize,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, BackendError> {
+        store.acquire_permit_now(&PermitRequest::new(req.clone(), self.asked))
     }
 
-    /// One turn; whether the state changed (drive again).
-    fn step(&mut self, i: usize, t: Instant) -> bool {
-        let now = self.nodes[i].local(t);
-        let timed_out = self.nodes[i].inflight.is_some_and(|(_, dl)| now >= dl);
-        if timed_out {
-            self.nodes[i].inflight = None;
-        }
-        let timeout = BackendError::Timeout(self.p.ttl / 5);
-        let ttl_ms = u64::try_from(self.p.ttl.as_millis()).expect("fits");
-        let state = std::mem::replace(&mut self.nodes[i].state, State::Idle { until: t });
-        let (next, changed) = match state {
-            State::Idle { until } if t < until => {
-                self.wake(i, until);
-                (State::Idle { until }, false)
-            }
-            State::Idle { .. } => {
-                let plan = self.plan(i);
-                let machine = Obtain::new(&plan, self.rng.next_u64(), now);
-                let plan = Box::new(plan);
-                (State::Obtaining { plan, machine }, true)
-            }
-            State::Obtaining { plan, mut machine } => {
-                if timed_out {
-                    machine.handle_reply(now, Err(timeout));
-                }
-                match machine.poll_outcome() {
-                    Some(Ok(obtained)) => {
-                        let held = HeldLock::for_plan(&plan, obtained, self.p.margin(), now);
-                        let hold = ms(self.rng.below_inclusive(ttl_ms * 3));
-                        let holding = State::Holding {
-                            plan,
-                            machine: held,
-                            since: t,
-                            hold_until: t + hold,
-                            next_write: t,
-                        };
-                        (holding, true)
-                    }
-                    Some(Err(_)) => {
-                        if machine.needs_cleanup() {
-                            let req = ReleaseRequest::new(
-                                Arc::clone(&plan.request.spec),
-                                plan.request.owner.clone(),
-                            );
-                            self.send(i, t, Op::Release(req));
-                        }
-                        let idle = ms(self.rng.below_inclusive(ttl_ms));
-                        (State::Idle { until: t + idle }, true)
-                    }
-                    None => {
-                        if self.nodes[i].inflight.is_none()
-                            && let Some(attempt) = machine.poll_request(now)
-                        {
-                            let req = PermitRequest::new(plan.request.clone(), self.asked);
-                            let id = self.send(i, t, Op::Acquire(req));
-                            self.nodes[i].inflight = Some((id, attempt.deadline));
-                        }
-                        let deadline = self.nodes[i].inflight.map(|(_, dl)| dl);
-                        if let Some(at) = [machine.poll_timeout(), deadline]
-                            .into_iter()
-                            .flatten()
-                            .min()
-                        {
-                            let real = self.nodes[i].real(at).max(t);
-                            self.wake(i, real);
-                        }
-                        (State::Obtaining { plan, machine }, false)
-                    }
-                }
-            }
-            State::Holding {
-                plan,
-                mut machine,
-                since,
-                hold_until,
-                mut next_write,
-            } => {
-                if timed_out {
-                    machine.handle_renew(now, Err(timeout));
-                }
-                machine.handle_timeout(now);
-                let lost = std::iter::from_fn(|| machine.poll_event())
-                    .any(|e| matches!(e, LockEvent::Lost { .. }));
-                if lost || t >= hold_until {
-                    let until = self.nodes[i].real(machine.valid_until()).min(t);
-                    if until > since {
-                        self.beliefs.push((since, until));
-                    }
-                    let req = ReleaseRequest::new(
-                        Arc::clone(&plan.request.spec),
-                        plan.request.owner.clone(),
-                    );
-                    self.send(i, t, Op::Release(req));
-                    self.nodes[i].inflight = None;
-                    let idle = ms(self.rng.below_inclusive(ttl_ms));
-                    (State::Idle { until: t + idle }, true)
-                } else {
-                    if self.nodes[i].inflight.is_none()
-                        && let Some(order) = machine.poll_renew(now)
-                    {
-                        let req = RenewRequest::new(
-                            Arc::clone(&plan.request.spec),
-                            plan.request.owner.clone(),
-                            plan.request.ttl,
-                        );
-                        let id = self.send(i, t, Op::Renew(req));
-                        self.nodes[i].inflight = Some((id, order.deadline));
-                    }
-                    if machine.is_held(now) && t >= next_write {
-                        let token = machine.token().expect("permits are fenced");
-                        let owner = plan.request.owner.clone();
-                        self.send(i, t, Op::Write { owner, token });
-                        next_write = t + self.p.ttl / 8;
-                    }
-                    let deadline = self.nodes[i].inflight.map(|(_, dl)| dl);
-                    let mut at = hold_until.min(next_write);
-                    if let Some(l) = [machine.poll_timeout(), deadline]
-                        .into_iter()
-                        .flatten()
-                        .min()
-                    {
-                        at = at.min(self.nodes[i].real(l));
-                    }
-                    self.wake(i, at.max(t));
-                    let holding = State::Holding {
-                        plan,
-                        machine,
-                        since,
-                        hold_until,
-                        next_write,
-                    };
-                    (holding, false)
-                }
-            }
+    fn renew(
+        &mut self,
+        store: &MemoryBackend,
+        _t: Instant,
+        _node: usize,
+        req: &RenewRequest,
+    ) -> Result<RenewOutcome, BackendError> {
+        store.renew_permit_now(req)
+    }
+
+    fn release(&mut self, store: &MemoryBackend, _t: Instant, _node: usize, req: &ReleaseRequest) {
+        let _ = store.release_permit_now(req);
+    }
+
+    fn write(
+        &mut self,
+        store: &MemoryBackend,
+        t: Instant,
+        owner: &Owner,
+        token: Token,
+        violations: &mut Vec<String>,
+    ) {
+        let write = MemoryWrite::Set {
+            key: format!("{NAME}:resource"),
+            value: format!("{}:{}", owner.as_str(), token.get()),
         };
-        self.nodes[i].state = next;
-        changed
-    }
-
-    /// Ends machine `i`'s hold (if any) at `t`: its belief lasted until `t` or its local
-    /// deadline, whichever came first.
-    fn end_hold(&mut self, i: usize, t: Instant) {
-        let mut belief = None;
-        if let State::Holding { machine, since, .. } = &self.nodes[i].state {
-            let until = self.nodes[i].real(machine.valid_until()).min(t);
-            if until > *since {
-                belief = Some((*since, until));
+        let got = store
+            .permit_fenced_now(&self.spec, owner, token, &[write])
+            .expect("a fenced semaphore");
+        match got {
+            Ok(PermitWriteOutcome::Applied) => {
+                self.report.accepted += 1;
+                let span = self
+                    .spans
+                    .entry((owner.as_str().to_owned(), token.get()))
+                    .or_insert((t, t));
+                span.1 = t;
             }
+            Ok(_) => self.report.refused += 1,
+            Err(e) => violations.push(format!("write failed: {e}")),
         }
-        self.beliefs.extend(belief);
     }
 
     /// Whoever believes at `t` has a current permit at the store.
-    fn check_believers(&mut self, t: Instant) {
-        let info = match self.store.inspect_semaphore_now(&self.spec) {
+    fn check(
+        &mut self,
+        t: Instant,
+        store: &MemoryBackend,
+        believers: &[Believer<'_>],
+        violations: &mut Vec<String>,
+    ) {
+        let info = match store.inspect_semaphore_now(&self.spec) {
             Ok(info) => info,
             Err(e) => {
-                self.report.violations.push(format!("inspect failed: {e}"));
+                violations.push(format!("inspect failed: {e}"));
                 return;
             }
         };
-        let mut believers = 0;
-        for (i, n) in self.nodes.iter().enumerate() {
-            if let State::Holding { machine, plan, .. } = &n.state
-                && machine.is_held(n.local(t))
-            {
-                believers += 1;
-                let owner = plan.request.owner.as_str();
-                if !info.holders.iter().any(|h| h.owner == owner) {
-                    self.report.violations.push(format!(
-                        "{t:?}: machine {i} believes it holds {owner}'s permit, the store has {:?}",
-                        info.holders
-                    ));
-                }
+        for b in believers {
+            if !info.holders.iter().any(|h| h.owner == b.owner) {
+                violations.push(format!(
+                    "{t:?}: machine {} believes it holds {}'s permit, the store has {:?}",
+                    b.node, b.owner, info.holders
+                ));
             }
         }
-        if believers > self.p.n as usize {
-            self.report.violations.push(format!(
-                "{t:?}: {believers} machines believe, N = {}",
-                self.p.n
+        if believers.len() > self.n as usize {
+            violations.push(format!(
+                "{t:?}: {} machines believe, N = {}",
+                believers.len(),
+                self.n
             ));
         }
-    }
-
-    fn finish(mut self) -> Report {
-        let n = self.p.n as usize;
-        let beliefs = std::mem::take(&mut self.beliefs);
-        let peak = max_overlap(&beliefs);
-        self.report.peak_believers = peak;
-        if peak > n {
-            self.report
-                .violations
-                .push(format!("{peak} belief intervals overlap, N = {n}"));
-        }
-        let spans: Vec<(Instant, Instant)> = self.spans.values().copied().collect();
-        let peak = max_overlap(&spans);
-        self.report.peak_resource = peak;
-        if peak > n {
-            self.report.violations.push(format!(
-                "the resource accepted {peak} permits at once, N = {n}"
-            ));
-        }
-        self.report
     }
 }
 
-/// The most closed intervals `[a, b]` that share an instant.
-fn max_overlap(intervals: &[(Instant, Instant)]) -> usize {
-    let mut points: Vec<(Instant, i32)> = Vec::new();
-    for &(a, b) in intervals {
-        points.push((a, 1));
-        points.push((b, -1));
+/// Runs world `seed`, then checks the belief intervals and the resource's spans.
+fn run(seed: u64, broken: Broken) -> Report {
+    let mut rng = SplitMix64::new(seed);
+    let p = Params::draw(&mut rng);
+    let asked = PermitCount::new(p.n + u32::from(broken == Broken::Count)).expect("count");
+    let kind = Semaphore {
+        n: p.n,
+        spec: Arc::new(semaphore_spec(NAME, None).expect("spec")),
+        asked,
+        spans: BTreeMap::new(),
+        report: Report::default(),
+    };
+    let slow = |_: &mut SplitMix64| 900_000;
+    let ppm: Option<&dyn Fn(&mut SplitMix64) -> u64> = match broken {
+        Broken::SlowClock => Some(&slow),
+        _ => None,
+    };
+    let ended = World::new(p.net, rng, kind, ppm).run();
+    let mut kind = ended.kind;
+    let n = kind.n as usize;
+    kind.report.violations = ended.violations;
+    let peak = max_overlap(ended.beliefs.iter().map(|b| (b.since, b.until)));
+    kind.report.peak_believers = peak;
+    if peak > n {
+        kind.report
+            .violations
+            .push(format!("{peak} belief intervals overlap, N = {n}"));
     }
-    // At one instant, starts before ends: closed intervals that touch overlap.
-    points.sort_by_key(|&(t, d)| (t, -d));
-    let (mut depth, mut peak) = (0i32, 0i32);
-    for (_, d) in points {
-        depth += d;
-        peak = peak.max(depth);
+    let peak = max_overlap(kind.spans.values().copied());
+    kind.report.peak_resource = peak;
+    if peak > n {
+        kind.report.violations.push(format!(
+            "the resource accepted {peak} permits at once, N = {n}"
+        ));
     }
-    usize::try_from(peak).unwrap_or(0)
+    kind.report
 }
 
 fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("SEM_SIM_SEED") {
-        return vec![s.parse().expect("SEM_SIM_SEED is a number")];
-    }
-    let n = std::env::var("SEM_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(400u64);
-    (0..n).collect()
+    world::seeds("SEM_SIM_SEED", 400)
 }
 
 #[test]
@@ -670,7 +255,7 @@ fn at_most_n_holders_believe_and_write() {
     let mut refused = 0;
     let seeds = seeds();
     for &seed in &seeds {
-        let report = Sim::new(seed, Broken::Nothing).run();
+        let report = run(seed, Broken::Nothing);
         assert!(
             report.violations.is_empty(),
             "seed {seed} (replay: SEM_SIM_SEED={seed}): {:#?}",
@@ -713,7 +298,7 @@ fn a_broken_count_is_caught() {
     let mut resource = 0;
     let total = 60;
     for seed in 0..total {
-        let report = Sim::new(seed, Broken::Count).run();
+        let report = run(seed, Broken::Count);
         believers += usize::from(report.violations.iter().any(|v| v.contains("believe")));
         resource += usize::from(report.violations.iter().any(|v| v.contains("resource")));
     }
@@ -731,10 +316,10 @@ fn a_broken_count_is_caught() {
 #[test]
 fn the_overlap_sweep_counts_touching_intervals() {
     let t = |v: u64| START + ms(v);
-    assert_eq!(max_overlap(&[]), 0);
-    assert_eq!(max_overlap(&[(t(0), t(5)), (t(5), t(9))]), 2);
-    assert_eq!(max_overlap(&[(t(0), t(4)), (t(5), t(9))]), 1);
-    assert_eq!(max_overlap(&[(t(0), t(9)), (t(1), t(2)), (t(3), t(4))]), 2);
+    assert_eq!(max_overlap(Vec::<(Instant, Instant)>::new()), 0);
+    assert_eq!(max_overlap([(t(0), t(5)), (t(5), t(9))]), 2);
+    assert_eq!(max_overlap([(t(0), t(4)), (t(5), t(9))]), 1);
+    assert_eq!(max_overlap([(t(0), t(9)), (t(1), t(2)), (t(3), t(4))]), 2);
 }
 
 /// Negative control: machines whose clocks run slower than the drift margin allows believe
@@ -744,7 +329,7 @@ fn a_slow_clock_is_caught() {
     let total = 40;
     let caught = (0..total)
         .filter(|&seed| {
-            let report = Sim::new(seed, Broken::SlowClock).run();
+            let report = run(seed, Broken::SlowClock);
             report
                 .violations
                 .iter()

@@ -4,10 +4,11 @@
 //! current-thread tokio runtime with paused (virtual) time, one runtime per seed.
 //!
 //! Like `elector_simulation.rs`, nothing re-implements the driver. The store is a
-//! `MemoryBackend` behind a thin adapter ([`SimBackend`]) that sets the store's clock to tokio's
-//! before each call, and delays calls: a slow request or reply (around the operation timeout,
-//! so some calls are applied after the caller gave up), or a lost reply (far beyond every
-//! deadline: applied, outcome unknown), while the faults last.
+//! `MemoryBackend` behind a thin adapter ([`SimBackend`]) on the network of `common/sim.rs`
+//! (shared with the read-write and fair lock simulations) that sets the store's clock to
+//! tokio's before each call, and delays calls: a slow request or reply (around the operation
+//! timeout, so some calls are applied after the caller gave up), or a lost reply (far beyond
+//! every deadline: applied, outcome unknown), while the faults last.
 //!
 //! Each worker obtains (auto-renewed, with retries and a wait), then, while its permit says
 //! `held()`, writes through `Permit::permit_fencer()` every eighth of a TTL; sometimes it
@@ -24,57 +25,43 @@
 //! Negative control (`a_broken_count_is_caught`): the adapter asks the store for `N + 1`
 //! permits on every obtain (a store that admits `N + 1`); the checkers must report it.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::memory::{ManualClock, MemoryBackend, MemoryPermitFencer, MemoryWrite};
+use common::sim::{Faults, Net, lock, max_overlap, ms, ms_of};
+use lease_core::memory::{MemoryBackend, MemoryPermitFencer, MemoryWrite};
 use lease_core::rng::SplitMix64;
 use lease_core::semaphore::{
     PermitCount, PermitFencing, PermitRequest, PermitWriteOutcome, SemaphoreInfo, semaphore_spec,
 };
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, Instant, LeaseBackend, LeaseInfo, LeaseSpec,
-    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, RetryStrategy, Token,
+    AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
+    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, RetryStrategy, Token,
 };
 use lease_tokio::{LockOptions, Locker};
-use tokio::time::Instant as TokioInstant;
 
 const NAME: &str = "{sim}";
-const START: Instant = Instant::from_origin(Duration::from_secs(100));
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
 
 #[derive(Debug)]
 struct Params {
     n: u32,
     workers: usize,
-    ttl: Duration,
-    faults_for: Duration,
-    run_for: Duration,
-    slow_permille: u64,
-    lost_permille: u64,
+    faults: Faults,
 }
 
 impl Params {
     fn draw(rng: &mut SplitMix64) -> Params {
         let n = 1 + u32::try_from(rng.below_inclusive(2)).expect("small");
         let ttl = ms(200 + rng.below_inclusive(600));
+        let workers = n as usize + 1 + usize::try_from(rng.below_inclusive(2)).expect("small");
         Params {
             n,
-            workers: n as usize + 1 + usize::try_from(rng.below_inclusive(2)).expect("small"),
-            ttl,
-            faults_for: ttl * 12,
-            run_for: ttl * 18,
-            slow_permille: rng.below_inclusive(150),
-            lost_permille: rng.below_inclusive(60),
+            workers,
+            faults: Faults::draw(rng, ttl),
         }
     }
 }
@@ -91,52 +78,17 @@ struct Record {
 }
 
 struct World {
-    p: Params,
+    n: u32,
+    workers: usize,
     broken: bool,
-    mem: MemoryBackend,
-    start: TokioInstant,
-    rng: Mutex<SplitMix64>,
+    net: Net,
     rec: Mutex<Record>,
 }
 
 impl World {
-    /// Virtual time since the start.
-    fn at(&self) -> Duration {
-        TokioInstant::now() - self.start
-    }
-
-    /// The store's clock follows tokio's.
-    fn sync(&self) {
-        self.mem.clock().set(START + self.at());
-    }
-
-    fn draw(&self, max: u64) -> u64 {
-        lock(&self.rng).below_inclusive(max)
-    }
-
-    fn faulty(&self) -> bool {
-        self.at() < self.p.faults_for
-    }
-
-    /// A request or reply delay: usually none, sometimes around the operation timeout, and
-    /// for replies sometimes lost (far beyond every deadline).
-    fn delay(&self, reply: bool) -> Duration {
-        if !self.faulty() {
-            return Duration::ZERO;
-        }
-        let ttl_ms = u64::try_from(self.p.ttl.as_millis()).expect("fits");
-        if reply && self.draw(999) < self.p.lost_permille {
-            return self.p.ttl * 3;
-        }
-        if self.draw(999) < self.p.slow_permille {
-            return ms(self.draw(ttl_ms * 6 / 10));
-        }
-        Duration::ZERO
-    }
-
     /// A worker observed `held()` for permit (owner, token): the store must hold it current.
     fn observe(&self, owner: &str, token: Token, info: &SemaphoreInfo) {
-        let t = self.at();
+        let t = self.net.at();
         let mut rec = lock(&self.rec);
         if !info.holders.iter().any(|h| h.owner == owner) {
             rec.violations.push(format!(
@@ -160,13 +112,7 @@ struct SimBackend {
 
 impl SimBackend {
     async fn call<T>(&self, f: impl AsyncFnOnce(&MemoryBackend) -> T) -> T {
-        let before = self.world.delay(false);
-        tokio::time::sleep(before).await;
-        self.world.sync();
-        let r = f(&self.world.mem).await;
-        let after = self.world.delay(true);
-        tokio::time::sleep(after).await;
-        r
+        self.world.net.call(f).await
     }
 }
 
@@ -192,7 +138,7 @@ impl LeaseBackend for SimBackend {
         Err(unsupported())
     }
     fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
-        self.world.mem.check_semaphore(spec)
+        self.world.net.mem.check_semaphore(spec)
     }
     async fn acquire_permit(&self, req: &PermitRequest) -> Result<AcquireOutcome, BackendError> {
         let req = if self.world.broken {
@@ -222,8 +168,8 @@ impl LeaseBackend for SimBackend {
             .await
     }
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
-        self.world.sync();
-        self.world.mem.inspect_semaphore(spec).await
+        self.world.net.sync();
+        self.world.net.mem.inspect_semaphore(spec).await
     }
 }
 
@@ -249,7 +195,7 @@ impl SimPermitFencer {
                     value: format!("{owner}:{}", token.get()),
                 };
                 let got = inner.apply(write).await;
-                let t = world.at();
+                let t = world.net.at();
                 let mut rec = lock(&world.rec);
                 match &got {
                     Ok(PermitWriteOutcome::Applied) => {
@@ -275,7 +221,7 @@ impl PermitFencing for SimBackend {
     ) -> Option<SimPermitFencer> {
         Some(SimPermitFencer {
             backend: self.clone(),
-            inner: self.world.mem.permit_fencer(spec, owner, token)?,
+            inner: self.world.net.mem.permit_fencer(spec, owner, token)?,
             owner: owner.as_str().to_owned(),
         })
     }
@@ -284,11 +230,11 @@ impl PermitFencing for SimBackend {
 /// One worker: obtain, write while held (sometimes pausing between the check and the write),
 /// release or drop, again, until the end.
 async fn worker(world: Arc<World>, locker: Locker<SimBackend>) {
-    let ttl = world.p.ttl;
-    let ttl_ms = u64::try_from(ttl.as_millis()).expect("fits");
-    let sem = locker.semaphore(NAME, world.p.n).expect("semaphore");
+    let ttl = world.net.faults.ttl;
+    let ttl_ms = ms_of(ttl);
+    let sem = locker.semaphore(NAME, world.n).expect("semaphore");
     let spec = semaphore_spec(NAME, None).expect("spec");
-    while world.at() < world.p.run_for {
+    while world.net.at() < world.net.faults.run_for {
         let options = LockOptions::new()
             .auto_renew(ttl / 3)
             .retry(RetryStrategy::linear(ttl / 4).expect("retry"))
@@ -297,7 +243,7 @@ async fn worker(world: Arc<World>, locker: Locker<SimBackend>) {
         let permit = match tokio::time::timeout(ttl * 10, sem.acquire(ttl, options)).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => {
-                tokio::time::sleep(ms(world.draw(ttl_ms))).await;
+                tokio::time::sleep(ms(world.net.draw(ttl_ms))).await;
                 continue;
             }
             Err(_) => {
@@ -309,42 +255,26 @@ async fn worker(world: Arc<World>, locker: Locker<SimBackend>) {
         };
         let token = permit.fence_token().expect("fenced");
         let fencer = permit.permit_fencer().expect("fenced");
-        let hold = ttl * u32::try_from(1 + world.draw(3)).expect("small");
-        let until = world.at() + hold;
-        while world.at() < until && permit.held() {
-            world.sync();
-            let info = world.mem.inspect_semaphore_now(&spec).expect("inspect");
+        let hold = ttl * u32::try_from(1 + world.net.draw(3)).expect("small");
+        let until = world.net.at() + hold;
+        while world.net.at() < until && permit.held() {
+            world.net.sync();
+            let info = world.net.mem.inspect_semaphore_now(&spec).expect("inspect");
             world.observe(permit.owner(), token, &info);
-            if world.faulty() && world.draw(99) < 5 {
+            if world.net.faulty() && world.net.draw(99) < 5 {
                 // A pause between the check and the write: a stale holder's write.
-                tokio::time::sleep(ms(world.draw(ttl_ms * 2))).await;
+                tokio::time::sleep(ms(world.net.draw(ttl_ms * 2))).await;
             }
             let _ = tokio::time::timeout(ttl * 4, fencer.write()).await;
             tokio::time::sleep(ttl / 8).await;
         }
-        if world.draw(1) == 0 {
+        if world.net.draw(1) == 0 {
             let _ = tokio::time::timeout(ttl * 4, permit.release()).await;
         } else {
             drop(permit);
         }
-        tokio::time::sleep(ms(world.draw(ttl_ms / 2))).await;
+        tokio::time::sleep(ms(world.net.draw(ttl_ms / 2))).await;
     }
-}
-
-/// The most closed intervals that share an instant.
-fn max_overlap(intervals: impl Iterator<Item = (Duration, Duration)>) -> usize {
-    let mut points: Vec<(Duration, i32)> = Vec::new();
-    for (a, b) in intervals {
-        points.push((a, 1));
-        points.push((b, -1));
-    }
-    points.sort_by_key(|&(t, d)| (t, -d));
-    let (mut depth, mut peak) = (0i32, 0i32);
-    for (_, d) in points {
-        depth += d;
-        peak = peak.max(depth);
-    }
-    usize::try_from(peak).unwrap_or(0)
 }
 
 struct Outcome {
@@ -365,22 +295,21 @@ fn run(seed: u64, broken: bool) -> Outcome {
         let mut rng = SplitMix64::new(seed);
         let p = Params::draw(&mut rng);
         let world = Arc::new(World {
+            n: p.n,
+            workers: p.workers,
             broken,
-            mem: MemoryBackend::new(ManualClock::starting_at(START)),
-            start: TokioInstant::now(),
-            rng: Mutex::new(rng),
+            net: Net::new(p.faults, rng),
             rec: Mutex::new(Record::default()),
-            p,
         });
         let mut tasks = Vec::new();
-        for _ in 0..world.p.workers {
+        for _ in 0..world.workers {
             // Each worker its own locker: separate processes sharing one store.
             let locker = Locker::new(SimBackend {
                 world: Arc::clone(&world),
             });
             tasks.push(tokio::spawn(worker(Arc::clone(&world), locker)));
         }
-        let bound = world.p.run_for + world.p.ttl * 30;
+        let bound = world.net.faults.run_for + world.net.faults.ttl * 30;
         for t in tasks {
             match tokio::time::timeout(bound, t).await {
                 Ok(Ok(())) => {}
@@ -392,7 +321,7 @@ fn run(seed: u64, broken: bool) -> Outcome {
                     .push("a worker never ended".into()),
             }
         }
-        let n = world.p.n as usize;
+        let n = world.n as usize;
         let mut rec = lock(&world.rec);
         let peak_beliefs = max_overlap(rec.beliefs.values().copied());
         let peak_resource = max_overlap(rec.accepted.values().copied());
@@ -416,14 +345,7 @@ fn run(seed: u64, broken: bool) -> Outcome {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("SEM_SIM_SEED") {
-        return vec![s.parse().expect("SEM_SIM_SEED is a number")];
-    }
-    let n = std::env::var("SEM_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60u64);
-    (0..n).collect()
+    common::sim::seeds("SEM_SIM_SEED", 60)
 }
 
 #[test]

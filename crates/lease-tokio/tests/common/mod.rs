@@ -26,3 +26,4 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a runtime")
 }
+pub mod sim;
