@@ -26,7 +26,9 @@
 //!   heartbeat reached the store;
 //! - **tokens rise** in the order the store granted the holds.
 //!
-//! Seeds: 40 by default; `FAIR_SIM_SEEDS=<n>`, `FAIR_SIM_SEED=<s>` replays one.
+//! Seeds: 40 by default; `FAIR_SIM_SEEDS=<n>`, `FAIR_SIM_SEED=<s>` replays one (its parameters
+//! and fault draws; the driver's retry jitter comes from the OS, as in production, so the
+//! interleaving of a replay may differ).
 //!
 //! Negative control (`an_out_of_order_store_is_caught`): the adapter serves a free lock to
 //! whoever asks first (the plain lock's acquire, then leaving the queue), past the head (no

@@ -23,7 +23,9 @@
 //!   within the bound of the machine-level simulation (7 TTLs), unless the mark lapsed;
 //! - **tokens rise** in the order the store granted the holds.
 //!
-//! Seeds: 40 by default; `RW_SIM_SEEDS=<n>`, `RW_SIM_SEED=<s>` replays one.
+//! Seeds: 40 by default; `RW_SIM_SEEDS=<n>`, `RW_SIM_SEED=<s>` replays one (its parameters
+//! and fault draws; the driver's owners and retry jitter come from the OS, as in production,
+//! so the interleaving of a replay may differ).
 //!
 //! Negative control (`a_reader_beside_a_writer_is_caught`): the adapter keeps the readers at
 //! another key, where the writer never sees them; the checkers must report a writer beside a

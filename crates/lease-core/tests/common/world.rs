@@ -150,11 +150,8 @@ pub(crate) trait Kind {
 pub(crate) struct Believer<'a> {
     pub(crate) node: usize,
     pub(crate) owner: &'a str,
-    pub(crate) token: Option<Token>,
     /// Its local deadline, in real time.
     pub(crate) until: Instant,
-    /// When its hold began (the obtain's end), in real time.
-    pub(crate) since: Instant,
 }
 
 /// A real-time interval in which machine `node` believed it held (as `owner`).
@@ -241,8 +238,6 @@ pub(crate) struct Ended<K> {
     pub(crate) violations: Vec<String>,
     /// Every belief interval, in the order they ended.
     pub(crate) beliefs: Vec<Belief>,
-    /// The machines that crashed.
-    pub(crate) crashed: Vec<usize>,
 }
 
 /// One world: the machines, the network, the store, and the kind that checks them.
@@ -361,9 +356,6 @@ impl<K: Kind> World<K> {
             self.end_hold(i, end);
         }
         Ended {
-            crashed: (0..self.nodes.len())
-                .filter(|&i| self.nodes[i].crashed)
-                .collect(),
             kind: self.kind,
             violations: self.violations,
             beliefs: self.beliefs,
@@ -659,18 +651,13 @@ impl<K: Kind> World<K> {
             .iter()
             .enumerate()
             .filter_map(|(i, n)| match &n.state {
-                State::Holding {
-                    machine,
-                    plan,
-                    since,
-                    ..
-                } if machine.is_held(n.local(t)) => Some(Believer {
-                    node: i,
-                    owner: plan.request.owner.as_str(),
-                    token: machine.token(),
-                    until: n.real(machine.valid_until()),
-                    since: *since,
-                }),
+                State::Holding { machine, plan, .. } if machine.is_held(n.local(t)) => {
+                    Some(Believer {
+                        node: i,
+                        owner: plan.request.owner.as_str(),
+                        until: n.real(machine.valid_until()),
+                    })
+                }
                 _ => None,
             })
             .collect();
