@@ -1,8 +1,9 @@
 //! Faults that last long and say nothing, and callers that drop futures (issue 26).
 //!
 //! - A Redis port blackholed in the kernel (iptables DROP both ways, [`Blackhole`]) for
-//!   [`blackhole_len`] (30 s by default; `REDLEASE_BLACKHOLE_SECS` for the longer runs of
-//!   `docs/testing.md`'s recovery table): after the heal an elector is leader again within
+//!   [`blackhole_len`] (15 s by default, long enough for TCP's retransmission backoff to
+//!   pass 10 s, which the negative controls show; `REDLEASE_BLACKHOLE_SECS` for the longer
+//!   runs of `docs/testing.md`'s recovery table): after the heal an elector is leader again within
 //!   TTL + acquire interval + 1 s, and a lock waiter obtains within its retry interval + the
 //!   connect timeout (1 s) + 0.5 s for its own round trips.
 //!   The negative control runs the same fault on redis-rs's `ConnectionManager` (how
@@ -45,7 +46,7 @@ fn blackhole_len() -> Duration {
     let secs = std::env::var("REDLEASE_BLACKHOLE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(15);
     Duration::from_secs(secs)
 }
 
