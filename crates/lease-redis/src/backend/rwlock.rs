@@ -12,6 +12,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use lease_core::backend::renew_shared_each;
 use lease_core::rwlock::{SharedInfo, check_shared_spec};
 use lease_core::semaphore::PermitHolder;
 use lease_core::{
@@ -23,16 +24,19 @@ use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
 use super::semaphore::{
-    flag_reply, int, keyed, millis, permit_script, protocol, pttl_reply, renew_with, text,
-    token_reply,
+    flag_reply, int, keyed, millis, permit_script, protocol, pttl_reply, renew_batch, renew_with,
+    text, token_reply,
 };
 use crate::reply;
 use crate::scripts::LuaScript;
+use crate::topology::Topology;
 
 /// `rw_acquire.lua`: obtain or take over a reader's hold, minting a token when fenced.
 pub(crate) const RW_ACQUIRE: &str = permit_script!("rw_acquire.lua");
 /// `rw_renew.lua`: extend a reader's current hold.
 pub(crate) const RW_RENEW: &str = permit_script!("rw_renew.lua");
+/// `rw_renew_many.lua`: extend several readers' current holds (a batch).
+pub(crate) const RW_RENEW_MANY: &str = permit_script!("rw_renew_many.lua");
 /// `rw_release.lua`: end a reader's hold; the last reader publishes the release notice.
 pub(crate) const RW_RELEASE: &str = permit_script!("rw_release.lua");
 /// `rw_pttl.lua`: the remaining TTL of a reader's hold.
@@ -42,9 +46,10 @@ pub(crate) const RW_INSPECT: &str = permit_script!("rw_inspect.lua");
 
 /// Every read-write lock script, by file name.
 #[cfg(test)]
-pub(crate) const ALL: [(&str, &str); 5] = [
+pub(crate) const ALL: [(&str, &str); 6] = [
     ("rw_acquire.lua", RW_ACQUIRE),
     ("rw_renew.lua", RW_RENEW),
+    ("rw_renew_many.lua", RW_RENEW_MANY),
     ("rw_release.lua", RW_RELEASE),
     ("rw_pttl.lua", RW_PTTL),
     ("rw_inspect.lua", RW_INSPECT),
@@ -52,6 +57,8 @@ pub(crate) const ALL: [(&str, &str); 5] = [
 
 static S_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_acquire", RW_ACQUIRE));
 static S_RENEW: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_renew", RW_RENEW));
+static S_RENEW_MANY: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("rw_renew_many", RW_RENEW_MANY));
 static S_RELEASE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_release", RW_RELEASE));
 static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_pttl", RW_PTTL));
 static S_INSPECT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_inspect", RW_INSPECT));
@@ -113,6 +120,33 @@ where
     let mut call = keyed(&req.spec, 0);
     call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
     renew_with(backend, call, &S_RENEW, "rw_renew").await
+}
+
+/// [`LeaseBackend::renew_shared_many`](lease_core::LeaseBackend::renew_shared_many): on a
+/// standalone server, one `rw_renew_many.lua` call per [`RENEW_BATCH_CHUNK`] readers (of any
+/// keys), the calls pipelined on one connection, each reader judged alone by the server's
+/// clock; on Redis Cluster, where the keys may live in different slots, each is its own call.
+/// A request refused before any round trip is answered alone; the others still leave
+/// together.
+///
+/// [`RENEW_BATCH_CHUNK`]: lease_core::backend::RENEW_BATCH_CHUNK
+pub(super) async fn renew_many<C>(
+    backend: &RedisBackend<C>,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    if backend.topology == Topology::Cluster || reqs.len() < 2 {
+        return renew_shared_each(backend, reqs).await;
+    }
+    renew_batch(
+        backend,
+        reqs,
+        |spec| precheck(backend, "renew_shared", spec),
+        &S_RENEW_MANY,
+    )
+    .await
 }
 
 pub(super) async fn release<C>(
@@ -214,9 +248,13 @@ mod tests {
     /// The SHA1 of every composed read-write lock script, pinned (as `scripts.rs` pins the
     /// others): a change to the prelude, `semaphore.lua` or a script's own file must be
     /// deliberate.
-    const PINNED_SHA1: [(&str, &str); 5] = [
+    const PINNED_SHA1: [(&str, &str); 6] = [
         ("rw_acquire.lua", "c2e8a118bb49f97b62789ee806fdb1671b4fbf89"),
         ("rw_renew.lua", "76cbf40099c717949177989790b70f04b901d8d9"),
+        (
+            "rw_renew_many.lua",
+            "1de76912544a75b57519ba21845ea2507bcfbc04",
+        ),
         ("rw_release.lua", "9099e96e2c001fa8b76c3e9a18d89a75d4cf20a2"),
         ("rw_pttl.lua", "6c07fcf7ef1b2dc19c2e03cca02178862624b75e"),
         ("rw_inspect.lua", "e47e620166ff704307e171420590494c7c0e141c"),

@@ -298,9 +298,34 @@ where
     if backend.topology == Topology::Cluster || reqs.len() < 2 {
         return renew_permit_each(backend, reqs).await;
     }
+    renew_batch(
+        backend,
+        reqs,
+        |spec| precheck(backend, "renew_permit", spec),
+        &S_RENEW_MANY,
+    )
+    .await
+}
+
+/// A batch of renewals on a standalone server by a `*_renew_many.lua` script whose arguments
+/// are, renewal after renewal, its spec's keys, then its owner and TTL, and whose reply is
+/// `renew_many.lua`'s (one `1`/`0`/`-1` each): one call per [`RENEW_BATCH_CHUNK`] renewals,
+/// pipelined on one connection, acknowledged by replicas once when any was renewed. A
+/// renewal `precheck` refuses is answered alone, before any round trip; an answer that could
+/// not be read (a lost connection, an error reply) is every renewal's of its call (each
+/// [`BackendError::duplicate`]d), and a failed acknowledgement is every renewed one's.
+pub(super) async fn renew_batch<C>(
+    backend: &RedisBackend<C>,
+    reqs: &[&RenewRequest],
+    precheck: impl Fn(&LeaseSpec) -> Result<(), BackendError>,
+    script: &LuaScript,
+) -> Vec<Result<RenewOutcome, BackendError>>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     let mut out: Vec<Option<Result<RenewOutcome, BackendError>>> = reqs
         .iter()
-        .map(|r| precheck(backend, "renew_permit", &r.spec).err().map(Err))
+        .map(|r| precheck(&r.spec).err().map(Err))
         .collect();
     let sendable: Vec<(usize, &RenewRequest)> = reqs
         .iter()
@@ -323,7 +348,7 @@ where
         .collect();
     if !calls.is_empty() {
         let mut conn = backend.lane().await;
-        match Call::run_pipelined(&calls, &mut conn, &S_RENEW_MANY).await {
+        match Call::run_pipelined(&calls, &mut conn, script).await {
             Ok(replies) => {
                 for (chunk, reply) in sendable.chunks(RENEW_BATCH_CHUNK).zip(replies) {
                     match reply.and_then(|v| reply::renew_many(&v, chunk.len())) {
