@@ -7,7 +7,8 @@
 //! executable specification (`tests/rwlock.rs` compares them on a real server).
 //!
 //! One key, so on Redis Cluster only the fence keys must share its slot (the precheck of any
-//! fenced lock).
+//! fenced lock). Each operation's call runs through `view.rs`'s `ViewCall`, the shape the
+//! three views' backends share.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -23,10 +24,8 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
-use super::semaphore::{
-    flag_reply, int, keyed, millis, permit_script, protocol, pttl_reply, renew_batch, renew_with,
-    text, token_reply,
-};
+use super::semaphore::permit_script;
+use super::view::{ViewCall, int, keyed, millis, protocol, renew_batch, text, token_reply};
 use crate::reply;
 use crate::scripts::LuaScript;
 use crate::topology::Topology;
@@ -100,13 +99,9 @@ where
     if fenced {
         call.arg(backend.mint_arg(req.floor));
     }
-    let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, &S_ACQUIRE).await?;
-    let outcome = reply::acquire(&v, fenced)?;
-    if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-        backend.acknowledge(&mut conn).await?;
-    }
-    Ok(outcome)
+    ViewCall::new(call, &S_ACQUIRE)
+        .acquire(backend, |v| reply::acquire(v, fenced))
+        .await
 }
 
 pub(super) async fn renew<C>(
@@ -117,9 +112,7 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "renew_shared", &req.spec)?;
-    let mut call = keyed(&req.spec, 0);
-    call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-    renew_with(backend, call, &S_RENEW, "rw_renew").await
+    ViewCall::renewal(req, &S_RENEW).renew(backend).await
 }
 
 /// [`LeaseBackend::renew_shared_many`](lease_core::LeaseBackend::renew_shared_many): on a
@@ -156,22 +149,10 @@ pub(super) async fn release<C>(
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let spec = &*req.spec;
-    precheck(backend, "release_shared", spec)?;
-    let mut call = keyed(spec, 0);
-    call.arg(req.owner.as_str());
-    call.arg(
-        spec.keys()
-            .first()
-            .map_or_else(String::new, |k| backend.notice_arg(k)),
-    );
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_RELEASE).await?;
-    Ok(if flag_reply("rw_release", &v)? {
-        ReleaseOutcome::Released
-    } else {
-        ReleaseOutcome::NotHeld
-    })
+    precheck(backend, "release_shared", &req.spec)?;
+    ViewCall::release_of(backend, req, &S_RELEASE)
+        .release(backend)
+        .await
 }
 
 pub(super) async fn remaining<C>(
@@ -183,11 +164,9 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "shared_remaining", spec)?;
-    let mut call = keyed(spec, 0);
-    call.arg(owner.as_str());
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_PTTL).await?;
-    pttl_reply("rw_pttl", &v)
+    ViewCall::remaining_of(spec, owner, &S_PTTL)
+        .remaining(backend)
+        .await
 }
 
 fn inspect_reply(v: &Value) -> Result<SharedInfo, BackendError> {
@@ -235,14 +214,14 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "inspect_shared", spec)?;
-    let call = keyed(spec, 2);
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_INSPECT).await?;
-    inspect_reply(&v)
+    ViewCall::new(keyed(spec, 2), &S_INSPECT)
+        .read(backend, inspect_reply)
+        .await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::view::assert_pinned;
     use super::*;
 
     /// The SHA1 of every composed read-write lock script, pinned (as `scripts.rs` pins the
@@ -262,11 +241,7 @@ mod tests {
 
     #[test]
     fn every_rw_script_is_pinned() {
-        for ((file, code), (pinned_file, sha)) in ALL.iter().zip(PINNED_SHA1) {
-            assert_eq!(*file, pinned_file);
-            let hash = redis::Script::new(code).get_hash().to_owned();
-            assert_eq!(hash, sha, "{file}: re-pin deliberately");
-        }
+        assert_pinned(&ALL, &PINNED_SHA1);
     }
 
     #[test]
