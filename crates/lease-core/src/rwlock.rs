@@ -71,8 +71,11 @@
 //!
 //! A reader's hold is obtained, renewed, refreshed and released by exactly the lock machines
 //! through [`SharedBackend`], the view of a backend whose acquire, renew, release and
-//! remaining are its shared operations. Its release watch is an observer's, so a release
-//! wakes every waiting reader (readers share), where a lock's wakes one contender.
+//! remaining are its shared operations; the renewals of auto-renewed readers that fall due
+//! together leave as one batch ([`LeaseBackend::renew_shared_many`]: on Redis one script call
+//! per [`RENEW_BATCH_CHUNK`](crate::backend::RENEW_BATCH_CHUNK) readers), each judged alone.
+//! Its release watch is an observer's, so a release wakes every waiting reader (readers
+//! share), where a lock's wakes one contender.
 
 use std::fmt;
 use std::sync::Arc;
@@ -130,7 +133,8 @@ pub struct SharedInfo {
 }
 
 /// A view of `B` whose lease operations are `B`'s shared (reader) operations: `acquire` is
-/// [`LeaseBackend::acquire_shared`], `renew` [`LeaseBackend::renew_shared`], `release`
+/// [`LeaseBackend::acquire_shared`], `renew` [`LeaseBackend::renew_shared`] (and a batch of
+/// renewals, `renew_many`, [`LeaseBackend::renew_shared_many`]), `release`
 /// [`LeaseBackend::release_shared`], `remaining` [`LeaseBackend::shared_remaining`], `inspect`
 /// reads [`LeaseBackend::inspect_shared`] (the writer, else the reader whose hold expires
 /// first), `check_spec` is [`LeaseBackend::check_shared`], and its release watches are
@@ -207,6 +211,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for SharedBackend<B> {
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.inner.renew_shared(req).await
     }
+    async fn renew_many(&self, reqs: &[&RenewRequest]) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.inner.renew_shared_many(reqs).await
+    }
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.inner.release_shared(req).await
     }
@@ -249,6 +256,12 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for SharedBackend<B> {
     }
     async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.inner.renew_shared(req).await
+    }
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.inner.renew_shared_many(reqs).await
     }
     async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.inner.release_shared(req).await

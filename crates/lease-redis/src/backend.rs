@@ -27,6 +27,7 @@ mod fair;
 mod lease;
 mod rwlock;
 mod semaphore;
+mod view;
 
 /// The default clock-drift factor of a Redis lease's local validity (1 %, plus 2 ms), as
 /// Redlock uses; see [`RedisBackend::with_drift_factor`].

@@ -14,7 +14,11 @@
 //! - `a_waiting_writer_is_preferred`: once a writer found readers, new readers are refused,
 //!   current ones still renew, and the writer gets in when the last one leaves (whose release
 //!   publishes the notice);
-//! - the refusals: a key of another type, more than one key, malformed arguments.
+//! - the refusals: a key of another type, more than one key, malformed arguments;
+//! - `a_batch_of_reader_renewals_is_one_call_and_judged_one_by_one`: readers' renewals as
+//!   auto-renewal sends them (`renew_shared_many`): one script call, each reader answered as
+//!   `renew_shared` answers it alone and as the specification does — a reader whose hold
+//!   lapsed by the server's clock is "not held", never renewed.
 
 mod common;
 
@@ -27,7 +31,7 @@ use lease_core::notify::WatchRole;
 use lease_core::rwlock::SharedInfo;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, ReleaseOutcome,
-    RenewOutcome, Ttl,
+    RenewOutcome, RenewRequest, Ttl,
 };
 use lease_redis::{RedisBackend, ReleaseNotices};
 use tokio::time::timeout;
@@ -483,4 +487,152 @@ async fn bad_keys_specs_and_arguments_are_refused() {
         .await
         .expect("KEYS");
     assert!(left.is_empty(), "nothing written: {left:?}");
+}
+
+/// A batch of reader renewals (`renew_shared_many`, what auto-renewed readers are sent as):
+/// one script call for readers of several keys, each answered as `renew_shared` answers it
+/// alone (renewed; not held: no such reader, a writer's key, a hold lapsed by the server's
+/// clock; a key of another type refused), a request refused before any round trip answered
+/// alone, and the same answers as the specification.
+#[tokio::test]
+async fn a_batch_of_reader_renewals_is_one_call_and_judged_one_by_one() {
+    let (_server, _backend, mut raw) = setup().await;
+    let counting = Counting::new(raw.clone());
+    let backend = RedisBackend::new(counting.clone());
+    let mem = MemoryBackend::new(ManualClock::new());
+    let (a, b, w) = (fenced(), lock(&["{rb}"], None), lock(&["{rw}:w"], None));
+    let long = ttl_ms(LONG);
+    let (medium, short) = (ttl_ms(10_000), ttl_ms(40));
+    for (spec, who, ttl) in [
+        (&a, "r1", long),
+        (&a, "r2", long),
+        (&b, "r1", medium),
+        (&a, "old", short),
+    ] {
+        let req = acquire(spec, who, ttl);
+        let (r, m) = (
+            backend.acquire_shared(&req).await,
+            mem.acquire_shared_now(&req),
+        );
+        assert!(matches!(r, Ok(AcquireOutcome::Acquired { .. })), "{r:?}");
+        assert!(matches!(m, Ok(AcquireOutcome::Acquired { .. })), "{m:?}");
+    }
+    let writer = acquire(&w, "w", long);
+    assert!(matches!(
+        backend.acquire(&writer).await,
+        Ok(AcquireOutcome::Acquired { .. })
+    ));
+    assert!(matches!(
+        mem.acquire_now(&writer),
+        Ok(AcquireOutcome::Acquired { .. })
+    ));
+    // "old"'s hold lapses by the server's clock: a real wait, as long as its TTL and more.
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    mem.clock().advance(Duration::from_millis(80));
+    let hash = lock(&["{rw}:h"], None);
+    let () = redis::cmd("HSET")
+        .arg("{rw}:h")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut raw)
+        .await
+        .expect("HSET");
+    let two = lock(&["{rw}:x", "{rw}:y"], None);
+    let renewal =
+        |spec: &Arc<LeaseSpec>, who: &str| RenewRequest::new(Arc::clone(spec), owner(who), long);
+    let reqs = [
+        renewal(&a, "r1"),
+        renewal(&b, "r1"),
+        renewal(&a, "nobody"),
+        renewal(&w, "w"),
+        renewal(&a, "old"),
+        renewal(&hash, "r1"),
+        renewal(&two, "r1"),
+        renewal(&a, "r2"),
+    ];
+    let refs: Vec<&RenewRequest> = reqs.iter().collect();
+    // The first batch also loads the script (NOSCRIPT, then EVAL); the second is one call.
+    let batch = || timeout(BOUND, backend.renew_shared_many(&refs));
+    let first = batch().await.expect("bounded");
+    let before = counting.calls();
+    let got = batch().await.expect("bounded");
+    assert_eq!(counting.calls() - before, 1, "one pipelined script call");
+    let kinds: Vec<String> = got.iter().map(norm).collect();
+    assert_eq!(first.iter().map(norm).collect::<Vec<_>>(), kinds);
+    assert_eq!(
+        kinds,
+        [
+            "ok Renewed",
+            "ok Renewed",
+            "ok NotHeld",
+            "ok NotHeld",
+            "ok NotHeld",
+            "err wrongtype",
+            "err invalid",
+            "ok Renewed"
+        ]
+    );
+    for (req, r) in reqs.iter().zip(&got) {
+        let alone = timeout(BOUND, backend.renew_shared(req))
+            .await
+            .expect("bounded");
+        assert_eq!(norm(r), norm(&alone), "{req:?}: answered as alone");
+        if !Arc::ptr_eq(&req.spec, &hash) {
+            let spec = mem.renew_shared_now(req);
+            assert_eq!(norm(r), norm(&spec), "{req:?}: the spec answers alike");
+        }
+    }
+    // The lapsed hold was not renewed (nor written back); the renewed ones got the batch's TTL
+    // (well past the obtain's).
+    let info = backend.inspect_shared(&a).await.expect("inspect");
+    let readers: Vec<&str> = info.readers.iter().map(|h| h.owner.as_str()).collect();
+    assert_eq!(readers.len(), 2, "{readers:?}");
+    assert!(!readers.contains(&"old"), "{readers:?}");
+    let left = backend
+        .shared_remaining(&b, &owner("r1"))
+        .await
+        .expect("remaining")
+        .expect("held");
+    assert!(left > Duration::from_secs(30), "{left:?}");
+    assert_eq!(
+        get(&mut raw, "{rw}:w").await.as_deref(),
+        Some("w"),
+        "the writer untouched"
+    );
+    // Malformed batches sent raw: refused before anything is written.
+    let script = format!(
+        "{}{}{}",
+        include_str!("../scripts/prelude.lua"),
+        include_str!("../scripts/semaphore.lua"),
+        include_str!("../scripts/rw_renew_many.lua")
+    );
+    let zrange = |raw: Conn| async move {
+        let mut raw = raw;
+        let cmd = redis::cmd("ZRANGE")
+            .arg("{rb}")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .clone();
+        timeout(BOUND, cmd.query_async::<Vec<String>>(&mut raw))
+            .await
+            .expect("bounded")
+            .expect("ZRANGE")
+    };
+    let before = zrange(raw.clone()).await;
+    for args in [&["r1"][..], &["r1", "0"], &["r1", "x"], &["r1", "10", "r2"]] {
+        let r: redis::RedisResult<redis::Value> = timeout(
+            BOUND,
+            redis::cmd("EVAL")
+                .arg(&script)
+                .arg(1)
+                .arg("{rb}")
+                .arg(args)
+                .query_async(&mut raw),
+        )
+        .await
+        .expect("bounded");
+        assert!(r.is_err(), "{args:?}: {r:?}");
+    }
+    assert_eq!(before, zrange(raw.clone()).await, "nothing written");
 }

@@ -9,9 +9,10 @@
 //! `check_semaphore`), `preflight` and the semaphore's permit methods (`acquire_permit`,
 //! `renew_permit`, `renew_permit_many`, `release_permit`, `permit_remaining`,
 //! `inspect_semaphore`) and a read-write lock's shared methods (`check_shared`,
-//! `acquire_shared`, `renew_shared`, `release_shared`, `shared_remaining`, `inspect_shared`)
-//! are forwarded without hooks: release notices reach a waiter behind the wrapper as they
-//! would without it, and a semaphore or a reader works behind it. So are the fair lock's
+//! `acquire_shared`, `renew_shared`, `renew_shared_many`, `release_shared`,
+//! `shared_remaining`, `inspect_shared`) are forwarded without hooks: release notices reach a
+//! waiter behind the wrapper as they would without it, and a semaphore or a reader works
+//! behind it. So are the fair lock's
 //! methods (`check_fair`, `acquire_fair`, `release_fair`, `leave_fair`, `fair_watch`).
 //!
 //! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
@@ -328,6 +329,13 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.inner.renew_shared(req).await
+    }
+
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.inner.renew_shared_many(reqs).await
     }
 
     async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {

@@ -54,6 +54,7 @@ enum Method {
     CheckShared,
     AcquireShared,
     RenewShared,
+    RenewSharedMany,
     ReleaseShared,
     SharedRemaining,
     InspectShared,
@@ -61,7 +62,7 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [Method; 29] = [
+    const ALL: [Method; 30] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -87,6 +88,7 @@ impl Method {
         Method::CheckShared,
         Method::AcquireShared,
         Method::RenewShared,
+        Method::RenewSharedMany,
         Method::ReleaseShared,
         Method::SharedRemaining,
         Method::InspectShared,
@@ -230,6 +232,13 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         self.count(Method::RenewShared);
         self.inner.renew_shared(req).await
+    }
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.count(Method::RenewSharedMany);
+        self.inner.renew_shared_many(reqs).await
     }
     async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         self.count(Method::ReleaseShared);
@@ -439,6 +448,12 @@ async fn every_method_reaches_the_wrapped_backend() {
     .await
     .unwrap();
     assert_eq!(renewed, RenewOutcome::Renewed);
+    let batch = RenewRequest::new(rw.clone(), owner.clone(), ttl);
+    let renewed = bounded("renew_shared_many", backend.renew_shared_many(&[&batch])).await;
+    assert!(
+        matches!(renewed.as_slice(), [Ok(RenewOutcome::Renewed)]),
+        "{renewed:?}"
+    );
     let left = bounded("shared_remaining", backend.shared_remaining(&rw, &owner))
         .await
         .unwrap();

@@ -10,7 +10,10 @@
 //!   writer's release wakes every waiting reader at once (far before their retry delays);
 //! - a crashed reader's hold (never released, never renewed) expires with its TTL;
 //! - truthful outcomes: a reader's obtain whose reply is lost is "unknown", was applied, and
-//!   its cleanup ends the hold.
+//!   its cleanup ends the hold;
+//! - auto-renewed readers leave in the renewal task's batches: 130 readers renewed once per
+//!   interval each in `ceil(130 / 128) = 2` script calls per interval, not one per reader;
+//!   a reader whose hold lapsed at the store is reported lost by its batch, not renewed.
 
 mod common;
 
@@ -318,4 +321,110 @@ async fn a_readers_obtain_whose_reply_is_lost_is_unknown_applied_and_cleaned_up(
         }
     })
     .await;
+}
+
+/// `INFO commandstats` `calls=` of `name`.
+async fn calls(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> u64 {
+    let info: String = bounded(
+        "INFO",
+        redis::cmd("INFO").arg("commandstats").query_async(conn),
+    )
+    .await
+    .expect("INFO");
+    info.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(&format!("cmdstat_{name}:"))?;
+            rest.split("calls=").nth(1)?.split(',').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_renewed_readers_are_renewed_in_batches() {
+    /// Two script calls per batch: 128 readers, then 2.
+    const READERS: usize = 130;
+    let server = common::redis().await;
+    let doc = locker(&server).await.shared("{batched}").expect("readers");
+    let (ttl, interval) = (ms(900), ms(300));
+    // Obtained together, so that their renewals fall due together.
+    let mut obtains = tokio::task::JoinSet::new();
+    for _ in 0..READERS {
+        let doc = doc.clone();
+        obtains.spawn(async move {
+            doc.acquire(ttl, LockOptions::new().auto_renew(interval))
+                .await
+        });
+    }
+    let readers: Vec<_> = bounded("the obtains", obtains.join_all())
+        .await
+        .into_iter()
+        .map(|r| r.expect("a reader"))
+        .collect();
+    let mut raw = common::raw(&server).await;
+    let scripts = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move { calls(&mut raw, "evalsha").await + calls(&mut raw, "eval").await }
+    };
+    let (zadd0, scripts0) = (calls(&mut raw, "zadd").await, scripts(&mut raw).await);
+    let start = Instant::now();
+    // A real wait: the point is to be held across several TTLs.
+    tokio::time::sleep(ttl * 3).await;
+    let (zadd1, scripts1) = (calls(&mut raw, "zadd").await, scripts(&mut raw).await);
+    let intervals = start.elapsed().as_secs_f64() / interval.as_secs_f64();
+    for (i, r) in readers.iter().enumerate() {
+        assert!(r.held(), "reader {i} held");
+    }
+    // One ZADD per reader renewed.
+    let renewed = zadd1 - zadd0;
+    let per_reader = renewed as f64 / READERS as f64;
+    let script_calls = scripts1 - scripts0;
+    let per_interval = script_calls as f64 / intervals;
+    println!(
+        "{per_reader:.1} renewals per reader and {script_calls} script calls in {intervals:.1} \
+         intervals ({per_interval:.1} per interval)"
+    );
+    assert!(
+        per_reader >= intervals - 2.0 && per_reader <= intervals * 1.15 + 1.0,
+        "{per_reader:.1} renewals per reader in {intervals:.1} intervals"
+    );
+    // At most 128 readers per call; and about ceil(130 / 128) = 2 calls per interval (one
+    // call per reader would be about 130).
+    assert!(
+        script_calls * 128 >= renewed,
+        "{script_calls} script calls for {renewed} renewals"
+    );
+    assert!(
+        per_interval <= 4.0,
+        "{script_calls} script calls for {READERS} readers over {intervals:.1} intervals"
+    );
+    // A reader whose hold lapsed at the store (its entry gone) is lost at its next renewal,
+    // and its batch does not write it back; the others stay held.
+    let gone = &readers[7];
+    let () = bounded(
+        "ZREM",
+        redis::cmd("ZREM")
+            .arg("{batched}")
+            .arg(gone.owner())
+            .query_async(&mut raw),
+    )
+    .await
+    .expect("ZREM");
+    bounded("the lapsed reader's loss", gone.lost().cancelled()).await;
+    assert!(!gone.held());
+    let score: Option<String> = bounded(
+        "ZSCORE",
+        redis::cmd("ZSCORE")
+            .arg("{batched}")
+            .arg(gone.owner())
+            .query_async(&mut raw),
+    )
+    .await
+    .expect("ZSCORE");
+    assert_eq!(score, None, "a lapsed hold is not renewed");
+    for (i, r) in readers.iter().enumerate() {
+        assert!(i == 7 || r.held(), "reader {i} held");
+    }
+    for r in readers {
+        let _ = bounded("release", r.release()).await;
+    }
 }

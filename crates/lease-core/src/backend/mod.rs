@@ -69,6 +69,15 @@ pub async fn renew_permit_each<B: LeaseBackend + ?Sized>(
     join_all(reqs.iter().map(|r| backend.renew_permit(r)).collect()).await
 }
 
+/// Every reader's renewal of `reqs` sent at once, each `backend.renew_shared`: the default of
+/// [`LeaseBackend::renew_shared_many`].
+pub async fn renew_shared_each<B: LeaseBackend + ?Sized>(
+    backend: &B,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>> {
+    join_all(reqs.iter().map(|r| backend.renew_shared(r)).collect()).await
+}
+
 /// Runs `futures` concurrently; their outputs in order (no runtime needed).
 async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pending: Vec<Option<std::pin::Pin<Box<F>>>> =
@@ -286,6 +295,20 @@ pub trait LeaseBackend: Send + Sync + 'static {
         Err(unsupported_shared())
     }
 
+    /// A batch of reader renewals, each judged alone as [`LeaseBackend::renew_shared`] judges
+    /// it (one answer per request, in order; one reader's lapsed hold or refusal never
+    /// affects another's); what readers' auto-renewals are sent as, so a backend may send a
+    /// batch in fewer round trips (on Redis, one script call per [`RENEW_BATCH_CHUNK`]
+    /// readers). The default sends every `renew_shared` at once ([`renew_shared_each`]):
+    /// the in-memory backend's, so the specification judges each alone; a backend without
+    /// read-write locks (Redlock) refuses each as its `renew_shared` does.
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        renew_shared_each(self, reqs).await
+    }
+
     /// Ends `req.owner`'s reader hold; the last reader's release wakes a waiting writer. The
     /// default refuses with [`BackendError::Unsupported`].
     async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
@@ -443,6 +466,12 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         (**self).renew_shared(req).await
+    }
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        (**self).renew_shared_many(reqs).await
     }
     async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         (**self).release_shared(req).await

@@ -7,7 +7,8 @@
 //! server).
 //!
 //! A child module of `backend.rs` (it uses the backend's connection lanes, replica
-//! acknowledgement and notice settings), kept in a file of its own.
+//! acknowledgement and notice settings), kept in a file of its own; each operation's call runs
+//! through `view.rs`'s `ViewCall`, the shape the three views' backends share.
 
 use std::sync::LazyLock;
 
@@ -18,12 +19,11 @@ use lease_core::{
     AcquireOutcome, BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, Token,
     TokenScheme,
 };
-use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
+use super::view::{ViewCall, acquire_reply};
 use crate::notify;
-use crate::reply;
 use crate::scripts::{Call, LuaScript};
 
 /// A fair script: the prelude, the permit helpers, the fair helpers, then its own file.
@@ -140,24 +140,9 @@ where
     );
     call.arg(req.owner().stored_value(&req.acquire.metadata))
         .arg(packed);
-    let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, &S_ACQUIRE).await?;
-    let outcome = match reply::acquire(&v, fenced)? {
-        AcquireOutcome::Held {
-            holder,
-            remaining,
-            fence,
-        } => AcquireOutcome::Held {
-            holder: holder.filter(|h| !h.is_empty()),
-            remaining,
-            fence,
-        },
-        acquired => acquired,
-    };
-    if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-        backend.acknowledge(&mut conn).await?;
-    }
-    Ok(outcome)
+    ViewCall::new(call, &S_ACQUIRE)
+        .acquire(backend, |v| acquire_reply(v, fenced))
+        .await
 }
 
 /// `fair_release.lua` in `mode` (`r` release, `l` leave); whether it answered 1.
@@ -181,15 +166,7 @@ where
     };
     call.arg(owner.as_str())
         .arg(format!("{mode}:{term}:{}", notice(backend, spec)));
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_RELEASE).await?;
-    match v {
-        Value::Int(1) => Ok(true),
-        Value::Int(0) => Ok(false),
-        other => Err(BackendError::Protocol(format!(
-            "fair_release: unexpected reply {other:?}"
-        ))),
-    }
+    ViewCall::new(call, &S_RELEASE).flag(backend).await
 }
 
 pub(super) async fn release<C>(
@@ -238,6 +215,7 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::super::view::assert_pinned;
     use super::*;
 
     /// The SHA1 of every composed fair script, pinned (as `scripts.rs` pins the others).
@@ -254,11 +232,7 @@ mod tests {
 
     #[test]
     fn every_fair_script_is_pinned() {
-        for ((file, code), (pinned_file, sha)) in ALL.iter().zip(PINNED_SHA1) {
-            assert_eq!(*file, pinned_file);
-            let hash = redis::Script::new(code).get_hash().to_owned();
-            assert_eq!(hash, sha, "{file}: re-pin deliberately");
-        }
+        assert_pinned(&ALL, &PINNED_SHA1);
     }
 
     #[test]

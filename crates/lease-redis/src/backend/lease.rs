@@ -331,6 +331,12 @@ where
     async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
         rwlock::renew(self, req).await
     }
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        rwlock::renew_many(self, reqs).await
+    }
     async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         rwlock::release(self, req).await
     }

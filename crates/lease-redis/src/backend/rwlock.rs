@@ -7,11 +7,13 @@
 //! executable specification (`tests/rwlock.rs` compares them on a real server).
 //!
 //! One key, so on Redis Cluster only the fence keys must share its slot (the precheck of any
-//! fenced lock).
+//! fenced lock). Each operation's call runs through `view.rs`'s `ViewCall`, the shape the
+//! three views' backends share.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use lease_core::backend::renew_shared_each;
 use lease_core::rwlock::{SharedInfo, check_shared_spec};
 use lease_core::semaphore::PermitHolder;
 use lease_core::{
@@ -22,17 +24,18 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
-use super::semaphore::{
-    flag_reply, int, keyed, millis, permit_script, protocol, pttl_reply, renew_with, text,
-    token_reply,
-};
+use super::semaphore::permit_script;
+use super::view::{ViewCall, int, keyed, millis, protocol, renew_batch, text, token_reply};
 use crate::reply;
 use crate::scripts::LuaScript;
+use crate::topology::Topology;
 
 /// `rw_acquire.lua`: obtain or take over a reader's hold, minting a token when fenced.
 pub(crate) const RW_ACQUIRE: &str = permit_script!("rw_acquire.lua");
 /// `rw_renew.lua`: extend a reader's current hold.
 pub(crate) const RW_RENEW: &str = permit_script!("rw_renew.lua");
+/// `rw_renew_many.lua`: extend several readers' current holds (a batch).
+pub(crate) const RW_RENEW_MANY: &str = permit_script!("rw_renew_many.lua");
 /// `rw_release.lua`: end a reader's hold; the last reader publishes the release notice.
 pub(crate) const RW_RELEASE: &str = permit_script!("rw_release.lua");
 /// `rw_pttl.lua`: the remaining TTL of a reader's hold.
@@ -42,9 +45,10 @@ pub(crate) const RW_INSPECT: &str = permit_script!("rw_inspect.lua");
 
 /// Every read-write lock script, by file name.
 #[cfg(test)]
-pub(crate) const ALL: [(&str, &str); 5] = [
+pub(crate) const ALL: [(&str, &str); 6] = [
     ("rw_acquire.lua", RW_ACQUIRE),
     ("rw_renew.lua", RW_RENEW),
+    ("rw_renew_many.lua", RW_RENEW_MANY),
     ("rw_release.lua", RW_RELEASE),
     ("rw_pttl.lua", RW_PTTL),
     ("rw_inspect.lua", RW_INSPECT),
@@ -52,6 +56,8 @@ pub(crate) const ALL: [(&str, &str); 5] = [
 
 static S_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_acquire", RW_ACQUIRE));
 static S_RENEW: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_renew", RW_RENEW));
+static S_RENEW_MANY: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("rw_renew_many", RW_RENEW_MANY));
 static S_RELEASE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_release", RW_RELEASE));
 static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_pttl", RW_PTTL));
 static S_INSPECT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("rw_inspect", RW_INSPECT));
@@ -93,13 +99,9 @@ where
     if fenced {
         call.arg(backend.mint_arg(req.floor));
     }
-    let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, &S_ACQUIRE).await?;
-    let outcome = reply::acquire(&v, fenced)?;
-    if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-        backend.acknowledge(&mut conn).await?;
-    }
-    Ok(outcome)
+    ViewCall::new(call, &S_ACQUIRE)
+        .acquire(backend, |v| reply::acquire(v, fenced))
+        .await
 }
 
 pub(super) async fn renew<C>(
@@ -110,9 +112,34 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "renew_shared", &req.spec)?;
-    let mut call = keyed(&req.spec, 0);
-    call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-    renew_with(backend, call, &S_RENEW, "rw_renew").await
+    ViewCall::renewal(req, &S_RENEW).renew(backend).await
+}
+
+/// [`LeaseBackend::renew_shared_many`](lease_core::LeaseBackend::renew_shared_many): on a
+/// standalone server, one `rw_renew_many.lua` call per [`RENEW_BATCH_CHUNK`] readers (of any
+/// keys), the calls pipelined on one connection, each reader judged alone by the server's
+/// clock; on Redis Cluster, where the keys may live in different slots, each is its own call.
+/// A request refused before any round trip is answered alone; the others still leave
+/// together.
+///
+/// [`RENEW_BATCH_CHUNK`]: lease_core::backend::RENEW_BATCH_CHUNK
+pub(super) async fn renew_many<C>(
+    backend: &RedisBackend<C>,
+    reqs: &[&RenewRequest],
+) -> Vec<Result<RenewOutcome, BackendError>>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    if backend.topology == Topology::Cluster || reqs.len() < 2 {
+        return renew_shared_each(backend, reqs).await;
+    }
+    renew_batch(
+        backend,
+        reqs,
+        |spec| precheck(backend, "renew_shared", spec),
+        &S_RENEW_MANY,
+    )
+    .await
 }
 
 pub(super) async fn release<C>(
@@ -122,22 +149,10 @@ pub(super) async fn release<C>(
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let spec = &*req.spec;
-    precheck(backend, "release_shared", spec)?;
-    let mut call = keyed(spec, 0);
-    call.arg(req.owner.as_str());
-    call.arg(
-        spec.keys()
-            .first()
-            .map_or_else(String::new, |k| backend.notice_arg(k)),
-    );
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_RELEASE).await?;
-    Ok(if flag_reply("rw_release", &v)? {
-        ReleaseOutcome::Released
-    } else {
-        ReleaseOutcome::NotHeld
-    })
+    precheck(backend, "release_shared", &req.spec)?;
+    ViewCall::release_of(backend, req, &S_RELEASE)
+        .release(backend)
+        .await
 }
 
 pub(super) async fn remaining<C>(
@@ -149,11 +164,9 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "shared_remaining", spec)?;
-    let mut call = keyed(spec, 0);
-    call.arg(owner.as_str());
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_PTTL).await?;
-    pttl_reply("rw_pttl", &v)
+    ViewCall::remaining_of(spec, owner, &S_PTTL)
+        .remaining(backend)
+        .await
 }
 
 fn inspect_reply(v: &Value) -> Result<SharedInfo, BackendError> {
@@ -201,22 +214,26 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "inspect_shared", spec)?;
-    let call = keyed(spec, 2);
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_INSPECT).await?;
-    inspect_reply(&v)
+    ViewCall::new(keyed(spec, 2), &S_INSPECT)
+        .read(backend, inspect_reply)
+        .await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::view::assert_pinned;
     use super::*;
 
     /// The SHA1 of every composed read-write lock script, pinned (as `scripts.rs` pins the
     /// others): a change to the prelude, `semaphore.lua` or a script's own file must be
     /// deliberate.
-    const PINNED_SHA1: [(&str, &str); 5] = [
+    const PINNED_SHA1: [(&str, &str); 6] = [
         ("rw_acquire.lua", "c2e8a118bb49f97b62789ee806fdb1671b4fbf89"),
         ("rw_renew.lua", "76cbf40099c717949177989790b70f04b901d8d9"),
+        (
+            "rw_renew_many.lua",
+            "1de76912544a75b57519ba21845ea2507bcfbc04",
+        ),
         ("rw_release.lua", "9099e96e2c001fa8b76c3e9a18d89a75d4cf20a2"),
         ("rw_pttl.lua", "6c07fcf7ef1b2dc19c2e03cca02178862624b75e"),
         ("rw_inspect.lua", "e47e620166ff704307e171420590494c7c0e141c"),
@@ -224,11 +241,7 @@ mod tests {
 
     #[test]
     fn every_rw_script_is_pinned() {
-        for ((file, code), (pinned_file, sha)) in ALL.iter().zip(PINNED_SHA1) {
-            assert_eq!(*file, pinned_file);
-            let hash = redis::Script::new(code).get_hash().to_owned();
-            assert_eq!(hash, sha, "{file}: re-pin deliberately");
-        }
+        assert_pinned(&ALL, &PINNED_SHA1);
     }
 
     #[test]

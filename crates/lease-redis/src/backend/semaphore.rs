@@ -6,26 +6,26 @@
 //! (`tests/semaphore.rs` compares them on a real server).
 //!
 //! A child module of `backend.rs` (it uses the backend's connection lanes, replica
-//! acknowledgement and notice settings), kept in a file of its own.
+//! acknowledgement and notice settings), kept in a file of its own; each operation's call runs
+//! through `view.rs`'s `ViewCall`, the shape the three views' backends share.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_permit_each};
+use lease_core::backend::renew_permit_each;
 use lease_core::semaphore::{
     PermitHolder, PermitRequest, SemaphoreInfo, check_semaphore_spec, semaphore_name,
 };
 use lease_core::{
     AcquireOutcome, BackendError, FenceMark, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest,
-    RenewOutcome, RenewRequest, Token,
+    RenewOutcome, RenewRequest,
 };
 use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
-use crate::notify;
-use crate::reply;
-use crate::scripts::{Call, LuaScript};
+use super::view::{self, ViewCall, int, keyed, millis, protocol, renew_batch, text, token_reply};
+use crate::scripts::LuaScript;
 use crate::topology::Topology;
 
 /// A permit script: the prelude, the permit helpers, then the script's own file (the
@@ -77,32 +77,6 @@ static S_PTTL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("permit_ptt
 static S_INSPECT: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new("permit_inspect", PERMIT_INSPECT));
 
-pub(super) fn protocol(what: &str, v: &Value) -> BackendError {
-    BackendError::Protocol(format!("{what}: unexpected reply {v:?}"))
-}
-
-pub(super) fn text<'a>(what: &str, v: &'a Value) -> Result<&'a str, BackendError> {
-    match v {
-        Value::BulkString(b) => std::str::from_utf8(b).map_err(|_| protocol(what, v)),
-        Value::SimpleString(s) => Ok(s),
-        other => Err(protocol(what, other)),
-    }
-}
-
-pub(super) fn int(what: &str, v: &Value) -> Result<i64, BackendError> {
-    match v {
-        Value::Int(i) => Ok(*i),
-        other => Err(protocol(what, other)),
-    }
-}
-
-pub(super) fn millis(what: &str, v: &Value) -> Result<Duration, BackendError> {
-    let ms = int(what, v)?;
-    u64::try_from(ms)
-        .map(Duration::from_millis)
-        .map_err(|_| protocol(what, v))
-}
-
 /// `permit_acquire.lua`'s reply: acquire.lua's shapes (the holder '' is "not reported"), or
 /// `{2, stored}`: another count is stored.
 fn acquire_reply(
@@ -124,38 +98,7 @@ fn acquire_reply(
             asked: req.permits.get(),
         });
     }
-    match reply::acquire(v, fenced)? {
-        AcquireOutcome::Held {
-            holder,
-            remaining,
-            fence,
-        } => Ok(AcquireOutcome::Held {
-            holder: holder.filter(|h| !h.is_empty()),
-            remaining,
-            fence,
-        }),
-        acquired => Ok(acquired),
-    }
-}
-
-pub(super) fn flag_reply(what: &str, v: &Value) -> Result<bool, BackendError> {
-    match int(what, v)? {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(protocol(what, v)),
-    }
-}
-
-pub(super) fn token_reply(what: &str, v: &Value) -> Result<Option<Token>, BackendError> {
-    let n = text(what, v)?
-        .parse::<u64>()
-        .map_err(|_| protocol(what, v))?;
-    if n == 0 {
-        return Ok(None);
-    }
-    Token::new(n)
-        .map(Some)
-        .map_err(|e| BackendError::Protocol(format!("{what}: {e}")))
+    view::acquire_reply(v, fenced)
 }
 
 fn inspect_reply(v: &Value) -> Result<SemaphoreInfo, BackendError> {
@@ -209,21 +152,6 @@ where
     precheck(backend, "check_semaphore", spec)
 }
 
-/// The semaphore's keys, then its fence keys when fenced.
-pub(super) fn keyed(spec: &LeaseSpec, fence_keys: usize) -> Call {
-    let mut call = Call::new();
-    for k in spec.keys() {
-        call.key(k);
-    }
-    if let Some(fence) = spec.fence_key() {
-        let all = [fence.to_owned(), mark_key_of(fence), epoch_key_of(fence)];
-        for k in all.iter().take(fence_keys) {
-            call.key(k);
-        }
-    }
-    call
-}
-
 pub(super) async fn acquire<C>(
     backend: &RedisBackend<C>,
     req: &PermitRequest,
@@ -241,13 +169,9 @@ where
         packed.push_str(&backend.mint_arg(req.acquire.floor));
     }
     call.arg(req.owner().as_str()).arg(packed);
-    let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, &S_ACQUIRE).await?;
-    let outcome = acquire_reply(&v, req, fenced)?;
-    if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-        backend.acknowledge(&mut conn).await?;
-    }
-    Ok(outcome)
+    ViewCall::new(call, &S_ACQUIRE)
+        .acquire(backend, |v| acquire_reply(v, req, fenced))
+        .await
 }
 
 pub(super) async fn renew<C>(
@@ -258,29 +182,7 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "renew_permit", &req.spec)?;
-    let mut call = keyed(&req.spec, 0);
-    call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-    renew_with(backend, call, &S_RENEW, "permit_renew").await
-}
-
-/// Runs a renewal script (`1` renewed, `0` not held), acknowledged by replicas when renewed.
-pub(super) async fn renew_with<C>(
-    backend: &RedisBackend<C>,
-    call: Call,
-    script: &LuaScript,
-    what: &str,
-) -> Result<RenewOutcome, BackendError>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    let mut conn = backend.lane().await;
-    let v = call.run(&mut conn, script).await?;
-    if flag_reply(what, &v)? {
-        backend.acknowledge(&mut conn).await?;
-        Ok(RenewOutcome::Renewed)
-    } else {
-        Ok(RenewOutcome::NotHeld)
-    }
+    ViewCall::renewal(req, &S_RENEW).renew(backend).await
 }
 
 /// [`LeaseBackend::renew_permit_many`](lease_core::LeaseBackend::renew_permit_many): on a
@@ -288,6 +190,8 @@ where
 /// calls pipelined on one connection (permits of several semaphores may share a call: on
 /// Redis Cluster, where they may live in different slots, each is its own call). A request
 /// refused before any round trip is answered alone; the others still leave together.
+///
+/// [`RENEW_BATCH_CHUNK`]: lease_core::backend::RENEW_BATCH_CHUNK
 pub(super) async fn renew_many<C>(
     backend: &RedisBackend<C>,
     reqs: &[&RenewRequest],
@@ -298,70 +202,13 @@ where
     if backend.topology == Topology::Cluster || reqs.len() < 2 {
         return renew_permit_each(backend, reqs).await;
     }
-    let mut out: Vec<Option<Result<RenewOutcome, BackendError>>> = reqs
-        .iter()
-        .map(|r| precheck(backend, "renew_permit", &r.spec).err().map(Err))
-        .collect();
-    let sendable: Vec<(usize, &RenewRequest)> = reqs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| out[*i].is_none())
-        .map(|(i, r)| (i, *r))
-        .collect();
-    let calls: Vec<Call> = sendable
-        .chunks(RENEW_BATCH_CHUNK)
-        .map(|chunk| {
-            let mut call = Call::new();
-            for (_, req) in chunk {
-                for k in req.spec.keys() {
-                    call.key(k);
-                }
-                call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-            }
-            call
-        })
-        .collect();
-    if !calls.is_empty() {
-        let mut conn = backend.lane().await;
-        match Call::run_pipelined(&calls, &mut conn, &S_RENEW_MANY).await {
-            Ok(replies) => {
-                for (chunk, reply) in sendable.chunks(RENEW_BATCH_CHUNK).zip(replies) {
-                    match reply.and_then(|v| reply::renew_many(&v, chunk.len())) {
-                        Ok(outcomes) => {
-                            for ((i, _), o) in chunk.iter().zip(outcomes) {
-                                out[*i] = Some(o);
-                            }
-                        }
-                        Err(e) => {
-                            for (i, _) in chunk {
-                                out[*i] = Some(Err(e.duplicate()));
-                            }
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                for (i, _) in &sendable {
-                    out[*i] = Some(Err(e.duplicate()));
-                }
-            }
-        }
-        let renewed = out
-            .iter()
-            .any(|r| matches!(r, Some(Ok(RenewOutcome::Renewed))));
-        if renewed && let Err(e) = backend.acknowledge(&mut conn).await {
-            for r in out.iter_mut() {
-                if matches!(r, Some(Ok(RenewOutcome::Renewed))) {
-                    *r = Some(Err(e.duplicate()));
-                }
-            }
-        }
-    }
-    out.into_iter()
-        .map(|r| {
-            r.unwrap_or_else(|| Err(BackendError::Protocol("a renewal left unanswered".into())))
-        })
-        .collect()
+    renew_batch(
+        backend,
+        reqs,
+        |spec| precheck(backend, "renew_permit", spec),
+        &S_RENEW_MANY,
+    )
+    .await
 }
 
 pub(super) async fn release<C>(
@@ -371,31 +218,10 @@ pub(super) async fn release<C>(
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let spec = &*req.spec;
-    precheck(backend, "release_permit", spec)?;
-    let mut call = keyed(spec, 0);
-    call.arg(req.owner.as_str());
-    match spec.keys().first().filter(|_| backend.publish) {
-        Some(key) => {
-            let verb = match backend.topology {
-                Topology::Cluster => "s:",
-                _ => "p:",
-            };
-            let mut notice = String::from(verb);
-            notify::push_channel(&mut notice, key, backend.topology);
-            call.arg(notice);
-        }
-        None => {
-            call.arg("");
-        }
-    }
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_RELEASE).await?;
-    Ok(if flag_reply("permit_release", &v)? {
-        ReleaseOutcome::Released
-    } else {
-        ReleaseOutcome::NotHeld
-    })
+    precheck(backend, "release_permit", &req.spec)?;
+    ViewCall::release_of(backend, req, &S_RELEASE)
+        .release(backend)
+        .await
 }
 
 pub(super) async fn remaining<C>(
@@ -407,26 +233,9 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "permit_remaining", spec)?;
-    let mut call = Call::new();
-    if let Some(k) = spec.keys().first() {
-        call.key(k);
-    }
-    call.arg(owner.as_str());
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_PTTL).await?;
-    pttl_reply("permit_pttl", &v)
-}
-
-/// A `*_pttl.lua` reply: `{1, ms}` held, `{0}` not.
-pub(super) fn pttl_reply(what: &str, v: &Value) -> Result<Option<Duration>, BackendError> {
-    match v {
-        Value::Array(a) => match a.as_slice() {
-            [held, ms] if flag_reply(what, held)? => Ok(Some(millis(what, ms)?)),
-            [held] if !flag_reply(what, held)? => Ok(None),
-            _ => Err(protocol(what, v)),
-        },
-        other => Err(protocol(what, other)),
-    }
+    ViewCall::remaining_of(spec, owner, &S_PTTL)
+        .remaining(backend)
+        .await
 }
 
 pub(super) async fn inspect<C>(
@@ -437,10 +246,10 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     precheck(backend, "inspect_semaphore", spec)?;
-    let call = keyed(spec, 2);
-    let mut conn = backend.conn.clone();
-    let v = call.run(&mut conn, &S_INSPECT).await?;
-    inspect_reply(&v).map_err(|e| {
+    let info = ViewCall::new(keyed(spec, 2), &S_INSPECT)
+        .read(backend, inspect_reply)
+        .await;
+    info.map_err(|e| {
         tracing::debug!(semaphore = semaphore_name(spec), error = %e, "lease-redis: permit_inspect reply");
         e
     })
@@ -448,6 +257,7 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::super::view::assert_pinned;
     use super::*;
 
     /// The SHA1 of every composed permit script, pinned (as `scripts.rs` pins the others):
@@ -481,11 +291,7 @@ mod tests {
 
     #[test]
     fn every_permit_script_is_pinned() {
-        for ((file, code), (pinned_file, sha)) in ALL.iter().zip(PINNED_SHA1) {
-            assert_eq!(*file, pinned_file);
-            let hash = redis::Script::new(code).get_hash().to_owned();
-            assert_eq!(hash, sha, "{file}: re-pin deliberately");
-        }
+        assert_pinned(&ALL, &PINNED_SHA1);
     }
 
     #[test]

@@ -31,7 +31,9 @@ pub type ReadGuard<B> = Lock<SharedBackend<B>>;
 /// tried and found readers, new readers are refused while it keeps trying (at least once per
 /// its TTL), so a stream of readers cannot starve it. Each reader's hold is a lease of its own
 /// (owner, TTL, auto-renewal), so a crashed reader's hold expires with its TTL. Made by
-/// [`Locker::shared`]; cheap to clone. See `docs/rwlocks.md`.
+/// [`Locker::shared`]; cheap to clone. The auto-renewals of its readers (and its clones')
+/// that fall due together leave as one batch ([`LeaseBackend::renew_shared_many`]: on Redis
+/// one script call per 128 readers). See `docs/rwlocks.md`.
 ///
 /// ```
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

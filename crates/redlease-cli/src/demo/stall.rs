@@ -1,16 +1,19 @@
 //! The stall wrapper: a backend whose calls hang while a flag is set.
 //!
 //! It overrides every [`LeaseBackend`] method, the defaulted ones too: a batch of renewals
-//! stays one batch, and the wrapped backend's release notices reach the demo's waiters.
+//! (of locks, permits or readers) stays one batch, the wrapped backend's release notices
+//! reach the demo's waiters, and a semaphore, a fair lock or a read-write lock works behind
+//! it (the defaults would refuse them as `Unsupported`). The methods without I/O (the checks,
+//! the margin, the watches) are forwarded ungated.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, LeaseInfo, LeaseSpec, Owner, PermitRequest, ReleaseOutcome,
-    ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
+    AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, Owner, PermitRequest,
+    ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
 };
-use redlease::{BackendError, LeaseBackend, SemaphoreInfo, StoreReport, Ttl};
+use redlease::{BackendError, LeaseBackend, SemaphoreInfo, SharedInfo, StoreReport, Ttl};
 use tokio::sync::watch;
 
 /// A backend whose calls hang while `stalled` is set (a paused process cannot reach the
@@ -106,6 +109,59 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
         self.gate().await;
         self.inner.inspect_semaphore(spec).await
     }
+    fn check_fair(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_fair(spec)
+    }
+    async fn acquire_fair(&self, req: &FairRequest) -> Result<AcquireOutcome, BackendError> {
+        self.gate().await;
+        self.inner.acquire_fair(req).await
+    }
+    async fn release_fair(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.gate().await;
+        self.inner.release_fair(req).await
+    }
+    async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
+        self.gate().await;
+        self.inner.leave_fair(spec, owner).await
+    }
+    /// No I/O (the subscription is the wrapped backend's): not gated.
+    fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
+        self.inner.fair_watch(spec, owner, role)
+    }
+    fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
+        self.inner.check_shared(spec)
+    }
+    async fn acquire_shared(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        self.gate().await;
+        self.inner.acquire_shared(req).await
+    }
+    async fn renew_shared(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
+        self.gate().await;
+        self.inner.renew_shared(req).await
+    }
+    async fn renew_shared_many(
+        &self,
+        reqs: &[&RenewRequest],
+    ) -> Vec<Result<RenewOutcome, BackendError>> {
+        self.gate().await;
+        self.inner.renew_shared_many(reqs).await
+    }
+    async fn release_shared(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
+        self.gate().await;
+        self.inner.release_shared(req).await
+    }
+    async fn shared_remaining(
+        &self,
+        spec: &LeaseSpec,
+        owner: &Owner,
+    ) -> Result<Option<Duration>, BackendError> {
+        self.gate().await;
+        self.inner.shared_remaining(spec, owner).await
+    }
+    async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
+        self.gate().await;
+        self.inner.inspect_shared(spec).await
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +169,7 @@ mod tests {
     use std::time::Instant;
 
     use lease_testkit::redis::RedisServer;
+    use redlease::memory::{ManualClock, MemoryBackend};
     use redlease::redis::{Topology, notice_channel};
     use redlease::{LockOptions, Locker, RetryStrategy};
 
@@ -163,5 +220,41 @@ mod tests {
         let (lock, at) = bounded("the woken waiter", waiter).await.unwrap();
         lock.expect("obtained");
         assert!(at.duration_since(released) < BOUND);
+    }
+
+    /// The fair lock's and the readers' methods are forwarded (the defaults would refuse
+    /// them), and gated: while stalled, a fair attempt does not reach the store.
+    #[tokio::test]
+    async fn a_fair_lock_and_readers_work_behind_the_stall_wrapper() {
+        let (flag, stalled) = watch::channel(false);
+        let inner = MemoryBackend::new(ManualClock::new());
+        let locker = Locker::new(Stall { inner, stalled });
+        let ttl = Duration::from_secs(30);
+        let fair = locker.fair("{jobs}").expect("check_fair is forwarded");
+        let held = bounded("the fair lock", fair.acquire(ttl, LockOptions::new()))
+            .await
+            .expect("obtained");
+        bounded("its release", held.release())
+            .await
+            .expect("released");
+        let doc = locker.shared("doc").expect("check_shared is forwarded");
+        let reader = bounded("a reader", doc.acquire(ttl, LockOptions::new()))
+            .await
+            .expect("obtained");
+        bounded("its release", reader.release())
+            .await
+            .expect("released");
+        flag.send_replace(true);
+        let once = || LockOptions::new().wait(Duration::ZERO);
+        let stuck =
+            tokio::time::timeout(Duration::from_millis(50), fair.acquire(ttl, once())).await;
+        assert!(stuck.is_err(), "a stalled fair attempt hangs");
+        flag.send_replace(false);
+        let held = bounded("the fair lock again", fair.acquire(ttl, once()))
+            .await
+            .expect("obtained once resumed");
+        bounded("its release", held.release())
+            .await
+            .expect("released");
     }
 }
