@@ -34,6 +34,9 @@
 //! - **leave** ([`LeaseBackend::leave_fair`]): a waiter that gives up removes its place and
 //!   never touches `F` (it may be a caller-chosen owner another handle holds); the new head is
 //!   woken as after a release.
+//! - **inspect** ([`LeaseBackend::inspect_fair`]) only reads: the holder of `F` and its
+//!   remaining TTL, the live waiters in queue order (a waiter whose place expired is not
+//!   shown) each with the time its place has left, and the fence counter and mark.
 //!
 //! The queue and places keys expire with the last place, so an abandoned queue leaves nothing.
 //!
@@ -78,8 +81,8 @@ use crate::config::{ConfigError, Ttl};
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
 use crate::retry::RetryStrategy;
-use crate::semaphore::FENCE_SUFFIX;
-use crate::token::Token;
+use crate::semaphore::{FENCE_SUFFIX, PermitHolder};
+use crate::token::{FenceMark, Token};
 
 /// The suffix of a fair lock's queue key (`<name>:queue`).
 pub const QUEUE_SUFFIX: &str = ":queue";
@@ -195,6 +198,23 @@ pub fn leaves_on_give_up<T, E>(outcome: Option<&Result<T, E>>) -> bool {
     !matches!(outcome, Some(Ok(_)))
 }
 
+/// What [`LeaseBackend::inspect_fair`] found. An adapter builds it from `FairInfo::default()`
+/// (the struct is `#[non_exhaustive]`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FairInfo {
+    /// The holder of the lock's key (its owner) and its remaining TTL, while one holds it.
+    pub holder: Option<PermitHolder>,
+    /// The live waiters, first in line first, each with the time its place has left (a place
+    /// lapses unless its waiter heartbeats: see [`place_ttl`]).
+    pub waiters: Vec<PermitHolder>,
+    /// The fence counter: the latest token minted (the holder's, while the lock is held: every
+    /// fair hold mints).
+    pub counter: Option<Token>,
+    /// The applied mark.
+    pub mark: FenceMark,
+}
+
 /// A validated obtain of a fair lock: the lock's plan and the waiter's place TTL. Made by
 /// [`LockOptions::plan_fair`](crate::lock::LockOptions::plan_fair).
 #[derive(Clone, Debug)]
@@ -235,7 +255,8 @@ impl FairRequest {
 
 /// A view of `B` whose acquire is [`LeaseBackend::acquire_fair`] (with one waiter's place TTL)
 /// and whose release is [`LeaseBackend::release_fair`]; renew, remaining and inspect are `B`'s
-/// plain lock operations on the lock's key, `check_spec` is [`LeaseBackend::check_fair`], and
+/// plain lock operations on the lock's key (the queue is read by
+/// [`LeaseBackend::inspect_fair`]), `check_spec` is [`LeaseBackend::check_fair`], and
 /// `release_watch` is the waiter's own wake ([`LeaseBackend::fair_watch`]). Drivers run the
 /// lock machines over it, so a fair hold is obtained, renewed and released with every rule of
 /// a lock.
@@ -346,6 +367,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for FairBackend<B> {
     }
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         self.inner.leave_fair(spec, owner).await
+    }
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        self.inner.inspect_fair(spec).await
     }
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.fair_watch(spec, owner, role)

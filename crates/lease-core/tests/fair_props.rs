@@ -9,7 +9,8 @@
 //! - **never two holders**: the store's holder is the model's (or none);
 //! - **FIFO among live waiters**: an attempt is granted iff the owner holds the lock, or the
 //!   lock is free and the owner is first among the live waiters (or none waits); the store's
-//!   queue is the model's live waiters, in arrival order;
+//!   queue is the model's live waiters, in arrival order, and its inspection
+//!   (`inspect_fair`) is the model's holder and live waiters, each with its exact time left;
 //! - **an expired place is skipped**: the model drops places at their expiry, so a waiter
 //!   behind a crashed one is first as soon as the crashed one's place expired;
 //! - **a release wakes exactly the next waiter**: each owner watches its own wake, and after
@@ -239,6 +240,24 @@ impl World {
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             let model: Vec<&str> = self.queue.iter().map(|(o, _)| OWNERS[*o]).collect();
             prop_assert_eq!(queue, model, "the live waiters in arrival order");
+            // The inspection: the model's holder and its time, the live waiters in order,
+            // each with its place's time (a lapsed place is not shown).
+            let now = self.clock.now();
+            let info = self
+                .store
+                .inspect_fair_now(&self.spec)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let shown = |h: &lease_core::semaphore::PermitHolder| (h.owner.clone(), h.remaining);
+            let timed = |(o, e): &(usize, Instant)| (OWNERS[*o].to_owned(), *e - now);
+            prop_assert_eq!(
+                info.holder.as_ref().map(shown),
+                self.holder.as_ref().map(timed)
+            );
+            prop_assert_eq!(
+                info.waiters.iter().map(shown).collect::<Vec<_>>(),
+                self.queue.iter().map(timed).collect::<Vec<_>>(),
+                "the inspection's waiters"
+            );
         }
         Ok(())
     }

@@ -24,6 +24,7 @@ use crate::topology::{Topology, check_mark_key};
 use lease_core::{Fencing, LeaseBackend};
 
 mod fair;
+mod inspect_views;
 mod lease;
 mod rwlock;
 mod semaphore;

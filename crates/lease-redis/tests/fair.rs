@@ -5,13 +5,17 @@
 //!   or none, with metadata or not), releases (with a term or not), leaves, plain obtains of
 //!   the same key (barging), lost keys and the queue read back, on a real Redis and on
 //!   `MemoryBackend` (TTLs long enough that nothing expires), give the same outcomes and the
-//!   same queue;
+//!   same queue, and the same inspection (holder, waiters in order, counter, mark);
 //! - `places_expire_by_the_server`: a waiter that stops heartbeating is skipped once its place
 //!   expired by the server's clock; the queue keys vanish with the last place;
+//! - `a_lapsed_place_is_not_inspected`: the inspection lists the live waiters in queue order,
+//!   each with its place's remaining time by the server's clock, and leaves out a place that
+//!   lapsed while still stored (as the specification does);
 //! - `a_release_publishes_to_the_next_waiter_only`: a raw subscriber on every waiter's wake
 //!   channel sees one message, on the head's;
-//! - the typed refusals: a wrong-type key, a spec of two keys, and on Redis Cluster a name
-//!   without a hash tag (before any round trip); malformed arguments sent raw.
+//! - the typed refusals: a wrong-type key (an attempt and the inspection), a spec of two keys,
+//!   and on Redis Cluster a name without a hash tag (before any round trip, the inspection
+//!   too); malformed arguments sent raw.
 
 mod common;
 
@@ -19,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use lease_core::fair::{FairRequest, fair_keys, fair_spec, wake_key};
+use lease_core::fair::{FairInfo, FairRequest, fair_keys, fair_spec, wake_key};
 use lease_core::memory::{ManualClock, MemoryBackend};
 use lease_core::{AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, Ttl};
 use lease_redis::{RedisBackend, Topology};
@@ -86,6 +90,27 @@ fn norm_acquire(r: &Result<AcquireOutcome, BackendError>) -> String {
             fence,
         }) => format!("held {holder:?} {remaining:?} counter={:?}", fence.counter),
         other => norm(other),
+    }
+}
+
+/// A fair inspection without the durations (the two clocks differ), each checked to be at
+/// most what it was set to.
+fn norm_inspect(r: &Result<FairInfo, BackendError>) -> String {
+    match r {
+        Ok(i) => {
+            let within = |h: &lease_core::semaphore::PermitHolder| {
+                h.remaining <= Duration::from_millis(LONG)
+            };
+            format!(
+                "ok holder={:?} waiters={:?} within={} counter={:?} mark={:?}",
+                i.holder.as_ref().map(|h| &h.owner),
+                i.waiters.iter().map(|w| &w.owner).collect::<Vec<_>>(),
+                i.holder.iter().chain(&i.waiters).all(within),
+                i.counter,
+                i.mark
+            )
+        }
+        Err(e) => format!("err {}", kind(e)),
     }
 }
 
@@ -171,6 +196,9 @@ impl Case<'_> {
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 let live: Vec<String> = r.into_iter().filter(|o| places.contains(o)).collect();
                 prop_assert_eq!(live, m);
+                let m = self.mem.inspect_fair_now(&self.spec);
+                let r = self.redis.inspect_fair(&self.spec).await;
+                prop_assert_eq!(norm_inspect(&r), norm_inspect(&m));
             }
         }
         Ok(())
@@ -242,6 +270,56 @@ async fn places_expire_by_the_server() {
     );
     assert!(!exists(&mut raw, &queue).await, "nobody waits");
     assert!(!exists(&mut raw, &places).await);
+}
+
+/// The inspection shows the holder and the live waiters in queue order with their places'
+/// time by the server's clock; a place that lapsed is not shown though still stored, on the
+/// server as in the specification.
+#[tokio::test]
+async fn a_lapsed_place_is_not_inspected() {
+    let (_server, backend, mut raw) = setup().await;
+    let mem = MemoryBackend::new(ManualClock::new());
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let short = Some(ttl_ms(100));
+    // h holds; b queues with a short place and stops; c and d queue with long places.
+    let steps = [
+        ("h", long, Some(long)),
+        ("b", long, short),
+        ("c", long, Some(long)),
+        ("d", long, Some(long)),
+    ];
+    for (who, ttl, place) in steps {
+        let req = fair(&spec, who, ttl, place);
+        let r = backend.acquire_fair(&req).await;
+        let m = mem.acquire_fair_now(&req);
+        assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    }
+    let info = backend.inspect_fair(&spec).await.expect("inspect");
+    let owners = |i: &FairInfo| {
+        i.waiters
+            .iter()
+            .map(|w| w.owner.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(owners(&info), ["b", "c", "d"], "queue order");
+    assert_eq!(info.holder.as_ref().map(|h| h.owner.as_str()), Some("h"));
+    assert!(info.waiters[0].remaining <= Duration::from_millis(100));
+    assert!(info.waiters[1].remaining > Duration::from_millis(100));
+    assert_eq!(info.counter.map(|t| t.get()), Some(1), "h's token");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    mem.clock().advance(Duration::from_millis(150));
+    let [_, places] = fair_keys(&spec.keys()[0]);
+    let stored: u64 = redis::cmd("ZCARD")
+        .arg(&places)
+        .query_async(&mut raw)
+        .await
+        .expect("zcard");
+    assert_eq!(stored, 3, "b's lapsed place is still stored");
+    let info = backend.inspect_fair(&spec).await;
+    let m = mem.inspect_fair_now(&spec);
+    assert_eq!(norm_inspect(&info), norm_inspect(&m));
+    assert_eq!(owners(&info.expect("inspect")), ["c", "d"], "b lapsed");
 }
 
 /// A release publishes one wake, on the next waiter's own channel.
@@ -320,6 +398,11 @@ async fn bad_keys_and_specs_are_refused() {
         None,
         "nothing written"
     );
+    let read = backend.inspect_fair(&spec).await;
+    assert!(
+        matches!(read, Err(BackendError::Refused(ref m)) if m.contains("WRONGTYPE")),
+        "{read:?}"
+    );
     del(&mut raw, &queue).await;
     // A spec of two keys is not a fair lock's: refused before any round trip.
     let two = lock(&["{fair}:x", "{fair}:y"], None);
@@ -333,6 +416,11 @@ async fn bad_keys_and_specs_are_refused() {
     let untagged = fair_spec("jobs", None).expect("spec");
     assert!(matches!(
         cluster.check_fair(&untagged),
+        Err(BackendError::Invalid(_))
+    ));
+    // The read too, before any round trip (this server, not a cluster, would answer).
+    assert!(matches!(
+        cluster.inspect_fair(&untagged).await,
         Err(BackendError::Invalid(_))
     ));
     assert!(

@@ -11,6 +11,8 @@
 //!   read-held key, and readers never get in beside the writer;
 //! - `holds_expire_by_the_server`: a crashed reader's hold expires with its TTL, and a writer
 //!   that stopped trying stops blocking readers within one of its TTLs;
+//! - `a_lapsed_reader_is_not_inspected`: the inspection leaves out a reader whose hold lapsed
+//!   by the server's clock while its entry is still stored (as the specification does);
 //! - `a_waiting_writer_is_preferred`: once a writer found readers, new readers are refused,
 //!   current ones still renew, and the writer gets in when the last one leaves (whose release
 //!   publishes the notice);
@@ -311,6 +313,39 @@ async fn holds_expire_by_the_server() {
     );
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert!(!exists(&mut raw, KEY).await);
+}
+
+/// A reader whose hold lapsed by the server's clock is not inspected, though its entry is
+/// stored until the next script that writes; the specification agrees.
+#[tokio::test]
+async fn a_lapsed_reader_is_not_inspected() {
+    let (_server, backend, mut raw) = setup().await;
+    let mem = MemoryBackend::new(ManualClock::new());
+    let spec = fenced();
+    for (who, ttl) in [("r1", ttl_ms(100)), ("r2", ttl_ms(LONG))] {
+        let req = acquire(&spec, who, ttl);
+        let r = backend.acquire_shared(&req).await;
+        assert_eq!(
+            norm_acquire(&r),
+            norm_acquire(&mem.acquire_shared_now(&req))
+        );
+    }
+    let info = backend.inspect_shared(&spec).await.expect("inspect");
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    mem.clock().advance(Duration::from_millis(150));
+    let stored: u64 = redis::cmd("ZCARD")
+        .arg(KEY)
+        .query_async(&mut raw)
+        .await
+        .expect("zcard");
+    assert_eq!(stored, 2, "r1's lapsed entry is still stored");
+    let r = backend.inspect_shared(&spec).await;
+    assert_eq!(norm_shared(&r), norm_shared(&mem.inspect_shared_now(&spec)));
+    let info = r.expect("inspect");
+    let readers: Vec<&str> = info.readers.iter().map(|h| h.owner.as_str()).collect();
+    assert_eq!(readers, ["r2"], "r1 lapsed");
+    assert_eq!(info.writer, None);
 }
 
 /// Writer preference on the server: after a writer found readers, a new reader is refused,

@@ -38,6 +38,10 @@ async fn redlock_refuses_fair_locks_with_its_reason() {
         backend.acquire_fair(&req).await,
         Err(BackendError::Unsupported(_))
     ));
+    assert!(matches!(
+        backend.inspect_fair(&spec).await,
+        Err(BackendError::Unsupported(_))
+    ));
     assert!(stores.iter().all(|s| s.calls() == 0), "no round trip");
     let locker = Locker::new(backend);
     assert!(matches!(

@@ -34,6 +34,10 @@ async fn redlock_refuses_readers_with_its_reason() {
         backend.acquire_shared(&req).await,
         Err(BackendError::Unsupported(_))
     ));
+    assert!(matches!(
+        backend.inspect_shared(&spec).await,
+        Err(BackendError::Unsupported(_))
+    ));
     assert!(stores.iter().all(|s| s.calls() == 0), "no round trip");
     let locker = Locker::new(backend);
     assert!(matches!(

@@ -12,8 +12,8 @@
 //! `acquire_shared`, `renew_shared`, `renew_shared_many`, `release_shared`,
 //! `shared_remaining`, `inspect_shared`) are forwarded without hooks: release notices reach a
 //! waiter behind the wrapper as they would without it, and a semaphore or a reader works
-//! behind it. So are the fair lock's
-//! methods (`check_fair`, `acquire_fair`, `release_fair`, `leave_fair`, `fair_watch`).
+//! behind it. So are the fair lock's methods (`check_fair`, `acquire_fair`, `release_fair`,
+//! `leave_fair`, `inspect_fair`, `fair_watch`).
 //!
 //! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
 //! it in one round trip still does; the hooks see each renewal in it as a [`Call::Renew`]:
@@ -51,7 +51,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::fair::FairRequest;
+use lease_core::fair::{FairInfo, FairRequest};
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
@@ -313,6 +313,10 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         self.inner.leave_fair(spec, owner).await
+    }
+
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        self.inner.inspect_fair(spec).await
     }
 
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {

@@ -110,7 +110,8 @@ pub(crate) enum Command {
     /// Run CMD under the lock KEY, renewed automatically (like flock, across machines)
     #[command(after_long_help = LOCK_HELP)]
     Lock(LockArgs),
-    /// Show who leads election NAME: holder, token, remaining TTL, applied mark
+    /// Show who leads election NAME (holder, token, remaining TTL, applied mark), or who holds
+    /// and waits for a semaphore, read-write lock or fair lock
     Status(StatusArgs),
     /// Fenced writes from a shell leader: applied only if --token is not stale (exit 3 if it is)
     #[command(subcommand)]
@@ -292,13 +293,22 @@ pub(crate) struct StatusArgs {
     #[arg(
         long,
         env = "REDLEASE_NAME",
-        required_unless_present_any = ["check", "semaphore"]
+        required_unless_present_any = ["check", "semaphore", "shared", "fair"]
     )]
     pub(crate) name: Option<String>,
     /// Semaphore name (what `lock -n N NAME` holds): print its permit count and its current
     /// holders, each with the time its permit has left, the last token and the mark
     #[arg(long, conflicts_with = "watch")]
     pub(crate) semaphore: Option<String>,
+    /// Read-write lock KEY (what `lock --shared KEY` and `lock KEY` hold): print its writer,
+    /// or its readers each with the time its hold has left, whether a writer is waiting, the
+    /// last token and the mark
+    #[arg(long, value_name = "KEY", conflicts_with = "watch")]
+    pub(crate) shared: Option<String>,
+    /// Fair lock NAME (what `lock --fair NAME` holds): print its holder (token, time left) and
+    /// its waiters in queue order, each with the time its place has left
+    #[arg(long, value_name = "NAME", conflicts_with = "watch")]
+    pub(crate) fair: Option<String>,
     /// Also report what the server's settings guarantee for fencing tokens (persistence,
     /// eviction, replication); exit 78 when they let the fence keys be evicted or lost
     #[arg(long)]

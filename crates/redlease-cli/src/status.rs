@@ -1,5 +1,6 @@
-//! `redlease status`: who leads an election now; with `--check`, what the server's settings
-//! guarantee for fencing tokens.
+//! `redlease status`: who leads an election now; who holds a semaphore (`--semaphore`), a
+//! read-write lock (`--shared`) or a fair lock and who waits for it (`--fair`); with
+//! `--check`, what the server's settings guarantee for fencing tokens.
 
 use redlease::StoreReport;
 use redlease::core::LeaseSpec;
@@ -16,6 +17,16 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
         ElectionConfig::builder(name.clone(), "redlease-status")
             .build()
             .map_err(|e| Failure::config(&e))?;
+    }
+    // Bad names are refused before connecting.
+    if let Some(name) = &args.semaphore {
+        redlease::core::semaphore_spec(name, None).map_err(|e| Failure::config(&e))?;
+    }
+    if let Some(key) = &args.shared {
+        shared_spec(key)?;
+    }
+    if let Some(name) = &args.fair {
+        redlease::core::fair_spec(name, None).map_err(|e| Failure::config(&e))?;
     }
     crate::topology::with_backend!(ctx, once, args.watch, |backend, topology| {
         // On Redlock the counter is the highest over the answers, which a follower's failed
@@ -42,6 +53,12 @@ async fn status_on<B: LeaseBackend + 'static>(
     }
     if let Some(name) = &args.semaphore {
         semaphore(ctx, &backend, name).await?;
+    }
+    if let Some(key) = &args.shared {
+        shared(ctx, &backend, key).await?;
+    }
+    if let Some(name) = &args.fair {
+        fair(ctx, &backend, name).await?;
     }
     if args.check {
         return check(ctx, &backend).await;
@@ -296,6 +313,181 @@ async fn semaphore<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Resul
                 h.owner,
                 duration::show(h.remaining)
             ));
+        }
+        print_stdout(&format!(
+            "mark:       {}",
+            mark.map_or_else(none, |t| t.to_string())
+        ));
+        print_stdout(&format!(
+            "last token: {}",
+            last.map_or_else(none, |t| t.to_string())
+        ));
+    }
+    Ok(())
+}
+
+/// One read of the store, bounded by [`conn::OP_TIMEOUT`]: a read without a reply fails with
+/// `UNAVAILABLE` (never shown as free), a refusal as the backend error says.
+async fn read<T>(
+    what: &str,
+    read: impl std::future::Future<Output = Result<T, redlease::BackendError>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(conn::OP_TIMEOUT, read).await {
+        Ok(Ok(info)) => Ok(info),
+        Ok(Err(e)) => Err(Failure::backend(what, &e)),
+        Err(_) => Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!("{what}: no reply within {:?}", conn::OP_TIMEOUT),
+        )),
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `{"owner":..,"remaining_ms":..}` of each holder.
+fn holders_json(holders: &[redlease::PermitHolder]) -> Json {
+    Json::Objects(
+        holders
+            .iter()
+            .map(|h| {
+                object(&[
+                    ("owner", Json::from(h.owner.as_str())),
+                    ("remaining_ms", Json::from(millis(h.remaining))),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// `OWNER (T left)`.
+fn held(h: &redlease::PermitHolder) -> String {
+    format!("{} ({} left)", h.owner, duration::show(h.remaining))
+}
+
+/// The spec of read-write lock `key` as `lock --shared` fences it (`<KEY>:fence`).
+fn shared_spec(key: &str) -> Result<LeaseSpec, Failure> {
+    LeaseSpec::lock([key.to_owned()], Some(format!("{key}:fence"))).map_err(|e| Failure::config(&e))
+}
+
+/// Prints read-write lock `key`'s writer or readers (`status --shared`): one read, the
+/// store's own view (a reader's expiry by the server's clock). The fence key is the one
+/// `lock --shared` uses (`<KEY>:fence`). Refused before any round trip where read-write locks
+/// are not offered (Redlock) or the fence keys are not in the key's Cluster slot.
+async fn shared<B: LeaseBackend>(ctx: &Ctx, backend: &B, key: &str) -> Result<(), Failure> {
+    const WHAT: &str = "status --shared";
+    let spec = shared_spec(key)?;
+    backend
+        .check_shared(&spec)
+        .map_err(|e| Failure::new(exit::INVALID, format!("{WHAT}: {e}")))?;
+    let info = read(WHAT, backend.inspect_shared(&spec)).await?;
+    let (state, shown) = match (&info.writer, info.readers.len()) {
+        (Some(_), _) => ("write", "write-held".to_owned()),
+        (None, 0) => ("free", "free".to_owned()),
+        (None, 1) => ("read", "read-held (1 reader)".to_owned()),
+        (None, n) => ("read", format!("read-held ({n} readers)")),
+    };
+    let mark = info.mark.token().map(|t| t.get());
+    let last = info.counter.map(|t| t.get());
+    if ctx.json {
+        print_stdout(&object(&[
+            ("lock", Json::from(key)),
+            ("state", Json::from(state)),
+            (
+                "writer",
+                Json::from(info.writer.as_ref().map(|w| w.owner.clone())),
+            ),
+            (
+                "writer_remaining_ms",
+                Json::from(info.writer.as_ref().map(|w| millis(w.remaining))),
+            ),
+            ("readers", holders_json(&info.readers)),
+            ("writer_waiting", Json::from(info.writer_waiting.is_some())),
+            (
+                "writer_waiting_ms",
+                Json::from(info.writer_waiting.map(millis)),
+            ),
+            ("mark", Json::from(mark)),
+            ("last_token", Json::from(last)),
+        ]));
+    } else {
+        let none = || "-".to_owned();
+        print_stdout(&format!("lock:       {key}"));
+        print_stdout(&format!("state:      {shown}"));
+        if let Some(w) = &info.writer {
+            print_stdout(&format!("writer:     {}", held(w)));
+        }
+        for r in &info.readers {
+            print_stdout(&format!("reader:     {}", held(r)));
+        }
+        print_stdout(&format!(
+            "waiting:    {}",
+            info.writer_waiting.map_or_else(none, |d| format!(
+                "a writer (its mark lapses in {})",
+                duration::show(d)
+            ))
+        ));
+        print_stdout(&format!(
+            "mark:       {}",
+            mark.map_or_else(none, |t| t.to_string())
+        ));
+        print_stdout(&format!(
+            "last token: {}",
+            last.map_or_else(none, |t| t.to_string())
+        ));
+    }
+    Ok(())
+}
+
+/// Prints fair lock `name`'s holder and its waiters in queue order (`status --fair`): one
+/// read, the store's own view (a place's expiry by the server's clock; a lapsed place is not
+/// shown). Refused before any round trip where fair locks are not offered (Redlock) or the
+/// name breaks Cluster's one-slot rule.
+async fn fair<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(), Failure> {
+    const WHAT: &str = "status --fair";
+    let spec = redlease::core::fair_spec(name, None).map_err(|e| Failure::config(&e))?;
+    backend
+        .check_fair(&spec)
+        .map_err(|e| Failure::new(exit::INVALID, format!("{WHAT}: {e}")))?;
+    let info = read(WHAT, backend.inspect_fair(&spec)).await?;
+    // Every fair hold mints: while the lock is held, the counter is the holder's token.
+    let token = info.holder.as_ref().and(info.counter).map(|t| t.get());
+    let mark = info.mark.token().map(|t| t.get());
+    let last = info.counter.map(|t| t.get());
+    if ctx.json {
+        print_stdout(&object(&[
+            ("fair", Json::from(name)),
+            (
+                "holder",
+                Json::from(info.holder.as_ref().map(|h| h.owner.clone())),
+            ),
+            ("token", Json::from(token)),
+            (
+                "remaining_ms",
+                Json::from(info.holder.as_ref().map(|h| millis(h.remaining))),
+            ),
+            ("waiting", Json::from(info.waiters.len() as u64)),
+            ("waiters", holders_json(&info.waiters)),
+            ("mark", Json::from(mark)),
+            ("last_token", Json::from(last)),
+        ]));
+    } else {
+        let none = || "-".to_owned();
+        print_stdout(&format!("fair lock:  {name}"));
+        print_stdout(&format!(
+            "holder:     {}",
+            info.holder
+                .as_ref()
+                .map_or_else(|| "(none)".to_owned(), held)
+        ));
+        print_stdout(&format!(
+            "token:      {}",
+            token.map_or_else(none, |t| t.to_string())
+        ));
+        print_stdout(&format!("waiting:    {}", info.waiters.len()));
+        for (i, w) in info.waiters.iter().enumerate() {
+            print_stdout(&format!("waiter:     {}. {}", i + 1, held(w)));
         }
         print_stdout(&format!(
             "mark:       {}",

@@ -71,6 +71,11 @@ async fn bad_input_gives_one_line_and_its_exit_code() {
     // Invalid values (64): refused before any round trip.
     check(&url, &["run", "--name", "", "--", "true"], 64, "empty").await;
     check(&url, &["status", "--name", &long], 64, "2000 bytes").await;
+    // The holds' names too, before connecting (a closed port would answer 69).
+    let closed = closed_port_url();
+    for what in ["--semaphore", "--shared", "--fair"] {
+        check(&closed, &["status", what, ""], 64, "empty").await;
+    }
     check(
         &url,
         &["run", "--name", "x", "--instance-id", "", "--", "true"],

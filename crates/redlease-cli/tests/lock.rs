@@ -315,7 +315,8 @@ async fn lock_n_is_a_semaphore() {
 
 /// `lock --fair` hands KEY over in arrival order across processes: two waiters queued one
 /// after the other behind a holder run in that order once it stops, each with its own fencing
-/// token in REDLEASE_TOKEN; `--fair` with `-n` is refused by the argument parser (exit 2).
+/// token in REDLEASE_TOKEN; `status --fair` shows the holder and its token and the waiters in
+/// that order; `--fair` with `-n` is refused by the argument parser (exit 2).
 #[tokio::test(flavor = "multi_thread")]
 async fn lock_fair_hands_over_in_arrival_order() {
     let server = redis().await;
@@ -366,6 +367,46 @@ async fn lock_fair_hands_over_in_arrival_order() {
         .await
         .expect("queued within 20 s");
     }
+    // `status --fair` shows the holder with its token, and both waiters in arrival order
+    // (their owners name their processes), each with the time its place has left.
+    let out = output({
+        let mut c = redlease(&url, d);
+        c.args(["status", "--fair", "{q}"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("-{}-", holder.pid())),
+        "the holder: {text}"
+    );
+    assert!(text.contains(&format!("token:      {first}")), "{text}");
+    assert!(text.contains("waiting:    2"), "{text}");
+    let at = |p: &Proc| text.find(&format!("-{}-", p.pid()));
+    let (Some(a), Some(b)) = (at(&waiters[0]), at(&waiters[1])) else {
+        panic!("both waiters shown: {text}");
+    };
+    assert!(a < b, "in arrival order: {text}");
+    assert!(text.contains("waiter:     1. "), "{text}");
+    let out = output({
+        let mut c = redlease(&url, d);
+        c.args(["--json", "status", "--fair", "{q}"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = stdout(&out).trim().to_owned();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert_eq!(
+        json_field(&line, "token"),
+        Some(first.to_string()),
+        "{line}"
+    );
+    assert_eq!(json_field(&line, "waiting").as_deref(), Some("2"), "{line}");
+    // The holder's remaining_ms and one per waiter.
+    assert_eq!(line.matches("\"remaining_ms\":").count(), 3, "{line}");
+
     holder.signal("TERM");
     assert_eq!(holder.wait_exit().await.code(), Some(143));
     for w in &mut waiters {
@@ -406,6 +447,8 @@ async fn lock_fair_hands_over_in_arrival_order() {
 /// `lock --shared` is a reader: two readers hold KEY at once (each with its own token), a
 /// plain `lock` of KEY (the writer) is not obtained while they do, gets in once they are gone
 /// (with a token above theirs), and `--shared` with `-n` is refused by the parser.
+/// `status --shared` lists the readers while they hold, the writer's waiting mark once it
+/// tried, and the writer while it holds.
 #[tokio::test(flavor = "multi_thread")]
 async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
     let server = redis().await;
@@ -437,6 +480,30 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
         .expect("a token");
     assert_ne!(r1, r2, "each reader has its own fencing token");
 
+    // `status --shared` lists both readers (their owners name their processes), each with the
+    // time its hold has left; no writer waits yet.
+    let status = |json: bool| {
+        let mut c = redlease(&url, d);
+        if json {
+            c.arg("--json");
+        }
+        c.args(["status", "--shared", "{doc}"]);
+        c
+    };
+    let out = output(status(false)).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("state:      read-held (2 readers)"), "{text}");
+    assert_eq!(text.matches("reader:").count(), 2, "{text}");
+    for r in &readers {
+        assert!(text.contains(&format!("-{}-", r.pid())), "{text}");
+    }
+    assert!(text.contains("waiting:    -"), "{text}");
+    assert!(
+        text.contains(&format!("last token: {}", r1.max(r2))),
+        "{text}"
+    );
+
     let writer = |wait: &str| {
         let mut c = redlease(&url, d);
         c.args([
@@ -459,6 +526,38 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
         "the writer beside readers: {}",
         stderr(&out)
     );
+    // The writer's attempt left its waiting mark, shown beside the readers.
+    let out = output(status(false)).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("waiting:    a writer (its mark lapses in"),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(status(true)).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = stdout(&out).trim().to_owned();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert_eq!(
+        json_field(&line, "state").as_deref(),
+        Some("read"),
+        "{line}"
+    );
+    assert_eq!(
+        json_field(&line, "writer").as_deref(),
+        Some("null"),
+        "{line}"
+    );
+    assert_eq!(
+        json_field(&line, "writer_waiting").as_deref(),
+        Some("true"),
+        "{line}"
+    );
+    assert_eq!(line.matches("\"remaining_ms\":").count(), 2, "{line}");
+    assert!(
+        !line.contains("writer-waiting"),
+        "the mark is no reader: {line}"
+    );
     for r in &mut readers {
         r.signal("TERM");
         assert_eq!(r.wait_exit().await.code(), Some(143), "{:#?}", r.lines());
@@ -472,6 +571,44 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
     );
     let token: u64 = stdout(&out).trim().parse().expect("a token");
     assert!(token > r1.max(r2), "one counter for readers and writers");
+
+    // While a writer holds KEY, `status --shared` shows it, and no reader.
+    let mut w = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args(["lock", "--fence", "{doc}", "--"])
+            .arg(&job)
+            .arg("w");
+        c
+    });
+    w.cleanup_group_from(d.join("w.pid"));
+    let wt: u64 = wait_file(&d.join("w.token"))
+        .await
+        .trim()
+        .parse()
+        .expect("a token");
+    let out = output(status(false)).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("state:      write-held"), "{text}");
+    assert!(
+        text.contains("writer:     ") && text.contains(&format!("-{}-", w.pid())),
+        "{text}"
+    );
+    assert!(!text.contains("reader:"), "{text}");
+    assert!(text.contains(&format!("last token: {wt}")), "{text}");
+    let out = output(status(true)).await;
+    let line = stdout(&out).trim().to_owned();
+    assert_eq!(
+        json_field(&line, "state").as_deref(),
+        Some("write"),
+        "{line}"
+    );
+    assert!(
+        json_field(&line, "writer").is_some_and(|o| o.contains(&format!("-{}-", w.pid()))),
+        "{line}"
+    );
+    w.signal("TERM");
+    assert_eq!(w.wait_exit().await.code(), Some(143), "{:#?}", w.lines());
 
     let out = output({
         let mut c = redlease(&url, d);

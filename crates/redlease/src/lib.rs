@@ -187,6 +187,7 @@ pub use lease_core::semaphore::{
 };
 pub use lease_tokio::{Permit, Semaphore};
 // Fair locks (FIFO across processes; each hold a lock with its own fencing token).
+pub use lease_core::fair::FairInfo;
 pub use lease_tokio::{Fair, FairLock};
 // Read-write locks (shared readers, or one writer: the plain lock of the same key).
 pub use lease_core::rwlock::SharedInfo;

@@ -19,8 +19,8 @@ use redlease::core::{
 };
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
-    BackendError, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy, SemaphoreInfo,
-    SharedInfo, StoreReport, Token, Ttl, async_trait,
+    BackendError, FairInfo, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy,
+    SemaphoreInfo, SharedInfo, StoreReport, Token, Ttl, async_trait,
 };
 
 /// Every bound on a wait in this file: far below the 20 s poll of the waiter.
@@ -51,6 +51,7 @@ enum Method {
     ReleaseFair,
     LeaveFair,
     FairWatch,
+    InspectFair,
     CheckShared,
     AcquireShared,
     RenewShared,
@@ -62,7 +63,7 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [Method; 30] = [
+    const ALL: [Method; 31] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -85,6 +86,7 @@ impl Method {
         Method::ReleaseFair,
         Method::LeaveFair,
         Method::FairWatch,
+        Method::InspectFair,
         Method::CheckShared,
         Method::AcquireShared,
         Method::RenewShared,
@@ -220,6 +222,10 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         self.count(Method::FairWatch);
         self.inner.fair_watch(spec, owner, role)
+    }
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        self.count(Method::InspectFair);
+        self.inner.inspect_fair(spec).await
     }
     fn check_shared(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.count(Method::CheckShared);
@@ -422,6 +428,10 @@ async fn every_method_reaches_the_wrapped_backend() {
         .await
         .unwrap();
     assert!(!left, "the holder had no place");
+    let info: FairInfo = bounded("inspect_fair", backend.inspect_fair(&fair))
+        .await
+        .unwrap();
+    assert!(info.holder.is_some(), "{info:?}");
     let released = bounded(
         "release_fair",
         backend.release_fair(&ReleaseRequest::new(fair.clone(), owner.clone())),

@@ -37,7 +37,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::Ttl;
-use crate::fair::FairRequest;
+use crate::fair::{FairInfo, FairRequest};
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
 use crate::rwlock::SharedInfo;
@@ -264,6 +264,14 @@ pub trait LeaseBackend: Send + Sync + 'static {
         Err(unsupported_fair())
     }
 
+    /// The fair lock's holder, its live waiters in queue order (each with the time its place
+    /// has left), and the fence counter and mark (see [`crate::fair`]); read only. The
+    /// default refuses with [`BackendError::Unsupported`].
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        let _ = spec;
+        Err(unsupported_fair())
+    }
+
     /// A watch on the wakes of `owner` as a waiter of the fair lock `spec` (its own channel:
     /// [`crate::fair::wake_key`]), or `None` when this backend has no notices (the default).
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
@@ -454,6 +462,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         (**self).leave_fair(spec, owner).await
+    }
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        (**self).inspect_fair(spec).await
     }
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         (**self).fair_watch(spec, owner, role)

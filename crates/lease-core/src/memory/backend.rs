@@ -13,7 +13,7 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
     Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
-use crate::fair::{FairRequest, check_fair_spec, fair_name, wake_key};
+use crate::fair::{FairInfo, FairRequest, check_fair_spec, fair_name, wake_key};
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
 use crate::rwlock::{SharedInfo, check_shared_spec};
 use crate::semaphore::{
@@ -202,6 +202,10 @@ impl MemoryBackend {
     /// once; see [`crate::fair`]).
     pub fn fair_queue_now(&self, spec: &LeaseSpec) -> Result<Vec<String>, BackendError> {
         self.with(|s, now| s.fair_queue(spec, now))
+    }
+    /// [`LeaseBackend::inspect_fair`], applied at once.
+    pub fn inspect_fair_now(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        self.with(|s, now| s.inspect_fair(spec, now))
     }
 
     fn gate(&self) -> Result<(), BackendError> {
@@ -444,6 +448,9 @@ impl LeaseBackend for MemoryBackend {
             .await?;
         self.wake_waiter(spec, wake);
         Ok(had)
+    }
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        self.delayed(|s, now| s.inspect_fair(spec, now)).await
     }
     /// A waiter's own wake: only the releases and leaves that make it the head of a free
     /// lock notify it.

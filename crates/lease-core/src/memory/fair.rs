@@ -8,12 +8,14 @@
 //! free lock), which the backend notifies on that waiter's own channel.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::store::{Entry, Store, Value};
 use crate::backend::{
     AcquireOutcome, BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, split_stored,
 };
-use crate::fair::{FairRequest, check_fair_spec, fair_keys, fair_name};
+use crate::fair::{FairInfo, FairRequest, check_fair_spec, fair_keys, fair_name};
+use crate::semaphore::PermitHolder;
 use crate::time::Instant;
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -226,5 +228,31 @@ impl Store {
         now: Instant,
     ) -> Result<Vec<String>, BackendError> {
         Ok(self.read_fair(spec, now)?.queue)
+    }
+
+    /// The holder, the live waiters in queue order with their places' remaining time, and the
+    /// fence counter and mark (read only; `fair_inspect.lua`'s specification).
+    pub(super) fn inspect_fair(
+        &mut self,
+        spec: &LeaseSpec,
+        now: Instant,
+    ) -> Result<FairInfo, BackendError> {
+        let fair = self.read_fair(spec, now)?;
+        let mut info = FairInfo::default();
+        if let Some(owner) = fair.holder_owner() {
+            let remaining = self.pttl(&fair.lock_key, now).unwrap_or(Duration::MAX);
+            info.holder = Some(PermitHolder::new(owner, remaining));
+        }
+        info.waiters = fair
+            .queue
+            .iter()
+            .filter_map(|o| {
+                fair.places
+                    .get(o)
+                    .map(|e| PermitHolder::new(o.clone(), *e - now))
+            })
+            .collect();
+        (info.counter, info.mark) = self.counter_and_mark(spec, now)?;
+        Ok(info)
     }
 }

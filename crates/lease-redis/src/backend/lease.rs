@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
-use lease_core::fair::FairRequest;
+use lease_core::fair::{FairInfo, FairRequest};
 use lease_core::notify::{ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
@@ -25,7 +25,7 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 
-use super::{RedisBackend, fair, rwlock, semaphore};
+use super::{RedisBackend, fair, inspect_views, rwlock, semaphore};
 
 #[async_trait]
 impl<C> LeaseBackend for RedisBackend<C>
@@ -316,6 +316,9 @@ where
     }
     async fn leave_fair(&self, spec: &LeaseSpec, owner: &Owner) -> Result<bool, BackendError> {
         fair::leave(self, spec, owner).await
+    }
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        inspect_views::inspect_fair(self, spec).await
     }
     fn fair_watch(&self, spec: &LeaseSpec, owner: &Owner, role: WatchRole) -> Option<ReleaseWatch> {
         fair::watch(self, spec, owner, role)

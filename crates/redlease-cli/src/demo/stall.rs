@@ -13,7 +13,7 @@ use redlease::core::{
     AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, Owner, PermitRequest,
     ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
 };
-use redlease::{BackendError, LeaseBackend, SemaphoreInfo, SharedInfo, StoreReport, Ttl};
+use redlease::{BackendError, FairInfo, LeaseBackend, SemaphoreInfo, SharedInfo, StoreReport, Ttl};
 use tokio::sync::watch;
 
 /// A backend whose calls hang while `stalled` is set (a paused process cannot reach the
@@ -161,6 +161,10 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
     async fn inspect_shared(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
         self.gate().await;
         self.inner.inspect_shared(spec).await
+    }
+    async fn inspect_fair(&self, spec: &LeaseSpec) -> Result<FairInfo, BackendError> {
+        self.gate().await;
+        self.inner.inspect_fair(spec).await
     }
 }
 

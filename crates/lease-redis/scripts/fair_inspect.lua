@@ -1,0 +1,45 @@
+--[[ fair_inspect.lua: a fair lock's holder, its live waiters in queue order with the time
+each place has left, and the fence counter and mark (read only).
+
+KEYS[1]  F         (the lock key)
+KEYS[2]  F:queue   (list)
+KEYS[3]  F:places  (sorted set: owner -> place expiry in ms, server clock)
+KEYS[4]  fence counter key (optional, with KEYS[5])
+KEYS[5]  applied-mark key  (optional)
+ARGV     none
+
+Places at or below the server's TIME in ms are not shown, nor their queue entries (read_fair
+drops them, writing nothing).
+
+Returns {holder, holder_ms, waiters, counter, mark}
+  holder     the owner part of F's value while F is held, else ''
+  holder_ms  its PTTL in ms (-1: no expiry; -2: not held)
+  waiters    {owner, ms, owner, ms, ...}: the live waiters, first in line first, each with
+             its place's remaining ms
+  counter    the fence counter in canonical form ('0' when absent or unfenced)
+  mark       the applied mark likewise
+Errors
+  WRONGTYPE ...  F not a string, F:queue not a list, F:places not a sorted set, or a fence
+                 key not a string
+  CORRUPT <key>  the counter or the mark holds what it must not
+]]
+local now = now_ms()
+local f = read_fair(now)
+local out = {'', -2, {}, '0', '0'}
+if f.holder then
+  out[1], out[2] = f.holder, redis.call('PTTL', KEYS[1])
+end
+for _, o in ipairs(f.queue) do
+  local e = f.places[o]
+  if e then
+    out[3][#out[3] + 1] = o
+    out[3][#out[3] + 1] = e - now
+  end
+end
+if #KEYS >= 5 then
+  out[4] = read_token(KEYS[4])
+  if not out[4] then return corrupt(KEYS[4], NOT_A_TOKEN .. ' (the fence counter)') end
+  out[5] = read_token(KEYS[5])
+  if not out[5] then return corrupt(KEYS[5], NOT_A_TOKEN .. ' (the applied mark)') end
+end
+return out
