@@ -140,10 +140,12 @@ async fn a_crashed_waiter_is_skipped_within_its_bound() {
         ),
         Some(place),
     );
+    // Taken before the send: the server starts the place's 400 ms at some instant after it,
+    // so "not before 400 ms" measured from here cannot fail because a reply came back late.
+    let last_heartbeat = Instant::now();
     let got = bounded("the crashed waiter queues", raw.acquire_fair(&crashed))
         .await
         .expect("queued");
-    let last_heartbeat = Instant::now();
     assert!(matches!(got, AcquireOutcome::Held { .. }), "{got:?}");
     // The live waiter heartbeats every 50 ms (its place: 150 ms).
     let waiter = fair_on(&server, "{crash}").await;
