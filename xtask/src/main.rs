@@ -70,7 +70,7 @@ commands:
   ci                       test + fmt --check + clippy -D warnings + doc -D warnings
   bench [cargo bench args] prepare servers/image, then cargo bench --workspace
   jepsen [--time D] [--seed S] [--scenario single-aof|single-nopersist|redlock|control]
-         [--nodes N] [--runs K] [--workload election|lock|semaphore]
+         [--nodes N] [--runs K] [--workload election|lock|semaphore|rwlock]
                            build lease-jepsen and run its fault harness (root: network
                            namespaces, iptables); histories, summary.md and timeline.svg
                            go under target/jepsen/; exit 77 when it cannot run (skipped)

@@ -1,19 +1,59 @@
 //! The checker: named properties over a run's history and the resource's log.
 //!
 //! Every property is sound with respect to how records are taken: a `send` is recorded before
-//! the write leaves the node, an `elected` after the acquire's reply was seen, a `done` after
-//! the outcome is known, and a `stepdown` before the release is sent. So "sent after X
-//! completed" is concluded only when the `send` record is later than X's record.
+//! the write leaves the node, an `elected` (or `shared`) after the acquire's reply was seen, a
+//! `done` after the outcome is known, and a `stepdown` before the release is sent. So "sent
+//! after X completed" is concluded only when the `send` record is later than X's record.
 //!
 //! Each property is either **asserted** (a violation fails the run) or **reported** (counted
 //! and shown, never failing), per scenario: see [`crate::scenario::Scenario::rules`].
+//!
+//! # The read-write workload
+//!
+//! Readers' holds are recorded `shared` (a [`TermView`] with `shared` set), writers' holds
+//! `elected`; both mint from the one fence counter, so a token says which kind of hold it
+//! was, and an operation with a reader's token is a **read**, any other a **write**.
+//!
+//! **What the resource observes.** Only the operations that reach it, in its own order (the
+//! log). A write is appended by the writer's fenced script, accepted iff its token is not
+//! below the applied mark, which every obtain, a reader's or a writer's, stamps with its token,
+//! and every accepted write advances. A read is appended by the read script, accepted iff no
+//! write with a higher token was applied before it (it compares its token with the last
+//! applied write's, kept beside the log). The resource never sees a hold: a hold begins and
+//! ends at the store, and its holder may be paused or cut off while it still believes it
+//! holds. So the extent of a hold **as the resource saw it** is its token's **span**: the log
+//! from the token's first accepted operation to its last.
+//!
+//! **[`Property::NoReaderBesideWriter`]**, exactly: in the log, (1) no read lies strictly
+//! inside a writer's span, (2) no write lies strictly inside a reader's span or another
+//! writer's, and (3) no token is recorded both `shared` and `elected`. Readers' spans may
+//! overlap each other. Two spans overlap exactly when an endpoint of one lies strictly inside
+//! the other, so (1) and (2) say that no reader's span overlaps a writer's and no two writers'
+//! spans overlap.
+//!
+//! **Why it is sound** (it holds whenever tokens are distinct and minted in admission order,
+//! and the resource applies the two rules above atomically and keeps what it applied): a
+//! read with token `r` between two writes with `w`: if `r < w`, `w`'s first write was applied
+//! before the read, which is then refused; if `r > w`, `r` was minted (stamping the mark)
+//! before the read, so `w`'s later write is refused. A write with `w` between two reads with
+//! `r`: if `w > r`, the later read is refused; if `w < r`, the mark held `r` before the first
+//! read, so the write is refused. Two writers `v < w`: `w` was minted before its first write,
+//! so `v`'s later write is refused.
+//!
+//! **What is not judged here.** A read accepted after a writer was admitted but before it
+//! wrote is no violation: the resource had not changed, so the read saw a state no writer
+//! had touched (the writer's hold, as the resource saw it, had not begun). Whether holds
+//! overlapped as the holders believed them (local deadlines) is
+//! [`Property::NoOverlappingLeases`]'s question (two readers excepted): a lease's end is not
+//! observable at the resource.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use crate::history::{History, LogEntry, NodeId, Outcome};
 
 mod liveness;
+mod rwlock;
 mod safety;
 mod semaphore;
 mod views;
@@ -21,28 +61,39 @@ mod views;
 pub use views::{Attempt, TermView, attempts, longest_gap, terms};
 
 /// The properties, by name.
+///
+/// With the read-write workload some terms are readers' holds ([`TermView::shared`]) and their
+/// log entries are reads; the properties of one holder at a time then judge the writes, and
+/// [`Property::NoReaderBesideWriter`] judges reads against writes. Without readers every
+/// entry is a write and each property reads as its first sentence says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Property {
-    /// Tokens in the resource's log never decrease.
+    /// Tokens in the resource's log never decrease. With readers: the writes' tokens never
+    /// decrease, and no read carries a token below an earlier write's (readers' reads
+    /// interleave by design).
     TokensMonotonic,
     /// Each term's writes form one contiguous block of the log, and the blocks come in
-    /// election order.
+    /// election order. With readers: over the writes only.
     TermsContiguous,
     /// Election tokens are unique and increase in real time (ordered by the `elected`
     /// records).
     ElectionTokens,
     /// Every write acknowledged as applied is in the log exactly once; no write reported
     /// stale or not applied is; nothing is in the log that was not sent (unknown may go
-    /// either way).
+    /// either way). Reads alike.
     AckedWrites,
     /// No write sent after a newer election completed (its `elected` record) is applied.
     /// Holds when the resource's mark is stamped at election (the log lives on the store).
+    /// With readers: a reader's obtain is an election here (it stamps the mark too), and reads
+    /// are not judged (a reader's read beside a newer reader is the point).
     NoStaleAfterElection,
     /// No write sent after a newer term's first write was applied (its `done applied`) is
     /// applied: the fence rule at a resource whose mark learns a term at its first write.
+    /// With readers: reads are judged too, against newer **writes** only.
     NoStaleAfterNewerWrite,
     /// No term begins (its `elected` record) while another term's lease is still valid by
     /// the library's own deadline rule (its last recorded local deadline, or its step-down).
+    /// Two readers' holds may overlap.
     NoOverlappingLeases,
     /// After the final heal, a leader's write is applied within 2×TTL + acquire interval +
     /// slack.
@@ -53,6 +104,12 @@ pub enum Property {
     /// its permit was current, and a permit is current over one interval, so the spans of
     /// permits current together are the only ones that can overlap.)
     AtMostNHolders,
+    /// No reader beside a writer, nor two writers, as the resource saw it (the read-write
+    /// workload, [`Rules::read_write`]): for each token, the span of the log from its first
+    /// accepted operation to its last; no read lies inside a writer's span, no write inside a
+    /// reader's or another writer's span, and no token was granted both to a reader and to a
+    /// writer. The exact property and why it is sound: the `rwlock` checker module.
+    NoReaderBesideWriter,
     /// After every isolation of Redis (`isolate-redis`: the whole fleet cut off from its
     /// store, for many TTLs) heals, a leader's write is applied within TTL + acquire interval
     /// + 1 s: recovery is bounded by the lease, not by TCP's retransmission backoff.
@@ -61,7 +118,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in report order.
-    pub const ALL: [Property; 10] = [
+    pub const ALL: [Property; 11] = [
         Property::TokensMonotonic,
         Property::TermsContiguous,
         Property::ElectionTokens,
@@ -71,6 +128,7 @@ impl Property {
         Property::NoOverlappingLeases,
         Property::Recovery,
         Property::AtMostNHolders,
+        Property::NoReaderBesideWriter,
         Property::Liveness,
     ];
 
@@ -86,6 +144,7 @@ impl Property {
             Property::NoOverlappingLeases => "no-overlapping-leases",
             Property::Recovery => "recovery",
             Property::AtMostNHolders => "at-most-n-holders",
+            Property::NoReaderBesideWriter => "no-reader-beside-writer",
             Property::Liveness => "liveness",
         }
     }
@@ -123,6 +182,9 @@ pub struct Rules {
     /// The semaphore workload's permit count ([`Property::AtMostNHolders`]); `None`: the
     /// property is not checked (one holder at a time, checked by the others).
     pub permits: Option<u32>,
+    /// The read-write workload ([`Property::NoReaderBesideWriter`] is checked); `false` for
+    /// the others.
+    pub read_write: bool,
 }
 
 impl Rules {
@@ -224,12 +286,19 @@ struct Run<'a> {
     terms: &'a [TermView],
     attempts: &'a [Attempt],
     by_id: HashMap<(NodeId, u64), &'a Attempt>,
+    /// The readers' tokens (terms recorded `shared`).
+    readers: HashSet<u64>,
 }
 
 impl Run<'_> {
     /// The send instant of a log entry's write (none: never sent, a phantom).
     fn sent(&self, e: &LogEntry) -> Option<u64> {
         self.by_id.get(&(e.node, e.seq)).map(|a| a.sent_us)
+    }
+
+    /// Whether an operation with `token` is a read (its token is a reader's).
+    fn is_read(&self, token: u64) -> bool {
+        self.readers.contains(&token)
     }
 }
 
@@ -254,6 +323,7 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
         terms: &terms,
         attempts: &attempts,
         by_id: attempts.iter().map(|a| ((a.node, a.seq), a)).collect(),
+        readers: terms.iter().filter(|t| t.shared).map(|t| t.token).collect(),
     };
     let mut flags = Flags::default();
     safety::tokens_monotonic(&run, &mut flags);
@@ -264,6 +334,9 @@ pub fn check(history: &History, log: &[LogEntry], rules: &Rules) -> Report {
     safety::no_overlapping_leases(&run, &mut flags);
     if let Some(n) = rules.permits {
         semaphore::at_most_n(&run, n, &mut flags);
+    }
+    if rules.read_write {
+        rwlock::no_reader_beside_writer(&run, &mut flags);
     }
     let recovered_after_us = liveness::recovery(&run, &mut flags);
     let isolation_recoveries_us = liveness::liveness(&run, &mut flags);

@@ -399,7 +399,7 @@ pub async fn run(cfg: &RunConfig) -> Result<RunResult> {
     let elected = |h: &History| {
         h.records
             .iter()
-            .any(|r| matches!(r.event, Event::Elected { .. }))
+            .any(|r| matches!(r.event, Event::Elected { .. } | Event::Shared { .. }))
     };
     if !ctx.wait_for(Duration::from_secs(30), elected).await {
         ctx.stop_nodes().await;

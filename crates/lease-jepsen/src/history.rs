@@ -6,10 +6,11 @@
 //! | event | fields | written |
 //! |---|---|---|
 //! | `start` | — | when the node process starts |
-//! | `elected` | token, local deadline (µs) | when the leader callback starts |
+//! | `elected` | token, local deadline (µs) | when the leader callback starts (or a lock's or permit's hold, or a writer's hold of the read-write workload, begins) |
+//! | `shared` | token, local deadline (µs) | when a reader's hold (the read-write workload) begins |
 //! | `deadline` | token, local deadline (µs) | when a renewal moved the local deadline |
 //! | `stepdown` | token | when the term ended (before the release is sent) |
-//! | `send` | seq, token | **before** a write is sent |
+//! | `send` | seq, token | **before** a write (with a reader's token: a read) is sent |
 //! | `done` | seq, outcome | when the write's outcome is known |
 //!
 //! The harness writes `h` records: `fault-start <id> <kind> <target> <detail>`,
@@ -120,6 +121,14 @@ pub enum Event {
         /// The local deadline (µs since the epoch).
         deadline_us: u64,
     },
+    /// A reader's hold of the read-write workload began with `token` (a term whose operations
+    /// at the resource are reads, beside other readers); its local deadline is `deadline_us`.
+    Shared {
+        /// The hold's token (minted from the same counter as the writers').
+        token: u64,
+        /// The local deadline (µs since the epoch).
+        deadline_us: u64,
+    },
     /// A renewal moved the term's local deadline.
     Deadline {
         /// The term's token.
@@ -165,6 +174,7 @@ impl fmt::Display for Record {
         match &self.event {
             Event::Start => write!(f, "start"),
             Event::Elected { token, deadline_us } => write!(f, "elected {token} {deadline_us}"),
+            Event::Shared { token, deadline_us } => write!(f, "shared {token} {deadline_us}"),
             Event::Deadline { token, deadline_us } => {
                 write!(f, "deadline {token} {deadline_us}")
             }
@@ -308,6 +318,10 @@ pub fn parse_line(line: &str) -> Result<Line> {
     let event = match kind {
         "start" => Event::Start,
         "elected" => Event::Elected {
+            token: num()?,
+            deadline_us: num()?,
+        },
+        "shared" => Event::Shared {
             token: num()?,
             deadline_us: num()?,
         },
@@ -511,6 +525,10 @@ mod tests {
             Event::Start,
             Event::Elected {
                 token: 7,
+                deadline_us: 99,
+            },
+            Event::Shared {
+                token: 8,
                 deadline_us: 99,
             },
             Event::Deadline {

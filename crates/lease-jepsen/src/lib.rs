@@ -4,7 +4,9 @@
 //!   own network namespace ([`netns`]), run an `Elector`; while leader a node appends
 //!   `token:node:seq` to a log at the resource through a fenced write, and keeps trying with
 //!   its old token for one TTL after its term ended. Every attempt, election and step-down is
-//!   recorded ([`history`]).
+//!   recorded ([`history`]). Other workloads ([`Workload`]) hold a fenced lock, a semaphore's
+//!   permits, or a read-write lock's reader or writer holds (readers read at the resource)
+//!   instead of terms.
 //! * A seeded nemesis ([`nemesis`]) pauses nodes (SIGSTOP beyond the TTL), partitions them
 //!   from Redis with iptables in their namespace (both ways, requests only, replies only; for
 //!   Redlock, from subsets of the servers), kills and restarts them, pauses Redis, and kills
@@ -46,5 +48,14 @@ pub const SEMAPHORE_PERMITS: u32 = 2;
 pub const LOCK_KEY: &str = "jepsen:lock";
 /// The lock workload's fence counter key (its mark is `<key>:applied`).
 pub const LOCK_FENCE: &str = "jepsen:lock:fence";
+/// The read-write workload's lock key: readers' holds (`Locker::shared`) and the writer's
+/// (the plain lock of this key).
+pub const RWLOCK_KEY: &str = "jepsen:rw";
+/// The read-write workload's fence counter key, shared by readers and writers (its mark,
+/// `<key>:applied`, fences the writers' writes; every obtain stamps it).
+pub const RWLOCK_FENCE: &str = "jepsen:rw:fence";
+/// The read-write workload's record, beside the log, of the token of the last write applied:
+/// a read with a lower token is refused.
+pub const RWLOCK_WRITTEN: &str = "jepsen:rw:written";
 /// The resource's own mark key, when the resource is a separate server.
 pub const RESOURCE_MARK: &str = "jepsen:resource:mark";

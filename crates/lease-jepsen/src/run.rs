@@ -23,6 +23,13 @@ pub enum Workload {
     /// store only (`single-aof`, `control`): the permit check runs on the store, atomically with
     /// the write, so the log lives there.
     Semaphore,
+    /// A read-write lock ([`crate::RWLOCK_KEY`]), fenced and auto-renewed: each hold is, at
+    /// random, a reader's (`Locker::shared`, beside other readers) or the writer's (the plain
+    /// lock of the same key); writers write to the log, readers read (a read is accepted only
+    /// if no higher-token write was applied, and is logged). Single store only (`single-aof`,
+    /// `control`): every obtain stamps the writers' fence mark there, and Redlock refuses
+    /// readers.
+    Rwlock,
 }
 
 impl Workload {
@@ -32,6 +39,7 @@ impl Workload {
             Workload::Election => "election",
             Workload::Lock => "lock",
             Workload::Semaphore => "semaphore",
+            Workload::Rwlock => "rwlock",
         }
     }
 }
@@ -43,8 +51,9 @@ impl std::str::FromStr for Workload {
             "election" => Ok(Workload::Election),
             "lock" => Ok(Workload::Lock),
             "semaphore" => Ok(Workload::Semaphore),
+            "rwlock" => Ok(Workload::Rwlock),
             other => Err(JepsenError::Config(format!(
-                "unknown workload {other:?}: election, lock or semaphore"
+                "unknown workload {other:?}: election, lock, semaphore or rwlock"
             ))),
         }
     }

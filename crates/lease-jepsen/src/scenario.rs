@@ -162,19 +162,26 @@ impl Scenario {
             recovery_slack_us: 3_000_000,
             overlap_slack_us: 2_000,
             permits: None,
+            read_write: false,
         }
     }
 
     /// Whether `workload` runs on this scenario: the semaphore needs the single store (its
     /// permit check runs there, atomically with the write; Redlock refuses semaphores, and a
-    /// store without persistence loses the log with the permits).
+    /// store without persistence loses the log with the permits). So does the read-write
+    /// lock: Redlock refuses readers, and a separate resource's mark would not learn of a
+    /// reader's obtain (on the store, every obtain stamps the writers' mark).
     pub fn supports(self, workload: Workload) -> bool {
-        workload != Workload::Semaphore || matches!(self, Scenario::SingleAof | Scenario::Control)
+        !matches!(workload, Workload::Semaphore | Workload::Rwlock)
+            || matches!(self, Scenario::SingleAof | Scenario::Control)
     }
 
     /// [`Scenario::modes`] for `workload`. With the semaphore, up to `N` holders write at
     /// once, so the properties of one holder at a time are only reported, and
-    /// [`Property::AtMostNHolders`] is asserted in their place.
+    /// [`Property::AtMostNHolders`] is asserted in their place. With the read-write lock, the
+    /// properties of one holder at a time judge the writes (and reads against writes; see
+    /// [`Property`]) and stay as they are, [`Property::NoReaderBesideWriter`] is asserted, and
+    /// the order of election records is only reported (readers obtain concurrently).
     pub fn modes_for(self, workload: Workload) -> Vec<(Property, Mode, &'static str)> {
         let mut modes = self.modes();
         if workload == Workload::Semaphore {
@@ -204,19 +211,37 @@ impl Scenario {
             ));
             modes.sort_by_key(|(p, _, _)| *p);
         }
+        if workload == Workload::Rwlock {
+            for (p, m, why) in &mut modes {
+                if *p == Property::ElectionTokens {
+                    *m = Mode::Reported;
+                    *why = "concurrent reader obtains may record their grants in another order than minted";
+                }
+            }
+            modes.push((
+                Property::NoReaderBesideWriter,
+                Mode::Asserted,
+                "every obtain stamps the writers' mark; a read below the last write's token is refused",
+            ));
+            modes.sort_by_key(|(p, _, _)| *p);
+        }
         modes
     }
 
     /// [`Scenario::rules`] for `workload`.
     pub fn rules_for(self, workload: Workload, ttl: Duration, acquire_interval: Duration) -> Rules {
         let mut rules = self.rules(ttl, acquire_interval);
-        if workload == Workload::Semaphore {
+        if matches!(workload, Workload::Semaphore | Workload::Rwlock) {
             rules.modes = self
                 .modes_for(workload)
                 .into_iter()
                 .map(|(p, m, _)| (p, m))
                 .collect();
-            rules.permits = Some(crate::SEMAPHORE_PERMITS);
+        }
+        match workload {
+            Workload::Semaphore => rules.permits = Some(crate::SEMAPHORE_PERMITS),
+            Workload::Rwlock => rules.read_write = true,
+            Workload::Election | Workload::Lock => {}
         }
         rules
     }

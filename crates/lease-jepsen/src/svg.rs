@@ -173,14 +173,21 @@ pub fn timeline(s: &RunSummary) -> String {
         let (x0, x1) = (x(t.elected_us), x(t.end_us()).max(x(t.elected_us) + 1.5));
         let _ = writeln!(
             o,
-            r##"<rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="18" fill="{}" stroke="#333" stroke-width="0.5"><title>node {} token {}</title></rect>"##,
+            r##"<rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="18" fill="{}" stroke="#333" stroke-width="0.5"{}><title>node {} token {}{}</title></rect>"##,
             x1 - x0,
             colour(t.token),
+            if t.shared {
+                r#" stroke-dasharray="3 2""#
+            } else {
+                ""
+            },
             t.node,
-            t.token
+            t.token,
+            if t.shared { " (a reader)" } else { "" }
         );
-        // The label may run past a short bar, up to the next label of the lane.
-        let label = format!("+{}", t.token - base);
+        // The label may run past a short bar, up to the next label of the lane; a reader's
+        // hold is marked `r`.
+        let label = format!("+{}{}", t.token - base, if t.shared { "r" } else { "" });
         if x0 >= label_end[i] {
             let _ = writeln!(
                 o,
@@ -264,7 +271,7 @@ pub fn timeline(s: &RunSummary) -> String {
     }
     let _ = writeln!(
         o,
-        r##"<text x="{LEFT}" y="{:.1}" fill="#444">Bars: terms from election to step-down or local deadline, labelled with token − {base} (hover: the token). Triangles: violations (black asserted, purple reported). Hover for details.</text>"##,
+        r##"<text x="{LEFT}" y="{:.1}" fill="#444">Bars: terms from election to step-down or local deadline, labelled with token − {base} (hover: the token; dashed and marked r: a reader's hold). Triangles: violations (black asserted, purple reported). Hover for details.</text>"##,
         ly + 30.0
     );
     let _ = writeln!(o, "</svg>");

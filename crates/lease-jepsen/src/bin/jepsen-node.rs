@@ -1,7 +1,10 @@
 //! A node of the Jepsen harness: one elector built on the `redlease` facade, whose terms
 //! append `token:node:seq` to a log at the resource, and keep trying with the old token for
 //! one TTL after the term ended (a deposed leader that did not notice). Every attempt, election
-//! and step-down is recorded in the node's history file (see `lease_jepsen::history`).
+//! and step-down is recorded in the node's history file (see `lease_jepsen::history`). The
+//! other workloads (`--workload`, in `jepsen-node/holds.rs`) hold a lock, a semaphore's permit
+//! or a read-write lock's reader or writer hold instead of terms; a reader's operations are
+//! reads, logged at the resource when no higher-token write was applied before them.
 //!
 //! The harness starts it inside the node's network namespace and stops it with SIGTERM, or
 //! by closing its stdin (the harness died), or with SIGKILL (a fault).
@@ -18,14 +21,15 @@ use clap::Parser;
 use lease_jepsen::history::{Event, HistoryFile, NodeId, Outcome, now_us};
 use lease_jepsen::rng::Rng;
 use lease_jepsen::{
-    ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK, SEMAPHORE, SEMAPHORE_PERMITS,
+    ELECTION, LOCK_FENCE, LOCK_KEY, LOG_KEY, RESOURCE_MARK, RWLOCK_FENCE, RWLOCK_KEY,
+    RWLOCK_WRITTEN, SEMAPHORE, SEMAPHORE_PERMITS,
 };
 use redlease::redis::HealingConnection;
 use redlease::redis::{RedisBackend, RedisFencer, RedisPermitFencer, backend_error};
 use redlease::redlock::{Node, RedlockBackend, RedlockConfig};
 use redlease::{
-    CancellationToken, Effect, ElectionConfig, Elector, FenceOutcome, LeaseBackend, LockOptions,
-    Locker, PermitWriteOutcome, Token,
+    CancellationToken, Effect, ElectionConfig, Elector, FenceOutcome, LeaseBackend, Lock,
+    LockOptions, Locker, PermitWriteOutcome, Token,
 };
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
@@ -64,21 +68,28 @@ struct Args {
     /// Seed of the node's own randomness (term lengths).
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// `election` (an `Elector`), `lock` (a fenced, auto-renewed `Locker` lock) or
-    /// `semaphore` (permits of a semaphore, each writing through its permit fencer).
+    /// `election` (an `Elector`), `lock` (a fenced, auto-renewed `Locker` lock), `semaphore`
+    /// (permits of a semaphore, each writing through its permit fencer) or `rwlock` (a
+    /// read-write lock's reader holds, which read, and writer holds, which write).
     #[arg(long, default_value = "election")]
     workload: String,
 }
 
-/// Where and how a term writes.
+/// Where and how a term writes (or, a reader's hold, reads).
 #[derive(Clone)]
 enum Sink {
     /// Through a fencer on the store (the election's mark when `mark` is `None`, else the
-    /// lock's) or on the resource (its own mark).
+    /// lock's) or on the resource (its own mark). With `written` (the read-write workload's
+    /// writers) the write also records its token there as the last write applied.
     Fenced {
         conn: HealingConnection,
         mark: Option<String>,
+        written: Option<&'static str>,
     },
+    /// A reader's read (the read-write workload), by a script on the store: refused (stale)
+    /// when a write with a higher token was applied ([`RWLOCK_WRITTEN`]), else appended to the
+    /// log.
+    Read(HealingConnection),
     /// Through a permit's fencer (the semaphore workload): applied only while the permit is
     /// current at the store.
     Permit(RedisPermitFencer<HealingConnection>),
@@ -89,15 +100,28 @@ enum Sink {
 impl Sink {
     async fn write(&self, token: Token, entry: String) -> Outcome {
         match self {
-            Sink::Fenced { conn, mark } => {
+            Sink::Fenced {
+                conn,
+                mark,
+                written,
+            } => {
                 let fencer = match mark {
                     Some(mark) => RedisFencer::new(conn.clone(), mark.as_str(), token),
                     None => RedisFencer::for_election(conn.clone(), ELECTION, token),
                 };
-                match fencer
-                    .eval("redis.call('RPUSH', KEYS[2], ARGV[2])", [LOG_KEY], [entry])
-                    .await
-                {
+                let write = match *written {
+                    None => fencer.eval(
+                        "redis.call('RPUSH', KEYS[2], ARGV[2])",
+                        vec![LOG_KEY],
+                        vec![entry],
+                    ),
+                    Some(written) => fencer.eval(
+                        "redis.call('RPUSH', KEYS[2], ARGV[2]) redis.call('SET', KEYS[3], ARGV[3])",
+                        vec![LOG_KEY, written],
+                        vec![entry, token.get().to_string()],
+                    ),
+                };
+                match write.await {
                     Ok(FenceOutcome::Applied) => Outcome::Applied,
                     Ok(FenceOutcome::Stale { .. }) => Outcome::Stale,
                     Err(e) if e.effect() == Effect::Unknown => Outcome::Unknown,
@@ -118,6 +142,24 @@ impl Sink {
                     Err(_) => Outcome::NotApplied,
                 }
             }
+            Sink::Read(conn) => {
+                let mut conn = conn.clone();
+                let r: Result<i64, _> = redis::Script::new(READ)
+                    .key(RWLOCK_WRITTEN)
+                    .key(LOG_KEY)
+                    .arg(token.get())
+                    .arg(entry)
+                    .invoke_async(&mut conn)
+                    .await;
+                match r {
+                    Ok(1) => Outcome::Applied,
+                    Ok(_) => Outcome::Stale,
+                    Err(e) => match backend_error(e).effect() {
+                        Effect::Unknown => Outcome::Unknown,
+                        _ => Outcome::NotApplied,
+                    },
+                }
+            }
             Sink::Unfenced(conn) => {
                 let mut conn = conn.clone();
                 let r: Result<i64, _> = redis::cmd("RPUSH")
@@ -136,6 +178,15 @@ impl Sink {
         }
     }
 }
+
+/// A reader's read at the resource: `KEYS[1]` the token of the last write applied, `KEYS[2]`
+/// the log, `ARGV[1]` the reader's token, `ARGV[2]` the entry. A write with a higher token
+/// came from a writer admitted after the reader (one counter mints both), so the reader's
+/// hold had ended: refused (0). Otherwise the read is logged (1). Tokens stay below 2^53,
+/// exact in Lua.
+const READ: &str = "local w = tonumber(redis.call('GET', KEYS[1]) or '0') \
+    if w > tonumber(ARGV[1]) then return 0 end \
+    redis.call('RPUSH', KEYS[2], ARGV[2]) return 1";
 
 struct Node_ {
     id: NodeId,
@@ -359,30 +410,29 @@ async fn main() {
         },
         None => stores[0].1.clone(),
     };
-    let (lock, semaphore) = match args.workload.as_str() {
-        "election" => (false, false),
-        "lock" => (true, false),
-        "semaphore" => (false, true),
-        other => {
-            eprintln!("jepsen-node: --workload {other:?}: election, lock or semaphore");
-            std::process::exit(64);
-        }
-    };
-    if semaphore && (stores.len() >= 3 || args.resource.is_some()) {
-        eprintln!("jepsen-node: the semaphore workload runs on one store, with the log on it");
+    let workload = args.workload.as_str();
+    if !["election", "lock", "semaphore", "rwlock"].contains(&workload) {
+        eprintln!("jepsen-node: --workload {workload:?}: election, lock, semaphore or rwlock");
+        std::process::exit(64);
+    }
+    if matches!(workload, "semaphore" | "rwlock") && (stores.len() >= 3 || args.resource.is_some())
+    {
+        eprintln!("jepsen-node: the {workload} workload runs on one store, with the log on it");
         std::process::exit(64);
     }
     let sink = if args.unfenced {
         Sink::Unfenced(sink_conn)
     } else {
-        let mark = match (&args.resource, lock) {
+        let mark = match (&args.resource, workload) {
             (Some(_), _) => Some(RESOURCE_MARK.to_owned()),
-            (None, true) => Some(format!("{LOCK_FENCE}:applied")),
-            (None, false) => None,
+            (None, "lock") => Some(format!("{LOCK_FENCE}:applied")),
+            (None, "rwlock") => Some(format!("{RWLOCK_FENCE}:applied")),
+            (None, _) => None,
         };
         Sink::Fenced {
             conn: sink_conn,
             mark,
+            written: (workload == "rwlock").then_some(RWLOCK_WRITTEN),
         }
     };
     let node = Arc::new(Node_ {
@@ -407,7 +457,7 @@ async fn main() {
                 std::process::exit(64);
             }
         };
-        if lock {
+        if workload == "lock" {
             holds::locks(
                 Locker::new(backend),
                 Arc::clone(&node),
@@ -429,7 +479,7 @@ async fn main() {
         }
     } else {
         let backend = RedisBackend::new(stores[0].1.clone());
-        if semaphore {
+        if workload == "semaphore" {
             holds::permits(
                 Locker::new(backend),
                 Arc::clone(&node),
@@ -438,7 +488,16 @@ async fn main() {
                 shutdown.clone(),
             )
             .await;
-        } else if lock {
+        } else if workload == "rwlock" {
+            holds::rwlocks(
+                Locker::new(backend),
+                Arc::clone(&node),
+                args.term_ms,
+                seed,
+                shutdown.clone(),
+            )
+            .await;
+        } else if workload == "lock" {
             holds::locks(
                 Locker::new(backend),
                 Arc::clone(&node),

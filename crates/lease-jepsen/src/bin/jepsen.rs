@@ -31,7 +31,8 @@ struct Args {
     /// The election's TTL in milliseconds.
     #[arg(long, default_value_t = 1000)]
     ttl_ms: u64,
-    /// `election` (an `Elector`) or `lock` (a fenced `Locker` lock).
+    /// `election` (an `Elector`), `lock` (a fenced `Locker` lock), `semaphore` (a semaphore's
+    /// permits) or `rwlock` (a read-write lock's readers and writers; single-aof, control).
     #[arg(long, default_value = "election")]
     workload: String,
     /// Runs with seeds seed, seed+1, ...

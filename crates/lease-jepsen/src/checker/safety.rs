@@ -6,7 +6,8 @@ use super::views::{excerpt, log_excerpt};
 use super::{Flags, Property, Run, TermView, Violation};
 use crate::history::{NodeId, Outcome};
 
-/// [`Property::TokensMonotonic`].
+/// [`Property::TokensMonotonic`]: every entry against the highest token of the writes before
+/// it (without readers, every entry is a write).
 pub(super) fn tokens_monotonic(run: &Run<'_>, flag: &mut Flags) {
     let mut highest: Option<(usize, u64)> = None;
     for (i, e) in run.log.iter().enumerate() {
@@ -16,11 +17,16 @@ pub(super) fn tokens_monotonic(run: &Run<'_>, flag: &mut Flags) {
             let at = run.sent(e).unwrap_or(0);
             let mut ex = vec![log_excerpt(run.log, i)];
             ex.extend(excerpt(run.history, at, 4));
+            let what = if run.is_read(e.token) {
+                ", a read,"
+            } else {
+                ""
+            };
             flag.push(
                 Property::TokensMonotonic,
                 Violation {
                     what: format!(
-                        "log[{i}] = {e} carries token {} after log[{hi}] carried {h}",
+                        "log[{i}] = {e}{what} carries token {} after log[{hi}] carried {h}",
                         e.token
                     ),
                     at_us: at,
@@ -28,7 +34,7 @@ pub(super) fn tokens_monotonic(run: &Run<'_>, flag: &mut Flags) {
                 },
             );
         }
-        if highest.is_none_or(|(_, h)| e.token > h) {
+        if !run.is_read(e.token) && highest.is_none_or(|(_, h)| e.token > h) {
             highest = Some((i, e.token));
         }
     }
@@ -46,8 +52,9 @@ pub(super) fn terms_contiguous(run: &Run<'_>, flag: &mut Flags) {
     let mut closed: HashSet<u64> = HashSet::new();
     let mut current: Option<u64> = None;
     let mut last_rank: Option<usize> = None;
+    // Readers' reads interleave by design: the writes alone form the blocks.
     for (i, e) in run.log.iter().enumerate() {
-        if current == Some(e.token) {
+        if current == Some(e.token) || run.is_read(e.token) {
             continue;
         }
         let at = run.sent(e).unwrap_or(0);
@@ -207,7 +214,8 @@ pub(super) fn acked_writes(run: &Run<'_>, flag: &mut Flags) {
 
 /// [`Property::NoStaleAfterElection`] and [`Property::NoStaleAfterNewerWrite`].
 pub(super) fn no_stale_writes(run: &Run<'_>, flag: &mut Flags) {
-    // For each token: when its election completed, and when its first write was applied.
+    // For each token: when its election (a reader's obtain too) completed, and when its first
+    // write was applied (a reader's read is not a write).
     let mut elected_at: BTreeMap<u64, u64> = BTreeMap::new();
     for t in run.terms {
         let e = elected_at.entry(t.token).or_insert(t.elected_us);
@@ -216,6 +224,7 @@ pub(super) fn no_stale_writes(run: &Run<'_>, flag: &mut Flags) {
     let mut first_applied: BTreeMap<u64, u64> = BTreeMap::new();
     for a in run.attempts {
         if a.outcome == Outcome::Applied
+            && !run.is_read(a.token)
             && let Some(d) = a.done_us
         {
             let e = first_applied.entry(a.token).or_insert(d);
@@ -236,6 +245,10 @@ pub(super) fn no_stale_writes(run: &Run<'_>, flag: &mut Flags) {
                 "had a write applied",
             ),
         ] {
+            // A read beside a newer reader is the point: reads are judged against writes only.
+            if p == Property::NoStaleAfterElection && run.is_read(e.token) {
+                continue;
+            }
             if let Some((at, tok)) = earliest_above(m, e.token)
                 && s > at
             {
@@ -261,7 +274,7 @@ pub(super) fn no_stale_writes(run: &Run<'_>, flag: &mut Flags) {
 pub(super) fn no_overlapping_leases(run: &Run<'_>, flag: &mut Flags) {
     for (j, b) in run.terms.iter().enumerate() {
         for a in &run.terms[..j] {
-            if a.node == b.node && a.token == b.token {
+            if (a.node == b.node && a.token == b.token) || (a.shared && b.shared) {
                 continue;
             }
             if b.elected_us + run.rules.overlap_slack_us < a.end_us()

@@ -18,6 +18,9 @@ pub struct TermView {
     pub deadline_us: u64,
     /// When it recorded its step-down, if it did.
     pub stepped_down_us: Option<u64>,
+    /// A reader's hold (recorded `shared`, the read-write workload): its operations at the
+    /// resource are reads, and other readers' holds may overlap it.
+    pub shared: bool,
 }
 
 impl TermView {
@@ -71,13 +74,14 @@ pub(super) fn isolation_heals(history: &History) -> Vec<(u64, Option<u64>)> {
     out
 }
 
-/// Extracts the terms of a history.
+/// Extracts the terms of a history (a reader's hold is a term too, marked
+/// [`shared`](TermView::shared)).
 pub fn terms(history: &History) -> Vec<TermView> {
     let mut terms: Vec<TermView> = Vec::new();
     let mut index: HashMap<(NodeId, u64), usize> = HashMap::new();
     for r in &history.records {
         match r.event {
-            Event::Elected { token, deadline_us } => {
+            Event::Elected { token, deadline_us } | Event::Shared { token, deadline_us } => {
                 index.insert((r.node, token), terms.len());
                 terms.push(TermView {
                     node: r.node,
@@ -85,6 +89,7 @@ pub fn terms(history: &History) -> Vec<TermView> {
                     elected_us: r.at_us,
                     deadline_us,
                     stepped_down_us: None,
+                    shared: matches!(r.event, Event::Shared { .. }),
                 });
             }
             Event::Deadline { token, deadline_us } => {
