@@ -1,9 +1,11 @@
-//! The Jepsen harness's CI runs, concurrently: ~45 s of faults on a single Redis with
+//! The Jepsen harness's CI runs, all at once (one test spawns them, each in namespaces and
+//! subnets of its own, and reports every failed run by name): ~45 s of faults on a single Redis with
 //! `appendfsync always` (every property asserted) with the election workload, 20 s of the same
 //! with the fenced-lock workload, 20 s with the semaphore workload (at most N permit holders
 //! as the resource saw it) and 15 s with the read-write lock workload (no reader beside a
 //! writer as the resource saw it), and the negative control (15 s of the same faults, writes
-//! without the fence), which the checker must flag.
+//! without the fence), which the checker must flag. Beside them, in a test of its own (its
+//! liveness bound is the tight one), the whole fleet cut off from Redis for 10 s.
 //!
 //! They need root and network namespaces. Without them each test prints a SKIP line saying
 //! why and passes **without having checked anything**; set `REDLEASE_JEPSEN_REQUIRED=1` to
@@ -97,7 +99,6 @@ fn failures(s: &RunSummary) -> String {
         .join("\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_redis_with_aof_survives_the_nemesis() {
     let Some(s) = run(Scenario::SingleAof, Workload::Election, 45).await else {
         return;
@@ -120,7 +121,6 @@ async fn single_redis_with_aof_survives_the_nemesis() {
     assert!(r.recovered_after_us.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unfenced_control_is_flagged() {
     let Some(s) = run(Scenario::Control, Workload::Election, 15).await else {
         return;
@@ -136,7 +136,6 @@ async fn the_unfenced_control_is_flagged() {
     assert!(s.passed);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_lock_on_single_redis_survives_the_nemesis() {
     let Some(s) = run(Scenario::SingleAof, Workload::Lock, 20).await else {
         return;
@@ -154,7 +153,6 @@ async fn a_fenced_lock_on_single_redis_survives_the_nemesis() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_on_single_redis_survives_the_nemesis() {
     let Some(s) = run(Scenario::SingleAof, Workload::Semaphore, 20).await else {
         return;
@@ -179,7 +177,6 @@ async fn a_semaphore_on_single_redis_survives_the_nemesis() {
 /// side at the resource. A fixed schedule of 15 s (seed 17's first 20 s are one isolation of
 /// Redis, which leaves no deposed holder behind): holders paused past their TTL, cut off from
 /// the replies (operations applied, unheard), killed, and Redis killed (restarted from its AOF).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_write_lock_on_single_redis_survives_the_nemesis() {
     use lease_jepsen::nemesis::{Direction, Fault, NodeChoice, Planned};
     let ms = Duration::from_millis;
@@ -264,6 +261,58 @@ async fn a_read_write_lock_on_single_redis_survives_the_nemesis() {
         "the workload did not exercise the lock (see {})",
         s.dir.display()
     );
+}
+
+/// The workloads' runs and the negative control, started together (a run is mostly waiting:
+/// together they take about as long as the longest). Every run is checked to its end; the
+/// failed ones are reported together, each by its check's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workloads_and_the_control_under_the_nemesis() {
+    type Check = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+    let checks: [(&str, Check); 5] = [
+        (
+            "single_redis_with_aof_survives_the_nemesis",
+            Box::pin(single_redis_with_aof_survives_the_nemesis()),
+        ),
+        (
+            "the_unfenced_control_is_flagged",
+            Box::pin(the_unfenced_control_is_flagged()),
+        ),
+        (
+            "a_fenced_lock_on_single_redis_survives_the_nemesis",
+            Box::pin(a_fenced_lock_on_single_redis_survives_the_nemesis()),
+        ),
+        (
+            "a_semaphore_on_single_redis_survives_the_nemesis",
+            Box::pin(a_semaphore_on_single_redis_survives_the_nemesis()),
+        ),
+        (
+            "a_read_write_lock_on_single_redis_survives_the_nemesis",
+            Box::pin(a_read_write_lock_on_single_redis_survives_the_nemesis()),
+        ),
+    ];
+    let tasks: Vec<_> = checks
+        .into_iter()
+        .map(|(name, check)| (name, tokio::spawn(check)))
+        .collect();
+    let mut failed = Vec::new();
+    for (name, task) in tasks {
+        // Each run bounds itself (`run_with`: its time + 90 s), so this await ends.
+        if let Err(e) = task.await {
+            let why = if e.is_panic() {
+                let panic = e.into_panic();
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a panic without a message".to_owned())
+            } else {
+                e.to_string()
+            };
+            failed.push(format!("{name}: {why}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
 
 /// Issue 26: the whole fleet cut off from its single Redis for 10 s (packets dropped, so the
