@@ -10,9 +10,12 @@
 //!    the turn's batch, acquires and releases go out on their own short tasks (at most
 //!    `max_in_flight` at once), its events are acted on, and it is queued again at its
 //!    [`Election::poll_timeout`] (older queue entries of it become stale, skipped by
-//!    generation);
+//!    generation), unless its renewal is in flight: then it has no queue entry, and the
+//!    batch's answer visits it again (the batch is bounded by the earliest deadline in it, so
+//!    it comes back by then; a queue entry would only go stale);
 //! 3. the batch goes out as one [`LeaseBackend::renew_many`], bounded by the earliest of its
-//!    deadlines; each reply is fed to its own machine;
+//!    deadlines; it comes back to the task as one message (a batch whose task failed gets
+//!    [`Reply::TimedOut`] for every renewal in it), and each reply is fed to its own machine;
 //! 4. the owned names are published (once per turn);
 //! 5. the task waits for the first of: a finished request, the earliest queued instant (then
 //!    every machine due within the coalesce window is visited), the next roster read, or the
@@ -22,7 +25,7 @@
 //! once all have stopped and nothing is in flight.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -38,7 +41,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Owned, Shared, lock};
+use super::{Owned, Shared, lock, until_nanos};
 use crate::clock::Clock;
 use crate::ids::random_u64;
 
@@ -52,6 +55,8 @@ struct Slot {
     leading: Option<Token>,
     /// Already in the turn's list of slots to visit.
     dirty: bool,
+    /// Its renewal is in a batch in flight: no queue entry until the batch's answer.
+    renewing: bool,
     /// The local deadline last written to the shared map (written again only when it moves).
     published_until: Option<lease_core::Instant>,
 }
@@ -64,11 +69,9 @@ enum Done {
         id: RequestId,
         reply: Reply,
     },
-    /// A batch of renewals, in order (`None`: no answer by the earliest deadline).
-    Renewals {
-        ids: Vec<(usize, RequestId)>,
-        replies: Option<Vec<Result<RenewOutcome, BackendError>>>,
-    },
+    /// A batch of renewals' answers, in the order of the batch's entry in
+    /// [`Driver::batches`] (`None`: no answer by the earliest deadline).
+    Renewals(Option<Vec<Result<RenewOutcome, BackendError>>>),
     /// A roster read: which slots are held (`None`: the read failed or timed out).
     Roster(Option<Vec<bool>>),
 }
@@ -83,13 +86,18 @@ pub(super) struct Driver<B> {
     slots: Vec<Slot>,
     /// `slots[..names]` are the names, `slots[names..]` the roster slots.
     names: usize,
-    heap: BinaryHeap<Reverse<(Instant, u64, usize, u64)>>,
-    seq: u64,
+    /// The timer queue: `(at, slot, generation)`, `at` in nanoseconds on the machines' clock
+    /// ([`until_nanos`]): small entries, compared as integers (a pop costs a few dozen
+    /// comparisons with a thousand slots queued).
+    heap: BinaryHeap<Reverse<(u64, usize, u64)>>,
     window: Duration,
     acquire_interval: Duration,
     acquire_timeout: Duration,
     permits: Arc<Semaphore>,
     tasks: JoinSet<Done>,
+    /// The renewals of each batch in flight (by its task): kept here, not on the task, so
+    /// that a batch whose task fails still answers each of its machines.
+    batches: HashMap<tokio::task::Id, Vec<(usize, RequestId)>>,
     dirty: Vec<usize>,
     /// Names are contended for (below target).
     contend: bool,
@@ -119,7 +127,7 @@ impl<B: LeaseBackend> Driver<B> {
         shared: Arc<Shared>,
         tx: watch::Sender<Owned>,
     ) -> Driver<B> {
-        let clock = Clock::new();
+        let clock = shared.clock;
         let now = clock.now();
         let n = names.len();
         let mut window = Duration::ZERO;
@@ -142,6 +150,7 @@ impl<B: LeaseBackend> Driver<B> {
                     generation: 0,
                     leading: None,
                     dirty: false,
+                    renewing: false,
                     published_until: None,
                 }
             })
@@ -154,12 +163,12 @@ impl<B: LeaseBackend> Driver<B> {
             slots,
             names: n,
             heap: BinaryHeap::new(),
-            seq: 0,
             window,
             acquire_interval,
             acquire_timeout,
             permits: Arc::new(Semaphore::new(max_in_flight)),
             tasks: JoinSet::new(),
+            batches: HashMap::new(),
             // With the share rule, nothing is contended for before the roster is read.
             contend: !share,
             roster_contend: true,
@@ -222,9 +231,9 @@ impl<B: LeaseBackend> Driver<B> {
             let wake = self.next_wake();
             tokio::select! {
                 biased;
-                Some(joined) = self.tasks.join_next() => {
+                Some(joined) = self.tasks.join_next_with_id() => {
                     self.finished(joined);
-                    while let Some(joined) = self.tasks.try_join_next() {
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
                         self.finished(joined);
                     }
                 }
@@ -334,7 +343,10 @@ impl<B: LeaseBackend> Driver<B> {
         let mut singles = Vec::new();
         while let Some(req) = slot.election.poll_request_within(now, window) {
             match req.kind {
-                RequestKind::Renew(r) => batch.push((idx, req.id, r, req.deadline)),
+                RequestKind::Renew(r) => {
+                    slot.renewing = true;
+                    batch.push((idx, req.id, r, req.deadline));
+                }
                 _ => singles.push(req),
             }
         }
@@ -349,10 +361,11 @@ impl<B: LeaseBackend> Driver<B> {
                     } else {
                         self.owned += 1;
                         self.owned_changed = true;
-                        lock(&self.shared.leases).insert(
-                            Arc::clone(&slot.name),
-                            (token, self.clock.to_tokio(valid_until)),
-                        );
+                        // The deadline first: a reader finds it with the entry.
+                        if let Some(until) = self.shared.until.get(idx) {
+                            until.store(until_nanos(valid_until), Ordering::Release);
+                        }
+                        lock(&self.shared.leases).insert(Arc::clone(&slot.name), (token, idx));
                     }
                 }
                 Event::SteppedDown { token, reason } => {
@@ -385,19 +398,20 @@ impl<B: LeaseBackend> Driver<B> {
             && slot.published_until != Some(until)
         {
             slot.published_until = Some(until);
-            if let Some(entry) = lock(&self.shared.leases).get_mut(&slot.name) {
-                entry.1 = self.clock.to_tokio(until);
+            if let Some(shared) = self.shared.until.get(idx) {
+                shared.store(until_nanos(until), Ordering::Release);
             }
         }
-        if let Some(at) = slot.election.poll_timeout() {
-            slot.generation += 1;
-            self.seq += 1;
-            self.heap.push(Reverse((
-                self.clock.to_tokio(at),
-                self.seq,
-                idx,
-                slot.generation,
-            )));
+        // Any queue entry it still has is stale from here on.
+        slot.generation += 1;
+        // While its renewal is in flight the machine needs nothing before its deadline
+        // ([`Election::poll_timeout`] is that deadline, or nothing), and the batch comes back
+        // by then.
+        if !slot.renewing
+            && let Some(at) = slot.election.poll_timeout()
+        {
+            self.heap
+                .push(Reverse((until_nanos(at), idx, slot.generation)));
         }
         for req in singles {
             self.send_one(idx, req);
@@ -439,26 +453,26 @@ impl<B: LeaseBackend> Driver<B> {
         let deadline = self.clock.to_tokio(deadline);
         let backend = Arc::clone(&self.backend);
         tracing::trace!(renewals = batch.len(), "election group: renewing a batch");
-        self.tasks.spawn(async move {
+        let ids = batch.iter().map(|r| (r.0, r.1)).collect();
+        let task = self.tasks.spawn(async move {
             let requests: Vec<&RenewRequest> = batch.iter().map(|r| &r.2).collect();
             let replies = tokio::time::timeout_at(deadline, backend.renew_many(&requests))
                 .await
                 .ok();
-            Done::Renewals {
-                ids: batch.iter().map(|r| (r.0, r.1)).collect(),
-                replies,
-            }
+            Done::Renewals(replies)
         });
+        self.batches.insert(task.id(), ids);
     }
 
-    fn finished(&mut self, joined: Result<Done, tokio::task::JoinError>) {
-        let done = match joined {
+    fn finished(&mut self, joined: Result<(tokio::task::Id, Done), tokio::task::JoinError>) {
+        let (task, done) = match joined {
             Ok(done) => done,
             Err(e) => {
-                // A request task cannot panic short of a backend bug; its machine times the
-                // request out at its own deadline.
+                // A request task cannot panic short of a backend bug. A batch's renewals are
+                // answered as timed out (their machines have no queue entry meanwhile); an
+                // acquire's or release's machine times it out at its own deadline.
                 tracing::error!(error = %e, "election group: a request task failed");
-                return;
+                (e.id(), Done::Renewals(None))
             }
         };
         let now = self.clock.now();
@@ -469,7 +483,10 @@ impl<B: LeaseBackend> Driver<B> {
                 }
                 self.mark(idx);
             }
-            Done::Renewals { ids, replies } => {
+            Done::Renewals(replies) => {
+                let Some(ids) = self.batches.remove(&task) else {
+                    return;
+                };
                 let mut replies = replies.map(Vec::into_iter);
                 for (idx, id) in ids {
                     let reply = match replies.as_mut() {
@@ -481,6 +498,7 @@ impl<B: LeaseBackend> Driver<B> {
                         None => Reply::TimedOut,
                     };
                     if let Some(slot) = self.slots.get_mut(idx) {
+                        slot.renewing = false;
                         slot.election.handle_reply(now, id, reply);
                     }
                     self.mark(idx);
@@ -538,7 +556,7 @@ impl<B: LeaseBackend> Driver<B> {
 
     /// The earliest of the queue's live entries and the next roster read.
     fn next_wake(&mut self) -> Option<Instant> {
-        while let Some(Reverse((_, _, idx, generation))) = self.heap.peek() {
+        while let Some(Reverse((_, idx, generation))) = self.heap.peek() {
             if self
                 .slots
                 .get(*idx)
@@ -548,7 +566,10 @@ impl<B: LeaseBackend> Driver<B> {
             }
             self.heap.pop();
         }
-        let timer = self.heap.peek().map(|Reverse((at, ..))| *at);
+        let timer = self.heap.peek().map(|Reverse((at, ..))| {
+            self.clock
+                .to_tokio(lease_core::Instant::from_origin(Duration::from_nanos(*at)))
+        });
         let roster = (!self.stopping && !self.reading_roster && self.slots.len() > self.names)
             .then_some(self.next_roster_read);
         match (timer, roster) {
@@ -559,8 +580,8 @@ impl<B: LeaseBackend> Driver<B> {
 
     /// Every slot queued at or before now plus the coalesce window needs a visit.
     fn due(&mut self) {
-        let until = Instant::now() + self.window;
-        while let Some(Reverse((at, _, idx, generation))) = self.heap.peek().copied() {
+        let until = until_nanos(self.clock.now() + self.window);
+        while let Some(Reverse((at, idx, generation))) = self.heap.peek().copied() {
             if at > until {
                 break;
             }

@@ -38,11 +38,11 @@
 //!
 //! The group's task keeps one [`Election`](lease_core::Election) machine per name (and
 //! per roster slot) and one timer queue (each machine's [`poll_timeout`] in a binary heap,
-//! stale entries skipped). When the earliest entry is due, every machine due within the
-//! coalesce window ([`Election::coalesce_window`]) is polled; the renewals of all of them go
-//! out together through [`LeaseBackend::renew_many`] (one `renew_many.lua` call per 128 leases
-//! on Redis), bounded by the earliest of their deadlines, and each reply is fed to its own
-//! machine. Acquires and releases go out concurrently, at most [`GroupBuilder::max_in_flight`]
+//! stale entries skipped; none while its renewal is in flight). When the earliest entry is
+//! due, every machine due within the coalesce window ([`Election::coalesce_window`]) is polled;
+//! the renewals of all of them go out together through [`LeaseBackend::renew_many`] (one
+//! `renew_many.lua` call per 128 leases on Redis), bounded by the earliest of their deadlines,
+//! and the batch comes back as one message whose replies are fed each to its own machine. Acquires and releases go out concurrently, at most [`GroupBuilder::max_in_flight`]
 //! at once. A leader's loss is still judged by its own machine's deadline: [`ElectionGroup::token`]
 //! is `None` at and after it even if the task is late.
 //!
@@ -51,7 +51,7 @@
 //! [`LeaseBackend::renew_many`]: lease_core::LeaseBackend::renew_many
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,6 +61,8 @@ use lease_core::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
 
 mod driver;
 
@@ -99,8 +101,16 @@ pub type Owned = Arc<BTreeMap<String, Token>>;
 
 /// What the group's handle and its task share.
 pub(crate) struct Shared {
-    /// Each owned name's token and the local deadline of its lease.
-    pub(crate) leases: Mutex<HashMap<Arc<str>, (Token, tokio::time::Instant)>>,
+    /// Each owned name's token and its index (of its deadline in `until`). Changed only when
+    /// a term begins or ends.
+    pub(crate) leases: Mutex<HashMap<Arc<str>, (Token, usize)>>,
+    /// Each name's local lease deadline ([`until_nanos`] of it), by index: written by the task
+    /// before the name's entry goes into `leases`, then at every renewal that moves it (one
+    /// atomic store: no lock, no hash of the name, per renewal). Within a term it only grows,
+    /// so a reader that sees an older value sees an earlier deadline.
+    pub(crate) until: Box<[AtomicU64]>,
+    /// The clock of the task's machines (the origin of `until`).
+    pub(crate) clock: Clock,
     /// Live members in the last roster read (0 before the first).
     pub(crate) members: AtomicUsize,
     /// This member's target.
@@ -109,6 +119,11 @@ pub(crate) struct Shared {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `at` as nanoseconds after the clock's origin (saturating: far-future instants stay far).
+pub(crate) fn until_nanos(at: lease_core::Instant) -> u64 {
+    u64::try_from(at.since_origin().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Many elections on one task, sharing N names among the group's members. See the
@@ -226,8 +241,11 @@ impl<B: LeaseBackend> ElectionGroup<B> {
     /// deadline, even before the task has noticed.
     pub fn token(&self, name: &str) -> Option<Token> {
         let leases = lock(&self.shared.leases);
-        let (token, until) = leases.get(name)?;
-        (tokio::time::Instant::now() < *until).then_some(*token)
+        let &(token, idx) = leases.get(name)?;
+        // Read while the entry is there: the task removes it (under the lock) before the
+        // deadline can belong to another term.
+        let until = self.shared.until.get(idx)?.load(Ordering::Acquire);
+        (until_nanos(self.shared.clock.now()) < until).then_some(token)
     }
 
     /// How many live members the last roster read found (0 before the first read, or with
@@ -353,6 +371,8 @@ impl<B: LeaseBackend> GroupBuilder<B> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| GroupError::NoRuntime)?;
         let shared = Arc::new(Shared {
             leases: Mutex::new(HashMap::new()),
+            until: (0..names.len()).map(|_| AtomicU64::new(0)).collect(),
+            clock: Clock::new(),
             members: AtomicUsize::new(0),
             target: AtomicUsize::new(0),
         });
