@@ -13,7 +13,9 @@
 //! every 1 s) held that long through one `Locker`, or as many keys kept alive by one raw
 //! pipeline of `PEXPIRE`s per second; each prints `renewals <n>` (the `PEXPIRE`s the server ran
 //! meanwhile, from `INFO commandstats`), so `scripts/callgrind-many.sh` can divide the
-//! instructions of the hold (between two calls of [`hold_mark`]) by the renewals it made. `group-many` does the same for [`MANY`]
+//! instructions of the hold (between two calls of [`hold_mark`]) by the renewals it made;
+//! `redlease-many` also prints `rss_per_lock` (the resident memory each held lock added, once
+//! the renewals settled). `group-many` does the same for [`MANY`]
 //! elections in one `ElectionGroup` (one member, so it leads them all; TTL 3 s, renewed every
 //! 1 s, its roster of 32 slots read every 1.5 s included). Without them
 //! (as `cargo test --all-targets` runs it, or `cargo bench`) it runs a few cycles of each
@@ -118,6 +120,7 @@ async fn cycles(url: &str, client: &str, n: u64, many: usize) {
         "redlease-many" => {
             let locker = Locker::new(RedisBackend::new(conn.clone()));
             let mut held = Vec::with_capacity(many);
+            let rss_before = resident_bytes();
             for i in 0..many {
                 let lock = locker
                     .obtain(
@@ -131,9 +134,13 @@ async fn cycles(url: &str, client: &str, n: u64, many: usize) {
             }
             // The renewals that follow the obtains settle into their batches first.
             tokio::time::sleep(MANY_INTERVAL * 2).await;
+            // The resident memory each held lock adds, read when the batches have settled (as
+            // the benchmarks' many-locks section reads it).
+            let rss = resident_bytes().saturating_sub(rss_before);
             let before = pexpires(&mut conn).await;
             tokio::time::sleep(MANY_INTERVAL * n as u32).await;
             println!("renewals {}", pexpires(&mut conn).await - before);
+            println!("rss_per_lock {:.0}", rss as f64 / many as f64);
             assert!(held.iter().all(|l| l.held()), "every lock held throughout");
             for lock in held {
                 lock.release().await.expect("release");
@@ -216,6 +223,14 @@ fn many_locks() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(MANY)
+}
+
+/// This process's resident memory (`/proc/self/statm`), 0 where unreadable.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 /// The `PEXPIRE` calls the server has run (inside scripts or not), from `INFO commandstats`.
