@@ -101,6 +101,43 @@ pub struct RenewOrder {
     pub deadline: Instant,
 }
 
+/// A machine's events, oldest first. The oldest is kept inline and later ones, while it is
+/// still there, in a queue allocated only then: a driver polls after every step, and a step
+/// mostly makes one event (a renewal's `Renewed`), so a machine held for hours allocates
+/// nothing for its events (a `VecDeque` would keep its first buffer for the machine's life:
+/// four events' worth per machine, and a lock holds two machines).
+#[derive(Debug)]
+pub(crate) struct Events<T> {
+    first: Option<T>,
+    rest: VecDeque<T>,
+}
+
+impl<T> Events<T> {
+    /// No events.
+    pub(crate) const fn new() -> Events<T> {
+        Events {
+            first: None,
+            rest: VecDeque::new(),
+        }
+    }
+
+    /// Queues `event` after every event queued so far.
+    pub(crate) fn push_back(&mut self, event: T) {
+        // `first`, when set, is older than everything in `rest`: it is only set while `rest`
+        // is empty.
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(event);
+        } else {
+            self.rest.push_back(event);
+        }
+    }
+
+    /// The oldest event.
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
+        self.first.take().or_else(|| self.rest.pop_front())
+    }
+}
+
 /// A lease that has been acquired and is kept alive by renewals.
 #[derive(Debug)]
 pub struct HeldLease {
@@ -111,7 +148,7 @@ pub struct HeldLease {
     in_flight: Option<Instant>,
     lost: Option<LossReason>,
     ended: bool,
-    events: VecDeque<LeaseEvent>,
+    events: Events<LeaseEvent>,
 }
 
 impl HeldLease {
@@ -141,7 +178,7 @@ impl HeldLease {
             in_flight: None,
             lost: None,
             ended: false,
-            events: VecDeque::new(),
+            events: Events::new(),
         };
         lease.handle_timeout(now);
         lease
@@ -342,5 +379,34 @@ impl HeldLease {
     fn lose(&mut self, reason: LossReason) {
         self.lost = Some(reason);
         self.events.push_back(LeaseEvent::Lost(reason));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Events;
+
+    #[test]
+    fn events_come_out_oldest_first_whichever_slot_holds_them() {
+        let mut events = Events::new();
+        assert_eq!(events.pop_front(), None::<u32>);
+        events.push_back(1);
+        assert_eq!(events.pop_front(), Some(1));
+        events.push_back(2);
+        events.push_back(3);
+        events.push_back(4);
+        assert_eq!(events.pop_front(), Some(2));
+        // The inline slot is free but older events wait in the queue: a new one goes after
+        // them.
+        events.push_back(5);
+        assert_eq!(events.pop_front(), Some(3));
+        assert_eq!(events.pop_front(), Some(4));
+        events.push_back(6);
+        assert_eq!(events.pop_front(), Some(5));
+        assert_eq!(events.pop_front(), Some(6));
+        assert_eq!(events.pop_front(), None);
+        events.push_back(7);
+        assert_eq!(events.pop_front(), Some(7));
+        assert_eq!(events.pop_front(), None);
     }
 }

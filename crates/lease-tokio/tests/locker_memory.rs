@@ -114,6 +114,37 @@ async fn auto_renew_keeps_the_lock_and_loss_fires_by_the_deadline() {
     assert!(!lock.held());
 }
 
+/// The loss signal's token is made on the first `lost()` call: a lock lost before anyone
+/// asked hands out a token already cancelled, and every later call the same signal.
+#[tokio::test(start_paused = true)]
+async fn loss_signal_asked_for_only_after_the_loss_is_cancelled() {
+    let (locker, backend, _b) = setup();
+    let lock = locker
+        .obtain(
+            "k",
+            TTL,
+            LockOptions::new().auto_renew(Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
+    backend.set_unavailable(true);
+    tokio::time::sleep(TTL * 2).await;
+    assert!(!lock.held());
+    let first = lock.lost();
+    assert!(first.is_cancelled(), "lost before the first lost() call");
+    assert!(lock.lost().is_cancelled());
+    // A token handed out before a release fires with it.
+    backend.set_unavailable(false);
+    let other = locker.obtain("k2", TTL, LockOptions::new()).await.unwrap();
+    let keep = other.lost();
+    assert!(!keep.is_cancelled());
+    other.release().await.unwrap();
+    assert!(
+        keep.is_cancelled(),
+        "a token handed out before the release fires with it"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn refresh_of_a_lost_lock_is_terminal() {
     let (locker, backend, _b) = setup();

@@ -1,7 +1,6 @@
 //! [`HeldLock`]: the machine of one held lock (held → refreshing → released or lost), and
 //! [`Refresh`]: the retries of one explicit refresh.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use crate::backend::{
     BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome,
 };
 use crate::config::Ttl;
-use crate::lease::{HeldLease, LeaseEvent, LeaseTiming, LossReason, RenewOrder};
+use crate::lease::{Events, HeldLease, LeaseEvent, LeaseTiming, LossReason, RenewOrder};
 use crate::lock::error::LockError;
 use crate::lock::obtain::Obtained;
 use crate::lock::options::ObtainPlan;
@@ -119,7 +118,7 @@ pub struct HeldLock {
     lost: Option<LossReason>,
     released: bool,
     private_token: bool,
-    events: VecDeque<LockEvent>,
+    events: Events<LockEvent>,
 }
 
 impl HeldLock {
@@ -144,7 +143,7 @@ impl HeldLock {
             lost: None,
             released: false,
             private_token,
-            events: VecDeque::new(),
+            events: Events::new(),
         }
     }
 

@@ -26,9 +26,8 @@ use crate::telemetry;
 #[derive(Debug)]
 pub(crate) struct Shared<B> {
     pub(crate) backend: Arc<B>,
-    pub(crate) spec: Arc<LeaseSpec>,
-    pub(crate) owner: Owner,
-    /// The renewal auto-renewal sends (the lock's TTL).
+    /// The renewal auto-renewal sends (the lock's TTL): also the lock's one copy of its spec
+    /// and owner.
     pub(crate) renew: RenewRequest,
     pub(crate) clock: Clock,
     /// The rules. Never held across a round trip.
@@ -36,7 +35,7 @@ pub(crate) struct Shared<B> {
     /// Wakes whoever waits on the machine: the deadline moved, or the slot was freed.
     pub(crate) moved: tokio::sync::Notify,
     /// Fires when the lock is no longer held, for any reason.
-    pub(crate) lost: CancellationToken,
+    pub(crate) lost: LossSignal,
     /// Whether the locker's renewal task watches this lock (auto-renewal, or the deadline
     /// watch `lost()` asks for).
     watching: AtomicBool,
@@ -56,6 +55,58 @@ pub(crate) struct Shared<B> {
     /// background task, run inside it.
     pub(crate) span: tracing::Span,
     observer: Option<ObserverSlot>,
+}
+
+/// The loss signal of one lock ([`Lock::lost`]). Its [`CancellationToken`] (a heap node of
+/// its own) is only made when someone asks for it: most locks are never watched, and a
+/// process may hold thousands.
+#[derive(Debug, Default)]
+pub(crate) struct LossSignal(Mutex<Signal>);
+
+#[derive(Debug, Default)]
+struct Signal {
+    fired: bool,
+    token: Option<CancellationToken>,
+}
+
+impl LossSignal {
+    fn state(&self) -> std::sync::MutexGuard<'_, Signal> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lock is no longer held: cancels the token, if one was handed out, and every one
+    /// handed out later.
+    pub(crate) fn fire(&self) {
+        let token = {
+            let mut state = self.state();
+            state.fired = true;
+            state.token.clone()
+        };
+        if let Some(token) = token {
+            token.cancel();
+        }
+    }
+
+    /// Whether [`LossSignal::fire`] was called.
+    pub(crate) fn fired(&self) -> bool {
+        self.state().fired
+    }
+
+    /// The lock's token (the same one at every call), cancelled if the signal fired.
+    pub(crate) fn token(&self) -> CancellationToken {
+        let (token, fired) = {
+            let mut state = self.state();
+            let token = state
+                .token
+                .get_or_insert_with(CancellationToken::new)
+                .clone();
+            (token, state.fired)
+        };
+        if fired {
+            token.cancel();
+        }
+        token
+    }
 }
 
 /// The locker's observer, shown as present or not.
@@ -88,7 +139,7 @@ impl<B: LeaseBackend> Shared<B> {
 
     fn act(&self, event: LockEvent) {
         let _span = self.span.enter();
-        let keys = self.spec.keys();
+        let keys = self.renew.spec.keys();
         match event {
             LockEvent::RenewFailed(e) => {
                 telemetry::lock_refresh_failed(self.key());
@@ -107,11 +158,11 @@ impl<B: LeaseBackend> Shared<B> {
                 if let Some(ObserverSlot(o)) = &self.observer {
                     o.on_lost(keys, reason);
                 }
-                self.lost.cancel();
+                self.lost.fire();
                 if release {
                     spawn_release(
                         Arc::clone(&self.backend),
-                        release_request(&self.spec, &self.owner),
+                        release_request(&self.renew.spec, &self.renew.owner),
                         self.release_bound,
                     );
                 }
@@ -133,7 +184,7 @@ impl<B: LeaseBackend> Shared<B> {
 
     /// The first key (the metrics' label source).
     fn key(&self) -> &str {
-        self.spec.keys().first().map_or("", String::as_str)
+        self.renew.spec.keys().first().map_or("", String::as_str)
     }
 
     /// The local deadline on tokio's clock.
@@ -158,7 +209,7 @@ impl<B: LeaseBackend> Renewable for Shared<B> {
     }
 
     fn cancel(&self) {
-        self.lost.cancel();
+        self.lost.fire();
     }
 
     fn schedule(&self) -> &AtomicU64 {
@@ -191,10 +242,8 @@ impl<B: LeaseBackend> Renewable for Shared<B> {
 pub struct Lock<B: LeaseBackend> {
     shared: Arc<Shared<B>>,
     metadata: Metadata,
-    ttl: Ttl,
     fence_token: Option<Token>,
     retry: RetryStrategy,
-    bound: Duration,
 }
 
 impl<B: LeaseBackend> Lock<B> {
@@ -220,17 +269,11 @@ impl<B: LeaseBackend> Lock<B> {
         );
         let shared = Arc::new_cyclic(|me| Shared {
             backend,
-            renew: RenewRequest::new(
-                Arc::clone(&plan.request.spec),
-                plan.request.owner.clone(),
-                ttl,
-            ),
-            spec: plan.request.spec,
-            owner: plan.request.owner,
+            renew: RenewRequest::new(plan.request.spec, plan.request.owner, ttl),
             clock,
             machine: Mutex::new(machine),
             moved: tokio::sync::Notify::new(),
-            lost: CancellationToken::new(),
+            lost: LossSignal::default(),
             watching: AtomicBool::new(auto_renew),
             renewals,
             me: me.clone(),
@@ -248,10 +291,8 @@ impl<B: LeaseBackend> Lock<B> {
         Lock {
             shared,
             metadata: plan.request.metadata,
-            ttl,
             fence_token: obtained.token,
             retry: plan.retry,
-            bound,
         }
     }
 
@@ -261,29 +302,35 @@ impl<B: LeaseBackend> Lock<B> {
         let _span = shared.span.enter();
         tracing::debug!("lock obtained");
         if let Some(ObserverSlot(o)) = &shared.observer {
-            o.on_obtained(shared.spec.keys(), self.fence_token);
+            o.on_obtained(shared.renew.spec.keys(), self.fence_token);
         }
     }
 
     /// The first key.
     pub fn key(&self) -> &str {
-        self.shared.spec.keys().first().map_or("", String::as_str)
+        self.shared
+            .renew
+            .spec
+            .keys()
+            .first()
+            .map_or("", String::as_str)
     }
 
     /// The lock's spec, owner and backend (for the semaphore's permit fencer).
     pub(crate) fn parts(&self) -> (&LeaseSpec, &Owner, &Arc<B>) {
-        (&self.shared.spec, &self.shared.owner, &self.shared.backend)
+        let renew = &self.shared.renew;
+        (&renew.spec, &renew.owner, &self.shared.backend)
     }
 
     /// Every key.
     pub fn keys(&self) -> &[String] {
-        self.shared.spec.keys()
+        self.shared.renew.spec.keys()
     }
 
     /// The owner stored in the keys (the ownership token a release compares; not a fencing
     /// token: that is [`Lock::fence_token`]).
     pub fn owner(&self) -> &str {
-        self.shared.owner.as_str()
+        self.shared.renew.owner.as_str()
     }
 
     /// The fencing token minted at obtain, when a fence key was given.
@@ -298,7 +345,7 @@ impl<B: LeaseBackend> Lock<B> {
 
     /// The TTL set at obtain (and by auto-renewal).
     pub fn ttl_setting(&self) -> Duration {
-        self.ttl.get()
+        self.shared.renew.ttl.get()
     }
 
     /// The local deadline: the send time of the last obtain/renewal/refresh the store
@@ -320,24 +367,27 @@ impl<B: LeaseBackend> Lock<B> {
     /// belongs to this acquisition: a later obtain has its own.
     pub fn lost(&self) -> CancellationToken {
         let shared = &self.shared;
-        if !shared.lost.is_cancelled()
+        if !shared.lost.fired()
             && !shared.watching.swap(true, Ordering::AcqRel)
             && !shared.renewals.wake(shared)
         {
             shared.watching.store(false, Ordering::Release);
         }
-        shared.lost.clone()
+        shared.lost.token()
     }
 
     /// The remaining TTL at the backend: the minimum over the keys, zero when not held.
     pub async fn ttl(&self) -> Result<Duration, LockError> {
         let shared = &self.shared;
-        let read = shared.backend.remaining(&shared.spec, &shared.owner);
-        match tokio::time::timeout(self.bound, read).await {
+        let read = shared
+            .backend
+            .remaining(&shared.renew.spec, &shared.renew.owner);
+        let bound = shared.release_bound;
+        match tokio::time::timeout(bound, read).await {
             Ok(Ok(r)) => Ok(r.unwrap_or(Duration::ZERO)),
             // A read changes nothing: its failures are "unavailable" or "refused".
             Ok(Err(e)) => Err(LockError::from_read(e)),
-            Err(_) => Err(LockError::from_read(BackendError::Timeout(self.bound))),
+            Err(_) => Err(LockError::from_read(BackendError::Timeout(bound))),
         }
     }
 
@@ -364,12 +414,16 @@ impl<B: LeaseBackend> Lock<B> {
     async fn refresh_inner(&self, ttl: Duration) -> Result<(), LockError> {
         let ttl = Ttl::new(ttl)?;
         let shared = &self.shared;
-        let req = RenewRequest::new(Arc::clone(&shared.spec), shared.owner.clone(), ttl);
+        let req = RenewRequest::new(
+            Arc::clone(&shared.renew.spec),
+            shared.renew.owner.clone(),
+            ttl,
+        );
         let margin = shared.backend.validity_margin(ttl);
         let mut refresh = Refresh::new(ttl, self.retry.jittered_sequence(jitter_seed()));
         loop {
             let Some(order) = self.take_turn(ttl, margin).await else {
-                shared.lost.cancel();
+                shared.lost.fire();
                 return Err(LockError::NotHeld);
             };
             // Whatever happens to this call from here on, the slot is given back.
@@ -385,7 +439,7 @@ impl<B: LeaseBackend> Lock<B> {
                 RefreshReply::Refreshed => return Ok(()),
                 RefreshReply::Failed(e) => e,
                 _ => {
-                    shared.lost.cancel();
+                    shared.lost.fire();
                     return Err(LockError::NotHeld);
                 }
             };
@@ -432,13 +486,14 @@ impl<B: LeaseBackend> Lock<B> {
     pub async fn release(self) -> Result<(), LockError> {
         self.shared.with(|m, _| m.release());
         let shared = &self.shared;
-        let req = release_request(&shared.spec, &shared.owner);
+        let req = release_request(&shared.renew.spec, &shared.renew.owner);
         let unanswered = ReleaseGuard { lock: Some(&self) };
-        let result = tokio::time::timeout(self.bound, shared.backend.release(&req))
+        let bound = shared.release_bound;
+        let result = tokio::time::timeout(bound, shared.backend.release(&req))
             .await
-            .unwrap_or(Err(BackendError::Timeout(self.bound)));
+            .unwrap_or(Err(BackendError::Timeout(bound)));
         unanswered.disarm();
-        shared.lost.cancel();
+        shared.lost.fire();
         release_result(result)
     }
 }
@@ -447,7 +502,7 @@ impl<B: LeaseBackend + Fencing> Lock<B> {
     /// A fencer for writes under this lock's fencing token, against `<fence key>:applied`.
     /// `None` when the lock was obtained without a fence key.
     pub fn fencer(&self) -> Option<B::Fencer> {
-        let mark = self.shared.spec.mark_key()?;
+        let mark = self.shared.renew.spec.mark_key()?;
         Some(self.shared.backend.fencer(&mark, self.fence_token?))
     }
 }
@@ -458,11 +513,11 @@ impl<B: LeaseBackend> Drop for Lock<B> {
         if shared.with(|m, now| m.release_on_drop(now)) {
             spawn_release(
                 Arc::clone(&shared.backend),
-                release_request(&shared.spec, &shared.owner),
-                self.bound,
+                release_request(&shared.renew.spec, &shared.renew.owner),
+                shared.release_bound,
             );
         }
-        shared.lost.cancel();
+        shared.lost.fire();
     }
 }
 
@@ -483,10 +538,10 @@ impl<B: LeaseBackend> Drop for ReleaseGuard<'_, B> {
             let shared = &lock.shared;
             spawn_release(
                 Arc::clone(&shared.backend),
-                release_request(&shared.spec, &shared.owner),
-                lock.bound,
+                release_request(&shared.renew.spec, &shared.renew.owner),
+                shared.release_bound,
             );
-            shared.lost.cancel();
+            shared.lost.fire();
         }
     }
 }
