@@ -31,10 +31,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lease_core::election::{Event, Reply, Request, RequestId, RequestKind};
-use lease_core::share::{Step, step, target};
 use lease_core::{
-    BackendError, Election, ElectionConfig, LeaseBackend, LeaseSpec, RenewOutcome, RenewRequest,
-    Token,
+    BackendError, Election, ElectionConfig, LeaseBackend, RenewOutcome, RenewRequest, Token,
 };
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -44,6 +42,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Owned, Shared, lock, until_nanos};
 use crate::clock::Clock;
 use crate::ids::random_u64;
+
+mod roster;
 
 /// One election of the group.
 struct Slot {
@@ -264,70 +264,6 @@ impl<B: LeaseBackend> Driver<B> {
         self.mark_range(0..self.slots.len());
     }
 
-    /// The share rule: see the [module docs](super).
-    fn apply_policy(&mut self, now: lease_core::Instant) {
-        if self.stopping {
-            return;
-        }
-        let names = self.names;
-        let goal = if self.slots.len() == names {
-            names
-        } else {
-            let held: Vec<usize> = self.roster_held.iter().copied().collect();
-            for &extra in held.iter().skip(1) {
-                tracing::debug!(slot = %self.slots[extra].name, "holding two roster slots; resigning one");
-                self.slots[extra].election.resign(now);
-                self.mark(extra);
-            }
-            let roster_contend = held.is_empty();
-            if roster_contend != self.roster_contend {
-                self.roster_contend = roster_contend;
-                self.mark_range(names..self.slots.len());
-            }
-            match (held.first(), &self.roster_live) {
-                (Some(&mine), Some(live)) => {
-                    let mine = mine - names;
-                    let live_at = |i: usize| i == mine || live.get(i).copied().unwrap_or(false);
-                    let members = (0..self.slots.len() - names)
-                        .filter(|&i| live_at(i))
-                        .count();
-                    let rank = (0..mine).filter(|&i| live_at(i)).count();
-                    self.shared.members.store(members, Ordering::Relaxed);
-                    target(names, members, rank)
-                }
-                _ => 0,
-            }
-        };
-        self.shared.target.store(goal, Ordering::Relaxed);
-        let owned = self.owned;
-        let (contend, resign) = match step(owned, goal) {
-            Step::Contend => (true, 0),
-            Step::Hold => (false, 0),
-            Step::Resign(n) => (false, n),
-        };
-        if contend != self.contend {
-            self.contend = contend;
-            self.mark_range(0..names);
-        }
-        if resign > 0 {
-            tracing::debug!(
-                owned,
-                target = goal,
-                resign,
-                "over its share: resigning names"
-            );
-            let leading: Vec<usize> = (0..names)
-                .rev()
-                .filter(|&i| self.slots[i].election.token(now).is_some())
-                .take(resign)
-                .collect();
-            for idx in leading {
-                self.slots[idx].election.resign(now);
-                self.mark(idx);
-            }
-        }
-    }
-
     /// Polls slot `idx`'s requests (renewals join `batch`), acts on its events, queues it.
     fn visit(&mut self, idx: usize, now: lease_core::Instant, batch: &mut Vec<Renewal>) {
         let contend = if idx < self.names {
@@ -523,35 +459,6 @@ impl<B: LeaseBackend> Driver<B> {
                 }
             }
         }
-    }
-
-    /// Reads the roster every acquire interval (one `inspect` per slot, in turn).
-    fn maybe_read_roster(&mut self) {
-        if self.stopping
-            || self.reading_roster
-            || self.slots.len() == self.names
-            || Instant::now() < self.next_roster_read
-        {
-            return;
-        }
-        self.reading_roster = true;
-        let specs: Vec<Arc<LeaseSpec>> = self.slots[self.names..]
-            .iter()
-            .map(|s| Arc::clone(s.election.spec()))
-            .collect();
-        let backend = Arc::clone(&self.backend);
-        let timeout = self.acquire_timeout;
-        self.tasks.spawn(async move {
-            // One after another on this task: a few dozen short calls every acquire interval.
-            let read = async {
-                let mut live = Vec::with_capacity(specs.len());
-                for spec in &specs {
-                    live.push(backend.inspect(spec).await.ok()?.holder.is_some());
-                }
-                Some(live)
-            };
-            Done::Roster(tokio::time::timeout(timeout, read).await.ok().flatten())
-        });
     }
 
     /// The earliest of the queue's live entries and the next roster read.
