@@ -343,6 +343,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for FairBackend<B> {
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.inner.inspect(spec).await
     }
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.inner.observe(spec).await
+    }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.inner.check_fair(spec)
     }

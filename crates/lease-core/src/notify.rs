@@ -296,6 +296,18 @@ impl ReleaseWatch {
         }
     }
 
+    /// Whether another watch of this hub waits for the lease's release: an observer, or a
+    /// contender that is contending. A driver whose attempt wins while others wait says so in
+    /// its request ([`AcquireRequest::waiters`](crate::AcquireRequest::waiters)): they will
+    /// not attempt again until a notice or their poll, so a store that publishes only for
+    /// waiters it knows of must learn of them from the winner.
+    pub fn others_wait(&self) -> bool {
+        let st = self.hub.lock();
+        st.slots
+            .iter()
+            .any(|s| s.id != self.id && (s.role == WatchRole::Observer || s.contending))
+    }
+
     /// Whether notifications are arriving (the subscription is confirmed).
     pub fn is_live(&self) -> bool {
         self.hub.is_live()
@@ -422,6 +434,23 @@ mod tests {
     fn hub() -> (Arc<ReleaseHub>, Arc<Counts>) {
         let counts = Arc::new(Counts::default());
         (ReleaseHub::new(Link(Arc::clone(&counts))), counts)
+    }
+
+    #[test]
+    fn others_wait_counts_other_contending_watches_and_observers() {
+        let hub = ReleaseHub::new(Link(Arc::new(Counts::default())));
+        let a = hub.watch(WatchRole::Contender);
+        assert!(!a.others_wait(), "alone");
+        let b = hub.watch(WatchRole::Contender);
+        assert!(a.others_wait() && b.others_wait());
+        b.set_contending(false);
+        assert!(!a.others_wait(), "a leader does not wait");
+        assert!(b.others_wait());
+        let o = hub.watch(WatchRole::Observer);
+        assert!(a.others_wait(), "an observer waits");
+        drop(o);
+        drop(b);
+        assert!(!a.others_wait());
     }
 
     #[test]

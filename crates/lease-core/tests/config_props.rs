@@ -294,7 +294,7 @@ proptest! {
     }
 
     #[test]
-    fn stored_value_splits_back(owner in "[^\0]{1,40}", meta in "[^\0]{0,40}(\0[^\0]{0,5})?") {
+    fn stored_value_splits_back(owner in "[^\0]{1,40}", meta in "[^\0]{0,40}", flags in proptest::option::of("[^\0]{0,5}")) {
         prop_assume!(owner.len() <= MAX_ID_LEN);
         let o = Owner::new(&owner).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let m = Metadata::new(&meta).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -303,6 +303,19 @@ proptest! {
         if meta.is_empty() {
             prop_assert_eq!(stored.as_str(), owner.as_str(), "no separator without metadata");
         }
+        if let Some(flags) = flags {
+            // A store's flags after a second NUL (the Redis backend's waiter mark,
+            // `owner\0\0w` or `owner\0meta\0w`) are neither owner nor metadata.
+            let flagged = format!("{owner}\0{meta}\0{flags}");
+            prop_assert_eq!(split_stored(&flagged), (owner.as_str(), meta.as_str()));
+            prop_assert!(o.matches(&flagged));
+        }
+    }
+
+    #[test]
+    fn metadata_refuses_nul(before in "[^\0]{0,8}", after in "[^\0]{0,8}") {
+        let s = format!("{before}\0{after}");
+        prop_assert_eq!(Metadata::new(&s), Err(ConfigError::ContainsNul { what: "metadata" }));
     }
 
     #[test]

@@ -16,14 +16,14 @@ NOAUTH; a fenced single-key acquire is exactly 10.)
 
 Every lock key is checked before any key is changed (all-or-nothing). A key holding a value
 whose owner part (the text before the first NUL) differs from ARGV[1] means "held": nothing is
-changed. A key holding a read-write lock's readers (a sorted set, see prelude.lua) with a
+changed but the waiter mark on that key's value (prelude.lua), so that its release publishes. A key holding a read-write lock's readers (a sorted set, see prelude.lua) with a
 current reader means "held" too: the writer's mark (WRITER_WAITING) is set to lapse at TIME +
 ttl (never earlier than it did), the key lives at least that long, and nothing else changes;
 a sorted set with no current reader is free (the SET below replaces it). Otherwise, when fenced, the next token is max(counter, mark, floor) + 1 (the mark and
 the floor heal a counter that went back), and under 'clock' at least the server's TIME in µs;
 it is checked against 2^53 before anything is written and stored in counter and mark. The
 epoch key, when absent, is created with TIME in µs. Then every lock key is SET to ARGV[2] with
-PX ARGV[3]. Same-owner takeover mints a fresh token.
+PX ARGV[3]. Same-owner takeover mints a fresh token and keeps a waiter mark.
 
 Returns
   {1, token, before, epoch}       acquired; token '0' when unfenced; before: max(counter, mark)
@@ -70,13 +70,16 @@ local function fence_state()
   return counter, epoch
 end
 
+local keep = {}
 for i = 1, n do
   local v, readers = lock_get(KEYS[i])
   if v and owner_of(v) ~= owner then
     local now, epoch = fence_state()
     if not now then return epoch end
+    mark_waiting(KEYS[i], v)
     return {0, owner_of(v), redis.call('PTTL', KEYS[i]), now, epoch}
   end
+  keep[i] = v and marked(v)
   if readers then
     local t = redis.call('TIME')
     local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -129,6 +132,11 @@ if fenced then
 end
 
 for i = 1, n do
-  redis.call('SET', KEYS[i], value, 'PX', ttl)
+  -- A takeover keeps the waiter mark: those waiting for this owner's release still are.
+  if keep[i] then
+    redis.call('SET', KEYS[i], with_mark(value), 'PX', ttl)
+  else
+    redis.call('SET', KEYS[i], value, 'PX', ttl)
+  end
 end
 return {1, token, before, epoch}

@@ -1,16 +1,20 @@
---[[ inspect.lua: who holds a lease, and its fence counter and mark (read only).
+--[[ inspect.lua: who holds a lease, and its fence counter and mark (read only, unless ARGV[1]
+is 'w').
 
 KEYS[1]  the first lock key
 KEYS[2]  fence counter key (optional, with KEYS[3] and KEYS[4])
 KEYS[3]  applied-mark key  (optional)
 KEYS[4]  fence-epoch key   (optional)
-ARGV     none
+ARGV[1]  'w' (optional, an observer's read): give a held string value the waiter mark
+         (prelude.lua) with redis.pcall, so that its release publishes; a refused write (a
+         read-only user or replica) is ignored. Nothing else is ever written.
 
 Returns {has_value, value, pttl, has_counter, counter, has_mark, mark, epoch}
   has_value    1 if KEYS[1] exists, else 0 (then value = '' and pttl = -2); when it holds a
                read-write lock's readers, the reader whose hold expires first (its owner
                and remaining ms), 0 when none is current
-  value        the raw stored value (owner, or owner .. "\0" .. metadata)
+  value        the raw stored value (owner, or owner .. "\0" .. metadata, either perhaps with
+               the waiter mark)
   pttl         PTTL of KEYS[1] in ms (-1: no expiry)
   has_counter  1 if KEYS[2] exists, else 0; counter is its raw value ('' if absent)
   has_mark     1 if KEYS[3] exists, else 0; mark is its raw value ('' if absent)
@@ -25,6 +29,9 @@ local out = {0, '', -2, 0, '', 0, '', ''}
 local v, readers = lock_get(KEYS[1])
 if v then
   out[1], out[2], out[3] = 1, v, redis.call('PTTL', KEYS[1])
+  if ARGV[1] == 'w' and not marked(v) then
+    redis.pcall('SET', KEYS[1], with_mark(v), 'KEEPTTL')
+  end
 elseif readers then
   local t = redis.call('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

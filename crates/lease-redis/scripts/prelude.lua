@@ -11,6 +11,26 @@ local function owner_of(v)
   if i then return string.sub(v, 1, i - 1) end
   return v
 end
+-- The waiter mark. An attempt that finds a lock held appends the flag 'w' to the holder's
+-- value (after a second NUL: 'owner\0\0w' or 'owner\0metadata\0w'; the owner and the metadata
+-- never contain NUL, see lease-core's split_stored), keeping its TTL; a release publishes its
+-- notice only when the value it deletes carries the mark. The mark lives and expires with the
+-- value, so no waiter that found this holder can miss its release's notice.
+local function marked(v)
+  local i = string.find(v, '\0', 1, true)
+  return i ~= nil and string.find(v, '\0', i + 1, true) ~= nil
+end
+-- `v` with the waiter mark (unchanged when it has one).
+local function with_mark(v)
+  local i = string.find(v, '\0', 1, true)
+  if not i then return v .. '\0\0w' end
+  if not string.find(v, '\0', i + 1, true) then return v .. '\0w' end
+  return v
+end
+-- Marks the lock value `v` held at `key` (one write, the first time only).
+local function mark_waiting(key, v)
+  if not marked(v) then redis.call('SET', key, with_mark(v), 'KEEPTTL') end
+end
 -- Whether canonical decimal integer a < b. Compared as text, never as Lua numbers (doubles,
 -- exact only up to 2^53), so values of any size compare exactly.
 local function less(a, b)

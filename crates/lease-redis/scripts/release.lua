@@ -10,8 +10,9 @@ ARGV[4]     term: the token of the term being released (only when KEYS[n+1] is g
 
 When a term is checked and the counter differs from it (a later term of the same owner, or a
 counter that was lost), nothing changes. Otherwise every key whose owner part equals ARGV[1]
-is deleted; keys held by anyone else (a read-write lock's readers too) are left alone. When a key was deleted, the owner is
-published on the notice channel with redis.pcall: a refused publish (an ACL without the
+is deleted; keys held by anyone else (a read-write lock's readers too) are left alone. When a
+deleted key's value carried the waiter mark (prelude.lua: an attempt found it held), the owner
+is published on the notice channel with redis.pcall: a refused publish (an ACL without the
 channel) costs the waiters their notice, never the release.
 
 Returns
@@ -32,18 +33,18 @@ if #KEYS == n + 1 then
   if not counter then return corrupt(KEYS[n + 1], NOT_A_TOKEN .. ' (the fence counter)') end
   if counter ~= canon(ARGV[4]) then return 0 end
 end
-local all, deleted = 1, false
+local all, wake = 1, false
 for i = 1, n do
   local v = lock_get(KEYS[i])
   if v and owner_of(v) == owner then
     redis.call('DEL', KEYS[i])
-    deleted = true
+    wake = wake or marked(v)
   else
     all = 0
   end
 end
 local notice = ARGV[3] or ''
-if deleted and notice ~= '' then
+if wake and notice ~= '' then
   local verb = 'PUBLISH'
   if string.sub(notice, 1, 1) == 's' then verb = 'SPUBLISH' end
   redis.pcall(verb, string.sub(notice, 3), owner)

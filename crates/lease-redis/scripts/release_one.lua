@@ -10,8 +10,9 @@ defining the prelude's helpers on every call was most of its server time (measur
 7.0: 5.2 us per call with the prelude and release.lua's key count, term and notice parsing,
 3.5 us without; a bare compare-and-delete 3.0 us). It does what release.lua does for n = 1
 and no term: delete the key when its owner part (the text before the first NUL) is ARGV[1],
-then publish the owner with redis.pcall (a refused publish costs the waiters their notice,
-never the release).
+then, when the value carried the waiter mark (a second NUL: an attempt found the lock held,
+see prelude.lua), publish the owner with redis.pcall (a refused publish costs the waiters
+their notice, never the release). An uncontended release publishes nothing.
 
 Returns
   1   the key was ours and is deleted
@@ -27,11 +28,12 @@ if type(v) == 'table' then
 end
 if not v then return 0 end
 local nul = string.find(v, '\0', 1, true)
+local marked = nul and string.find(v, '\0', nul + 1, true)
 if nul then v = string.sub(v, 1, nul - 1) end
 if v ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 local notice = ARGV[2] or ''
-if notice ~= '' then
+if marked and notice ~= '' then
   local verb = 'PUBLISH'
   if string.sub(notice, 1, 1) == 's' then verb = 'SPUBLISH' end
   redis.pcall(verb, string.sub(notice, 3), ARGV[1])

@@ -11,7 +11,7 @@ ARGV[2]  TTL in whole milliseconds (>= 1)
 ARGV[3]  only when fenced: '<scheme>:<floor>', as acquire.lua's ARGV[3]
 
 Reads and checks first, writes last. A writer's string at KEYS[1] means "held" (its owner and
-PTTL). A current writer's mark (scored above the server's TIME in ms) means "held" too unless
+PTTL; the writer's value gets the waiter mark, see prelude.lua). A current writer's mark (scored above the server's TIME in ms) means "held" too unless
 the owner is a current reader already (its hold is taken over). Otherwise a token is minted
 as acquire.lua mints it (when fenced), expired entries are removed, the owner's hold expires
 at TIME + ttl, and the key expires with its last entry.
@@ -43,6 +43,7 @@ local writer = lock_get(KEYS[1])
 if writer then
   local counter, epoch = state()
   if not counter then return epoch end
+  mark_waiting(KEYS[1], writer)
   return {0, owner_of(writer), redis.call('PTTL', KEYS[1]), counter, epoch}
 end
 local now = now_ms()

@@ -194,10 +194,12 @@ where
         notice
     }
 
-    /// The plain lock's release by the server's compare-and-delete command, with the
-    /// release notice pipelined after it. `Ok(None)`: the native command did not delete
-    /// (or is not offered) and changed nothing, so the script must decide (a stored value
-    /// with metadata is ours but not equal to the owner alone).
+    /// The plain lock's release by the server's compare-and-delete command alone: it deletes
+    /// only a value equal to the owner, so never a value with the waiter mark (an attempt
+    /// found the lock held; `scripts/prelude.lua`), and an uncontended release needs no
+    /// notice. `Ok(None)`: the native command did not delete (or is not offered) and changed
+    /// nothing, so the script must decide: it deletes a marked value (or one with metadata)
+    /// of ours and publishes the notice when the value was marked.
     async fn release_native(
         &self,
         key: &str,
@@ -207,35 +209,20 @@ where
         let Some(delete) = self.native.delete(&mut conn).await else {
             return Ok(None);
         };
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(delete.cmd(key, owner));
-        if self.publish {
-            // After the delete on the same connection, so the server runs it after the key
-            // is gone, as release.lua does; a refused publish (ACL) is ignored as there.
-            // It goes out whether or not the delete applied: a notice after a release that
-            // did not delete only wakes a waiter whose next attempt fails (see
-            // docs/handover.md, "Native releases").
-            let mut channel = String::with_capacity(32 + key.len());
-            notify::push_channel(&mut channel, key, self.topology);
-            pipe.cmd("PUBLISH").arg(channel).arg(owner);
-        }
-        let replies: Vec<redis::RedisResult<redis::Value>> = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::error::backend_error)?;
-        match replies.into_iter().next() {
-            Some(Ok(redis::Value::Int(1))) => Ok(Some(ReleaseOutcome::Released)),
-            Some(Ok(redis::Value::Int(0))) => Ok(None),
-            Some(Err(e)) if native::not_offered(&e) => {
+        let reply: redis::RedisResult<redis::Value> =
+            delete.cmd(key, owner).query_async(&mut conn).await;
+        match reply {
+            Ok(redis::Value::Int(1)) => Ok(Some(ReleaseOutcome::Released)),
+            Ok(redis::Value::Int(0)) => Ok(None),
+            Err(e) if native::not_offered(&e) => {
                 self.native.disable();
                 Ok(None)
             }
             // A key of another type (a read-write lock's readers): nothing ran; the script
             // decides (not held).
-            Some(Err(e)) if e.code() == Some("WRONGTYPE") => Ok(None),
-            Some(Err(e)) => Err(crate::error::backend_error(e)),
-            other => Err(BackendError::Protocol(format!(
+            Err(e) if e.code() == Some("WRONGTYPE") => Ok(None),
+            Err(e) => Err(crate::error::backend_error(e)),
+            Ok(other) => Err(BackendError::Protocol(format!(
                 "unexpected reply to a native release: {other:?}"
             ))),
         }
@@ -311,9 +298,11 @@ where
         self.notices.as_ref()
     }
 
-    /// Whether every release publishes a notice on the lease's channel (default `true`;
-    /// [`crate::notify::notice_channel`]). Publishing is part of the release script (no extra
-    /// round trip) and is what wakes *other* processes' waiters, whether or not this backend
+    /// Whether a release publishes a notice on the lease's channel (default `true`;
+    /// [`crate::notify::notice_channel`]) when someone may be waiting: when an attempt found
+    /// the lock held since it was taken (the attempt marks the held value; an uncontended
+    /// release publishes nothing). Publishing is part of the release script (no extra round
+    /// trip) and is what wakes *other* processes' waiters, whether or not this backend
     /// subscribes. A publish the server refuses (an ACL without the channel) never fails the
     /// release.
     pub fn with_publish_releases(mut self, publish: bool) -> RedisBackend<C> {

@@ -2,7 +2,9 @@
 //! the waiters.
 //!
 //! - **Publishing.** `release.lua` publishes the owner on the lease's channel
-//!   ([`notice_channel`]: `redlease:released:<first key>`) whenever it deleted a key, with
+//!   ([`notice_channel`]: `redlease:released:<first key>`) when a value it deleted carries the
+//!   waiter mark (an attempt found the lock held and marked the holder's value; an
+//!   uncontended release publishes nothing; see `docs/handover.md`), with
 //!   `PUBLISH` on a standalone server and `SPUBLISH` on Redis Cluster (sharded pub/sub: the
 //!   channel hashes to the key's slot, so the notice stays on the node that owns the key).
 //!   It is part of the release script: no extra round trip. It is on by default for every

@@ -451,21 +451,21 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 12] = [
-        ("acquire.lua", "a06d4295a1e0fb630a3034852221fa179402fc36"),
-        ("renew.lua", "a6f6d4de7bdf1aafe072514fc231846e5dbc1411"),
-        ("renew_many.lua", "ce064ee7a396a83626cb57b65576bd082965a680"),
-        ("release.lua", "a46b6084bf4b850208d8d4d5eea28d27c09c3a0f"),
-        ("pttl.lua", "0ccc6326c8c85aa70157f664b9edcab23a5c7f86"),
-        ("inspect.lua", "79af5a6005221c246d718d61b94a7f40ce55d5e6"),
-        ("raise.lua", "100d3a57c48f2dc208f171e75266901283eed438"),
-        ("fence_set.lua", "261da835354bf7c8a611d66660334edec4a4f556"),
-        ("fence_hset.lua", "7f5179ad1f4f10ecb15d381d24e051b69b94056d"),
-        ("fence_del.lua", "3117be7864bbda4b55eb68a6c5a4ed0ea431a96f"),
+        ("acquire.lua", "8891501027873290f9030b500b3d697501c56890"),
+        ("renew.lua", "68745ccf39dfb26e1d26d18423f2318587844ce4"),
+        ("renew_many.lua", "3f2e92cc1e1723056f4f482ce29e1a1b498e6504"),
+        ("release.lua", "b0e8c7e2355c1ac9774c1332f577446d9918412b"),
+        ("pttl.lua", "2f33cf41230258a05c727c1fac89fbeb781b773b"),
+        ("inspect.lua", "ee29356897951a283e8a6df2b119485150cb7b96"),
+        ("raise.lua", "ca63471b085b3ffc3840b29aa080c3777f58f267"),
+        ("fence_set.lua", "9e9a36bd0adb1b41b965c989fd969d1f4eeaacca"),
+        ("fence_hset.lua", "4cd89632d94ca772525f65d632b4bdbc0aafcf82"),
+        ("fence_del.lua", "2fb8736a6a93fcd485ed1ba1b492ba7e89504fb3"),
         (
             "fence_multi.lua",
-            "c061847b2e11fadb0a6b04ec69ab799f17fad693",
+            "4ec68d7d34b9c2266f80bbfd938796c570e5b4fe",
         ),
-        ("fence_eval.lua", "27681a6c5caf60db8ffd59c65a6d6ac961c2ba49"),
+        ("fence_eval.lua", "9a00d95656177ba0608b55522fda9f19f9a80e30"),
     ];
 
     /// Every composed script, by file name.
@@ -532,7 +532,7 @@ mod tests {
         assert!(!RELEASE_ONE.contains("tostring("));
         assert_eq!(
             redis::Script::new(RELEASE_ONE).get_hash(),
-            "74316c5fa5a289bca8c7b111392fc0e257301374",
+            "d2f612eaca229dadf4b40b00e358a59cd8f2f598",
             "release_one.lua changed: check, then re-pin"
         );
     }

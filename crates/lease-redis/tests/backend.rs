@@ -64,7 +64,7 @@ async fn acquire_renew_remaining_release_roundtrip() {
 }
 
 #[tokio::test]
-async fn held_lease_reports_holder_and_changes_nothing() {
+async fn held_lease_reports_holder_and_changes_only_the_waiter_mark() {
     let (_server, b, mut raw) = setup().await;
     let spec = election("{jobs}");
     b.acquire(&acq_meta(&spec, "a", "host=1")).await.unwrap();
@@ -79,10 +79,12 @@ async fn held_lease_reports_holder_and_changes_nothing() {
         }
         other => panic!("{other:?}"),
     }
+    // The holder's value gains only the waiter mark (docs/handover.md), TTL kept.
     assert_eq!(
         get(&mut raw, "{jobs}:leader").await.as_deref(),
-        Some("a\0host=1")
+        Some("a\0host=1\0w")
     );
+    assert!(pttl(&mut raw, "{jobs}:leader").await > (LONG as i64) - 5_000);
     assert_eq!(get(&mut raw, "{jobs}:fence").await.as_deref(), Some("1"));
     let info = b.inspect(&spec).await.unwrap();
     assert_eq!(info.metadata.as_deref(), Some("host=1"));
@@ -151,7 +153,7 @@ async fn owners_match_exactly_never_by_prefix() {
         b.acquire(&acq(&spec, "ab")).await.unwrap(),
         AcquireOutcome::Held { .. }
     ));
-    assert_eq!(get(&mut raw, "{l}k").await.as_deref(), Some("abc"));
+    assert_eq!(get(&mut raw, "{l}k").await.as_deref(), Some("abc\0\0w"));
 
     // Metadata after a NUL: the owner part is "abc"; "ab" still does not match, "abc" does.
     b.release(&release(&spec, "abc", None)).await.unwrap();
@@ -219,7 +221,8 @@ async fn multi_key_locks_are_all_or_nothing() {
     );
     assert!(!exists(&mut raw, "{m}1").await);
     assert!(!exists(&mut raw, "{m}3").await);
-    assert_eq!(get(&mut raw, "{m}2").await.as_deref(), Some("b"));
+    // Marked by the failed attempt on it.
+    assert_eq!(get(&mut raw, "{m}2").await.as_deref(), Some("b\0\0w"));
 
     b.release(&release(&other, "b", None)).await.unwrap();
     let t = acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap());

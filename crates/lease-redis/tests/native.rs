@@ -274,21 +274,14 @@ async fn set_pttl(raw: &mut Conn, key: &str, ms: u64) {
         .expect("PEXPIRE");
 }
 
-/// A native release still wakes waiters: a contender's watch (the subscriber a lock waiter
-/// uses) is woken by the notice pipelined after the delete, and the key is gone by then.
-#[tokio::test]
-async fn a_native_release_wakes_a_waiter() {
-    let (server, backend, mut raw) = setup().await;
-    let native = expect_native(&mut raw).await;
-    let notices = ReleaseNotices::new(server.client().expect("client"));
-    let backend = backend.with_release_notices(notices);
-    let spec = lock(&["native:notice"], None);
-    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
-        .await
-        .expect("bounded")
-        .expect("acquire");
+/// A watch on `spec` as a lock waiter's, live (its subscription confirmed) and with the
+/// resynchronisation's wake taken.
+async fn live_watch(
+    backend: &RedisBackend<Conn>,
+    spec: &std::sync::Arc<lease_core::LeaseSpec>,
+) -> lease_core::notify::ReleaseWatch {
     let mut watch = backend
-        .release_watch(&spec, WatchRole::Contender)
+        .release_watch(spec, WatchRole::Contender)
         .expect("a watch");
     watch.set_contending(true);
     watch.activate();
@@ -298,6 +291,40 @@ async fn a_native_release_wakes_a_waiter() {
         .expect("the subscription goes live within the bound");
     assert!(watch.is_live());
     assert!(!watch.take_wake(), "no notice before the release");
+    watch
+}
+
+async fn held_by(
+    backend: &RedisBackend<Conn>,
+    spec: &std::sync::Arc<lease_core::LeaseSpec>,
+    who: &str,
+) {
+    let got = timeout(BOUND, backend.acquire(&acq(spec, who)))
+        .await
+        .expect("bounded")
+        .expect("attempt");
+    assert!(
+        matches!(got, lease_core::AcquireOutcome::Held { .. }),
+        "{got:?}"
+    );
+}
+
+/// A contended release still wakes waiters: the contender's failed attempt marks the held
+/// value, so the release (the native delete refuses the marked value, the script deletes it)
+/// publishes, and the contender's watch (the subscriber a lock waiter uses) is woken.
+#[tokio::test]
+async fn a_contended_release_wakes_a_waiter() {
+    let (server, backend, mut raw) = setup().await;
+    let native = expect_native(&mut raw).await;
+    let notices = ReleaseNotices::new(server.client().expect("client"));
+    let backend = backend.with_release_notices(notices);
+    let spec = lock(&["native:notice"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    let mut watch = live_watch(&backend, &spec).await;
+    held_by(&backend, &spec, "b").await;
 
     reset_stats(&mut raw).await;
     assert_eq!(
@@ -314,9 +341,166 @@ async fn a_native_release_wakes_a_waiter() {
     let stats = commandstats(&mut raw).await;
     if native {
         assert_eq!(calls(&stats, "delifeq"), 1, "{stats:?}");
-        assert_eq!(scripts(&stats), 0, "{stats:?}");
     }
+    // The script ran (an `EVALSHA` refused with NOSCRIPT on a fresh server counts too).
+    assert!(scripts(&stats) >= 1, "{stats:?}");
     assert_eq!(calls(&stats, "publish"), 1, "{stats:?}");
+}
+
+/// An uncontended release publishes nothing (nobody found the lock held, so nobody waits for
+/// it), with or without metadata; on a native server the plain lock's release is one
+/// `DELIFEQ` and nothing else.
+#[tokio::test]
+async fn an_uncontended_release_publishes_nothing() {
+    let (_server, backend, mut raw) = setup().await;
+    let native = expect_native(&mut raw).await;
+    let spec = lock(&["native:quiet"], None);
+    reset_stats(&mut raw).await;
+    for req in [acq(&spec, "a"), acq_meta(&spec, "a", "m")] {
+        timeout(BOUND, backend.acquire(&req))
+            .await
+            .expect("bounded")
+            .expect("acquire");
+        assert_eq!(
+            timeout(BOUND, backend.release(&release(&spec, "a", None)))
+                .await
+                .expect("bounded")
+                .expect("release"),
+            ReleaseOutcome::Released
+        );
+        assert!(!exists(&mut raw, "native:quiet").await);
+    }
+    let stats = commandstats(&mut raw).await;
+    assert_eq!(calls(&stats, "publish"), 0, "{stats:?}");
+    if native {
+        // The metadata lock's DELIFEQ misses, and its script runs.
+        assert_eq!(calls(&stats, "delifeq"), 2, "{stats:?}");
+        assert!(scripts(&stats) >= 1, "{stats:?}");
+        assert_eq!(calls(&stats, "del"), 1, "{stats:?}");
+    }
+}
+
+/// The waiter mark rides with the holder's value: it keeps the TTL, the owner and the
+/// metadata; renewals and a same-owner takeover keep it; inspection shows the metadata
+/// without it; a reader blocked by the writer marks it too.
+#[tokio::test]
+async fn the_waiter_mark_rides_with_the_value() {
+    let (_server, backend, mut raw) = setup().await;
+    let spec = lock(&["native:mark"], None);
+    timeout(BOUND, backend.acquire(&acq_meta(&spec, "a", "m")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    held_by(&backend, &spec, "b").await;
+    assert_eq!(
+        get(&mut raw, "native:mark").await.as_deref(),
+        Some("a\0m\0w")
+    );
+    assert!(pttl(&mut raw, "native:mark").await > (LONG as i64) - 5_000);
+    held_by(&backend, &spec, "c").await;
+    assert_eq!(
+        get(&mut raw, "native:mark").await.as_deref(),
+        Some("a\0m\0w")
+    );
+
+    set_pttl(&mut raw, "native:mark", 5_000).await;
+    assert_eq!(
+        timeout(BOUND, backend.renew(&renew(&spec, "a")))
+            .await
+            .expect("bounded")
+            .expect("renew"),
+        RenewOutcome::Renewed
+    );
+    assert!(pttl(&mut raw, "native:mark").await > (LONG as i64) - 5_000);
+    let info = timeout(BOUND, backend.inspect(&spec))
+        .await
+        .expect("bounded")
+        .expect("inspect");
+    assert_eq!(info.metadata.as_deref(), Some("m"), "{info:?}");
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("takeover");
+    assert_eq!(
+        get(&mut raw, "native:mark").await.as_deref(),
+        Some("a\0\0w")
+    );
+
+    let plain = lock(&["native:mark2"], None);
+    timeout(BOUND, backend.acquire(&acq(&plain, "w")))
+        .await
+        .expect("bounded")
+        .expect("writer");
+    let reader = timeout(BOUND, backend.acquire_shared(&acq(&plain, "r")))
+        .await
+        .expect("bounded")
+        .expect("reader's attempt");
+    assert!(
+        matches!(reader, lease_core::AcquireOutcome::Held { .. }),
+        "{reader:?}"
+    );
+    assert_eq!(
+        get(&mut raw, "native:mark2").await.as_deref(),
+        Some("w\0\0w")
+    );
+
+    // A winner that says others of its process wait is stored marked, by the fast path and
+    // by the script (a same-owner takeover), with and without metadata.
+    let fresh = lock(&["native:mark3"], None);
+    for (req, want) in [
+        (acq(&fresh, "x").with_waiters(true), "x\0\0w"),
+        (acq_meta(&fresh, "x", "m").with_waiters(true), "x\0m\0w"),
+    ] {
+        timeout(BOUND, backend.acquire(&req))
+            .await
+            .expect("bounded")
+            .expect("acquire with waiters");
+        assert_eq!(get(&mut raw, "native:mark3").await.as_deref(), Some(want));
+    }
+}
+
+/// The negative control of the two tests above: a release whose value lost its mark (here
+/// rewritten by hand, as a holder of an older version would on takeover) publishes nothing,
+/// and the waiter is not woken: the notice comes from the mark.
+#[tokio::test]
+async fn without_the_mark_a_release_is_silent() {
+    let (server, backend, mut raw) = setup().await;
+    let notices = ReleaseNotices::new(server.client().expect("client"));
+    let backend = backend.with_release_notices(notices);
+    let spec = lock(&["native:unmarked"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    let mut watch = live_watch(&backend, &spec).await;
+    held_by(&backend, &spec, "b").await;
+    let () = timeout(
+        BOUND,
+        redis::cmd("SET")
+            .arg("native:unmarked")
+            .arg("a")
+            .arg("KEEPTTL")
+            .query_async(&mut raw),
+    )
+    .await
+    .expect("bounded")
+    .expect("SET KEEPTTL");
+
+    reset_stats(&mut raw).await;
+    assert_eq!(
+        timeout(BOUND, backend.release(&release(&spec, "a", None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(
+        timeout(Duration::from_millis(500), watch.notified())
+            .await
+            .is_err(),
+        "no notice without the mark"
+    );
+    assert_eq!(calls(&commandstats(&mut raw).await, "publish"), 0);
 }
 
 /// A server that refuses the native command after the probe (here an ACL that takes

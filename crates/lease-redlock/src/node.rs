@@ -200,6 +200,9 @@ impl<B: LeaseBackend> LeaseBackend for Node<B> {
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.backend.inspect(spec).await
     }
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.backend.observe(spec).await
+    }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.backend.check_spec(spec)
     }

@@ -248,6 +248,16 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
         .await
     }
 
+    /// Seen by the hooks as an inspection ([`Call::Inspect`]).
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.around(
+            Call::Inspect(spec),
+            || self.inner.observe(spec),
+            |r| Answer::Inspect(r),
+        )
+        .await
+    }
+
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.inner.check_spec(spec)
     }

@@ -13,7 +13,8 @@ use crate::elector::LeaderInfo;
 /// client-go's `OnNewLeader`): [`LeaderWatch::changed`] returns each change of holder or
 /// token.
 ///
-/// It reads the store (`inspect`) when the backend's release notices say the lease was
+/// It reads the store ([`LeaseBackend::observe`]: an `inspect` that asks for the holder's
+/// release to be announced) when the backend's release notices say the lease was
 /// released ([`LeaseBackend::release_watch`], as an observer: every notice), then again after
 /// 2, 4, 8… ms until the next leader shows up (an acquire publishes nothing), and otherwise
 /// polls once per interval (default: the election's default acquire interval, TTL/2 of the
@@ -102,7 +103,7 @@ impl<B: LeaseBackend> LeaderWatch<B> {
     /// (transient ones may be retried by calling again); the watch stays usable.
     pub async fn changed(&mut self) -> Result<Option<LeaderInfo>, BackendError> {
         loop {
-            let info = tokio::time::timeout(self.every, self.backend.inspect(&self.spec))
+            let info = tokio::time::timeout(self.every, self.backend.observe(&self.spec))
                 .await
                 .map_err(|_| BackendError::Timeout(self.every))??;
             let now = info.holder.clone().map(|h| (h, info.counter));

@@ -137,6 +137,15 @@ pub trait LeaseBackend: Send + Sync + 'static {
     ) -> Result<Option<Duration>, BackendError>;
     /// Who holds the lease now, and the fence counter and mark.
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError>;
+    /// [`inspect`](Self::inspect) for a watcher that waits for the holder's release notice
+    /// (a [`release_watch`](Self::release_watch) as an observer, e.g. `LeaderWatch`): a store
+    /// whose releases publish only when someone may be waiting (Redis: the waiter mark, see
+    /// `docs/handover.md`) also records, atomically with the read, that someone waits for
+    /// this holder. Recording is best effort (a read-only user or replica only reads). The
+    /// default reads only: its watchers poll for releases nobody else waits for.
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.inspect(spec).await
+    }
 
     /// Refuses, before any round trip, a lease this backend can never serve (for example
     /// keys in different Redis Cluster slots). Drivers call it before contending.
@@ -410,6 +419,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         (**self).inspect(spec).await
+    }
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        (**self).observe(spec).await
     }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         (**self).check_spec(spec)

@@ -39,6 +39,12 @@ pub struct AcquireRequest {
     /// store mints above it, whatever its counter says. This is how a store that lost its
     /// counter is healed by the first instance that remembers more. `None`: no floor.
     pub floor: Option<Token>,
+    /// Others in this process wait for this lease's release (a driver's reading of its
+    /// release watch, [`ReleaseWatch::others_wait`](crate::notify::ReleaseWatch::others_wait)):
+    /// a store that announces a release only when it knows someone waits (Redis: the waiter
+    /// mark, see `docs/handover.md`) records them with the new holder, since they will not
+    /// attempt (and so not announce themselves) until woken. `false` by default.
+    pub waiters: bool,
 }
 
 /// Extend a lease this owner holds. Built with [`RenewRequest::new`].
@@ -76,6 +82,7 @@ impl AcquireRequest {
             ttl,
             metadata: Metadata::default(),
             floor: None,
+            waiters: false,
         }
     }
 
@@ -88,6 +95,13 @@ impl AcquireRequest {
     /// With a token floor (see [`AcquireRequest::floor`]).
     pub fn with_floor(mut self, floor: Option<Token>) -> AcquireRequest {
         self.floor = floor;
+        self
+    }
+
+    /// Whether others in this process wait for the release (see
+    /// [`AcquireRequest::waiters`]).
+    pub fn with_waiters(mut self, waiters: bool) -> AcquireRequest {
+        self.waiters = waiters;
         self
     }
 }

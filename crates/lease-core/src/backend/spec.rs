@@ -170,9 +170,15 @@ impl Owner {
 }
 
 /// Splits a stored lock value into owner and metadata.
+///
+/// A stored value is `owner`, or `owner NUL metadata`, optionally followed by `NUL flags`: a
+/// server-side store may append flags to a held lock's value (the Redis backend marks a
+/// lock that someone failed to obtain, so that its release publishes a notice). Neither the
+/// owner nor the metadata contains NUL, so the parts are unambiguous; the flags are not part
+/// of the metadata.
 pub fn split_stored(stored: &str) -> (&str, &str) {
     match stored.split_once('\0') {
-        Some((o, m)) => (o, m),
+        Some((o, rest)) => (o, rest.split_once('\0').map_or(rest, |(m, _)| m)),
         None => (stored, ""),
     }
 }
@@ -189,7 +195,8 @@ impl fmt::Display for Owner {
     }
 }
 
-/// Metadata stored with a lock (at most 64 KiB), returned to anyone who inspects it.
+/// Metadata stored with a lock (at most 64 KiB, no NUL byte), returned to anyone who inspects
+/// it.
 #[derive(Clone, PartialEq, Eq, Hash, Default, Debug)]
 pub struct Metadata(Arc<str>);
 
@@ -202,6 +209,10 @@ impl Metadata {
                 len: s.len(),
                 max: MAX_METADATA_LEN,
             });
+        }
+        if s.contains('\0') {
+            // NUL separates the parts of a stored value (see [`split_stored`]).
+            return Err(ConfigError::ContainsNul { what: "metadata" });
         }
         if s.is_empty() {
             // No metadata is the common case: one shared empty value, no allocation per lock.

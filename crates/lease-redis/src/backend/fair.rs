@@ -222,11 +222,11 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 2] = [
         (
             "fair_acquire.lua",
-            "8773d67ad1fdd81541fee98fdab6d76c279f0384",
+            "25fa0a76166933a58e38e6656fbfe17798213963",
         ),
         (
             "fair_release.lua",
-            "ade602c87e72c6ee5335ded4ebca9b6344f502de",
+            "ca4967cf90b5ec7fa6aecffad0ee42e5160c278c",
         ),
     ];
 

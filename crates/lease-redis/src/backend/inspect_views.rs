@@ -107,7 +107,7 @@ mod tests {
     fn the_fair_inspect_script_is_pinned_and_composed() {
         let hash = redis::Script::new(FAIR_INSPECT).get_hash().to_owned();
         assert_eq!(
-            hash, "e75108244fbac7cb655498885fbedf224fbcb2ed",
+            hash, "0bb4f1e679615aa056bf05849c8d1bcbcd6c47ca",
             "fair_inspect.lua: re-pin deliberately"
         );
         let own = FAIR_INSPECT

@@ -45,10 +45,10 @@ where
             // of a lock cycle's client instructions.
             let mut cmd = redis::Cmd::with_capacity(6, 32 + key.len() + req.owner.as_str().len());
             cmd.arg("SET").arg(key);
-            if req.metadata.is_empty() {
+            if req.metadata.is_empty() && !req.waiters {
                 cmd.arg(req.owner.as_str());
             } else {
-                cmd.arg(req.owner.stored_value(&req.metadata));
+                cmd.arg(stored_value(req));
             }
             let set: Option<redis::Value> = cmd
                 .arg("NX")
@@ -74,8 +74,7 @@ where
                 .key(mark_key_of(fence))
                 .key(epoch_key_of(fence));
         }
-        call.arg(req.owner.stored_value(&req.metadata))
-            .arg(req.ttl.as_millis());
+        call.arg(stored_value(req)).arg(req.ttl.as_millis());
         if spec.fence_key().is_some() {
             call.arg(self.mint_arg(req.floor));
         }
@@ -217,20 +216,13 @@ where
     }
 
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
-        self.precheck("inspect", spec)?;
-        let Some(first) = spec.keys().first() else {
-            return Err(BackendError::Invalid("a lease without keys".into()));
-        };
-        let mut call = Call::new();
-        call.key(first);
-        if let Some(fence) = spec.fence_key() {
-            call.key(fence)
-                .key(mark_key_of(fence))
-                .key(epoch_key_of(fence));
-        }
-        let mut conn = self.conn.clone();
-        let v = call.run(&mut conn, &S_INSPECT).await?;
-        reply::inspect(&v, spec.fence_key().is_some())
+        self.inspect_lease(spec, false).await
+    }
+
+    /// `inspect.lua` with its mark flag: the holder's value gets the waiter mark in the same
+    /// call (`redis.pcall`: an ACL without `SET` or a read-only replica only reads).
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.inspect_lease(spec, true).await
     }
 
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
@@ -368,4 +360,46 @@ where
             .with_timeout(self.fence_timeout)
             .with_replica_ack_opt(self.replica_ack, self.acks.clone())
     }
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// `inspect.lua` on the first key (and the fence keys); `mark`: also give the holder's
+    /// value the waiter mark.
+    async fn inspect_lease(&self, spec: &LeaseSpec, mark: bool) -> Result<LeaseInfo, BackendError> {
+        self.precheck("inspect", spec)?;
+        let Some(first) = spec.keys().first() else {
+            return Err(BackendError::Invalid("a lease without keys".into()));
+        };
+        let mut call = Call::new();
+        call.key(first);
+        if let Some(fence) = spec.fence_key() {
+            call.key(fence)
+                .key(mark_key_of(fence))
+                .key(epoch_key_of(fence));
+        }
+        if mark {
+            call.arg("w");
+        }
+        let mut conn = self.conn.clone();
+        let v = call.run(&mut conn, &S_INSPECT).await?;
+        reply::inspect(&v, spec.fence_key().is_some())
+    }
+}
+
+/// The value an acquire stores: the owner, with its metadata after a NUL, and the waiter mark
+/// (`scripts/prelude.lua`) when others of the process wait ([`AcquireRequest::waiters`]), so
+/// that this holder's release publishes for them.
+fn stored_value(req: &AcquireRequest) -> String {
+    let mut v = req.owner.stored_value(&req.metadata);
+    if req.waiters {
+        v.push_str(if req.metadata.is_empty() {
+            "\0\0w"
+        } else {
+            "\0w"
+        });
+    }
+    v
 }

@@ -228,15 +228,15 @@ mod tests {
     /// others): a change to the prelude, `semaphore.lua` or a script's own file must be
     /// deliberate.
     const PINNED_SHA1: [(&str, &str); 6] = [
-        ("rw_acquire.lua", "c2e8a118bb49f97b62789ee806fdb1671b4fbf89"),
-        ("rw_renew.lua", "76cbf40099c717949177989790b70f04b901d8d9"),
+        ("rw_acquire.lua", "46f63215cf9bee6103aa83f5ed136772b11939cb"),
+        ("rw_renew.lua", "4bd45842c62a2e6f3d354d2530aaa44831845a45"),
         (
             "rw_renew_many.lua",
-            "1de76912544a75b57519ba21845ea2507bcfbc04",
+            "ba6ec3364f2ef39caa17b621d90d2e80b3d5e635",
         ),
-        ("rw_release.lua", "9099e96e2c001fa8b76c3e9a18d89a75d4cf20a2"),
-        ("rw_pttl.lua", "6c07fcf7ef1b2dc19c2e03cca02178862624b75e"),
-        ("rw_inspect.lua", "e47e620166ff704307e171420590494c7c0e141c"),
+        ("rw_release.lua", "71cee700060d5a93f3daf73dd7ea92c906ff1754"),
+        ("rw_pttl.lua", "32352a2399cf02fde31aca3cb6e9d102438da107"),
+        ("rw_inspect.lua", "6ad62ffd6cb265c4dea395e920efaf6e49d43e05"),
     ];
 
     #[test]

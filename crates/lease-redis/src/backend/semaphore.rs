@@ -265,27 +265,27 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 6] = [
         (
             "permit_acquire.lua",
-            "3039bc6aafc08f061cf6da0e80d4b854c38d051a",
+            "4ba61bc782b78bf9721ac1499781e3c75a143d17",
         ),
         (
             "permit_renew.lua",
-            "6a8783455f5d4f9c91f8203829c3ff3ce105b87b",
+            "a13b3992594bfbe2efed67ebca3259fb50caba18",
         ),
         (
             "permit_renew_many.lua",
-            "fe50d2c86b7e9443ceae327c7096e6a2a7c379e9",
+            "1442c146d3f6511d16564ea7768b9a032baba0de",
         ),
         (
             "permit_release.lua",
-            "99743423e7bd5befc7019858c72c7394787a34f2",
+            "095eac14146b3796ae782067d3c0b230f7795efb",
         ),
         (
             "permit_pttl.lua",
-            "9b9a2f6f5f9d8d75029b94b13a0c4f50541cc84b",
+            "318ca245d50bddab7ba16ba8a37fe18ca85cc534",
         ),
         (
             "permit_inspect.lua",
-            "88fc266fc3ab3c06969eb77b46714af63882b312",
+            "ec6e5583483472112cafc510aa9568dd60accf6e",
         ),
     ];
 

@@ -149,7 +149,14 @@ where
             self.machine.raise_floor(floor);
         }
         let now = self.clock.now();
-        while let Some(req) = self.machine.poll_request(now) {
+        while let Some(mut req) = self.machine.poll_request(now) {
+            // Other followers of this process waiting: a campaign that wins must leave
+            // them on record at the store (see `AcquireRequest::waiters`).
+            if let RequestKind::Acquire(r) = &mut req.kind
+                && self.watch.as_ref().is_some_and(ReleaseWatch::others_wait)
+            {
+                r.waiters = true;
+            }
             let id = req.id;
             let backend = Arc::clone(&self.elector.inner.backend);
             let span = self.term_span.clone().unwrap_or_else(tracing::Span::none);

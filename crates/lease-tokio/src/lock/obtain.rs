@@ -214,9 +214,18 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
     async fn drive(mut self, clock: Clock) -> Result<Obtained, LockError> {
         loop {
             if let Some(attempt) = self.obtain.poll_request(clock.now()) {
+                // Others of this process waiting on the key: if this attempt wins, the
+                // store must know they wait (they will not attempt until woken).
+                let with_waiters;
+                let request = if self.watch.as_ref().is_some_and(ReleaseWatch::others_wait) {
+                    with_waiters = self.request.clone().with_waiters(true);
+                    &with_waiters
+                } else {
+                    self.request
+                };
                 let reply = tokio::time::timeout_at(
                     clock.to_tokio(attempt.deadline),
-                    self.backend.acquire(self.request),
+                    self.backend.acquire(request),
                 )
                 .await;
                 // While notices arrive, a lost race waits for the release's notice.

@@ -61,6 +61,10 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
         self.gate().await;
         self.inner.inspect(spec).await
     }
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.gate().await;
+        self.inner.observe(spec).await
+    }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.inner.check_spec(spec)
     }
