@@ -16,16 +16,22 @@ use lease_core::{
 };
 use lease_tokio::ElectionGroup;
 
-/// The memory backend, except that `renew_many` panics while `panics` is set (a backend bug).
+/// The memory backend, except that `renew_many` panics while `panics` is set, and `acquire`
+/// and `inspect` while `acquire_panics` is (a backend bug).
 #[derive(Clone)]
 struct PanickyRenewals {
     inner: MemoryBackend,
     panics: Arc<AtomicBool>,
+    acquire_panics: Arc<AtomicBool>,
 }
 
 #[async_trait::async_trait]
 impl LeaseBackend for PanickyRenewals {
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, BackendError> {
+        assert!(
+            !self.acquire_panics.load(Ordering::SeqCst),
+            "acquire panics (on purpose)"
+        );
         self.inner.acquire(req).await
     }
     async fn renew(&self, req: &RenewRequest) -> Result<RenewOutcome, BackendError> {
@@ -49,6 +55,10 @@ impl LeaseBackend for PanickyRenewals {
         self.inner.remaining(spec, owner).await
     }
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        assert!(
+            !self.acquire_panics.load(Ordering::SeqCst),
+            "inspect panics (on purpose)"
+        );
         self.inner.inspect(spec).await
     }
 }
@@ -66,6 +76,7 @@ async fn a_batch_whose_task_panics_still_answers_its_renewals() {
     let backend = PanickyRenewals {
         inner: MemoryBackend::new(clock),
         panics: Arc::clone(&panics),
+        acquire_panics: Arc::default(),
     };
     let names: Vec<String> = (0..5).map(|i| format!("shard-{i}")).collect();
     let group = ElectionGroup::builder(backend, "g", names, "a")
@@ -99,6 +110,43 @@ async fn a_batch_whose_task_panics_still_answers_its_renewals() {
     );
     assert!(!group.is_finished());
     tokio::time::timeout(bound, group.shutdown())
+        .await
+        .expect("shutdown in time");
+}
+
+/// An acquire whose task fails (the backend panics) is answered as timed out, so its machine
+/// tries again at its next interval; and a roster read whose task fails is read again. Before,
+/// each such machine waited for an answer that never came: it never contended again.
+#[tokio::test(start_paused = true)]
+async fn acquires_and_roster_reads_whose_tasks_panic_are_answered() {
+    let clock = ManualClock::new();
+    let _b = bridge(clock.clone());
+    let acquire_panics = Arc::new(AtomicBool::new(true));
+    let backend = PanickyRenewals {
+        inner: MemoryBackend::new(clock),
+        panics: Arc::default(),
+        acquire_panics: Arc::clone(&acquire_panics),
+    };
+    let names: Vec<String> = (0..3).map(|i| format!("shard-{i}")).collect();
+    // The share rule (no `contend_for_all`): the group reads the roster too.
+    let group = ElectionGroup::builder(backend, "g", names, "a")
+        .ttl(Duration::from_millis(900))
+        .start()
+        .expect("a valid group");
+    let mut owned = group.subscribe();
+    // Several acquire intervals of panicking acquires and roster reads.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        owned.borrow().is_empty(),
+        "nothing won while acquires panic"
+    );
+    acquire_panics.store(false, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(10), owned.wait_for(|o| o.len() == 3))
+        .await
+        .expect("every name won once acquires work")
+        .expect("the group runs");
+    assert!(!group.is_finished());
+    tokio::time::timeout(Duration::from_secs(10), group.shutdown())
         .await
         .expect("shutdown in time");
 }

@@ -35,6 +35,7 @@ enum Method {
     RenewMany,
     Remaining,
     Inspect,
+    Observe,
     CheckSpec,
     ValidityMargin,
     Preflight,
@@ -63,13 +64,14 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [Method; 31] = [
+    const ALL: [Method; 32] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
         Method::RenewMany,
         Method::Remaining,
         Method::Inspect,
+        Method::Observe,
         Method::CheckSpec,
         Method::ValidityMargin,
         Method::Preflight,
@@ -151,6 +153,10 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.count(Method::Inspect);
         self.inner.inspect(spec).await
+    }
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        self.count(Method::Observe);
+        self.inner.observe(spec).await
     }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.count(Method::CheckSpec);
@@ -345,6 +351,10 @@ async fn every_method_reaches_the_wrapped_backend() {
         .unwrap();
     assert!(left.is_some_and(|d| d <= Duration::from_secs(10)));
     let info = bounded("inspect", backend.inspect(&spec)).await.unwrap();
+    assert_eq!(info.holder.as_deref(), Some("facade"));
+    // The observer's read leaves the waiter mark (the default would only read, and the
+    // release below would publish nothing).
+    let info = bounded("observe", backend.observe(&spec)).await.unwrap();
     assert_eq!(info.holder.as_deref(), Some("facade"));
 
     let fencer = backend.fencer(

@@ -252,17 +252,23 @@ where
 
     /// Applies several writes under one check, all or nothing (as
     /// [`RedisFencer::apply_all`]).
-    pub fn apply_all(
+    pub async fn apply_all(
         &self,
         writes: Vec<FencedWrite>,
-    ) -> impl Future<Output = Result<PermitWriteOutcome, RedisLeaseError>> + Send + '_ {
-        self.fencer.send(
-            self.fencer.token(),
-            writes,
-            Some(&self.guard),
-            outcome,
-            PermitWriteOutcome::is_applied,
-        )
+    ) -> Result<PermitWriteOutcome, RedisLeaseError> {
+        let result = self
+            .fencer
+            .send(
+                self.fencer.token(),
+                writes,
+                Some(&self.guard),
+                outcome,
+                PermitWriteOutcome::is_applied,
+            )
+            .await;
+        #[cfg(feature = "metrics")]
+        super::telemetry::count_permit(self.fencer.mark_key(), &result);
+        result
     }
 }
 

@@ -11,15 +11,46 @@ use crate::error::RedisLeaseError;
 /// (the mark key's hash tag, or its text before the first `:`: the election's name for an
 /// election's mark; cut to 64 bytes, and at most [`FENCE_LABEL_LIMIT`] distinct values per
 /// process, later ones labelled `_other`) and `outcome` (`applied`, `stale`, `not_applied`,
-/// `unknown`).
+/// `unknown`; a permit-fenced write also `not_current`).
 #[cfg(feature = "metrics")]
 pub(super) fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseError>) {
     let outcome = match result {
         Ok(FenceOutcome::Applied) => "applied",
         Ok(_) => "stale",
-        Err(e) if e.is_outcome_unknown() => "unknown",
-        Err(_) => "not_applied",
+        Err(e) => error_outcome(e),
     };
+    increment(mark_key, outcome);
+}
+
+/// Counts a permit-fenced write as [`count`] does, with one more outcome: `not_current` (the
+/// permit had expired or was released; the mark key is the owner's, `<mark key>:<owner>`, so
+/// the label is the semaphore's).
+#[cfg(feature = "metrics")]
+pub(super) fn count_permit(
+    mark_key: &str,
+    result: &Result<lease_core::semaphore::PermitWriteOutcome, RedisLeaseError>,
+) {
+    use lease_core::semaphore::PermitWriteOutcome;
+    let outcome = match result {
+        Ok(PermitWriteOutcome::Applied) => "applied",
+        Ok(PermitWriteOutcome::NotCurrent) => "not_current",
+        Ok(_) => "stale",
+        Err(e) => error_outcome(e),
+    };
+    increment(mark_key, outcome);
+}
+
+#[cfg(feature = "metrics")]
+fn error_outcome(e: &RedisLeaseError) -> &'static str {
+    if e.is_outcome_unknown() {
+        "unknown"
+    } else {
+        "not_applied"
+    }
+}
+
+#[cfg(feature = "metrics")]
+fn increment(mark_key: &str, outcome: &'static str) {
     metrics::counter!(
         "redlease_fenced_writes_total",
         "fence" => fence_label(mark_key),
@@ -35,7 +66,8 @@ pub(super) fn count(mark_key: &str, result: &Result<FenceOutcome, RedisLeaseErro
 pub fn describe_metrics() {
     metrics::describe_counter!(
         "redlease_fenced_writes_total",
-        "Redis fenced writes, by outcome (applied, stale, not_applied, unknown)"
+        "Redis fenced writes (lock- and permit-fenced), by outcome (applied, stale, \
+         not_current, not_applied, unknown)"
     );
 }
 

@@ -142,12 +142,14 @@ pub fn quorum_error(e: &BackendError) -> &QuorumError {
     QuorumError::find(e).unwrap_or_else(|| panic!("not a quorum error: {e:?}"))
 }
 
+/// `GET key`, without lease-redis's waiter mark (a failed attempt marks the holder's value).
 pub async fn get(conn: &mut Conn, key: &str) -> Option<String> {
-    redis::cmd("GET")
+    let v: Option<String> = redis::cmd("GET")
         .arg(key)
         .query_async(conn)
         .await
-        .expect("GET")
+        .expect("GET");
+    v.map(lease_testkit::redis::without_waiter_mark)
 }
 
 pub async fn set_px(conn: &mut Conn, key: &str, value: &str, px: u64) {

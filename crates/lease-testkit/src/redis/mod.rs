@@ -507,3 +507,45 @@ fn is_port_conflict(text: &str) -> bool {
     let text = text.to_ascii_lowercase();
     text.contains("address already in use") || text.contains("port is already allocated")
 }
+
+/// A stored lock value without lease-redis's waiter mark (`owner\0\0w` → `owner`,
+/// `owner\0meta\0w` → `owner\0meta`; see `lease-redis/scripts/prelude.lua`): what the value
+/// says about its holder, for tests that check the holder and not the notices.
+///
+/// # Panics
+///
+/// On a flags part other than the mark (so that nothing else is ever hidden).
+pub fn without_waiter_mark(v: String) -> String {
+    let Some(first) = v.find('\0') else {
+        return v;
+    };
+    let Some(second) = v[first + 1..].find('\0').map(|i| first + 1 + i) else {
+        return v;
+    };
+    assert_eq!(
+        &v[second..],
+        "\0w",
+        "a flags part other than the waiter mark: {v:?}"
+    );
+    let mut v = v;
+    v.truncate(second);
+    if v.len() == first + 1 {
+        // No metadata: the unmarked value is the owner alone.
+        v.truncate(first);
+    }
+    v
+}
+
+#[cfg(test)]
+mod mark_tests {
+    use super::without_waiter_mark as w;
+
+    #[test]
+    fn the_waiter_mark_is_stripped_and_nothing_else() {
+        assert_eq!(w("a".into()), "a");
+        assert_eq!(w("a\0m".into()), "a\0m");
+        assert_eq!(w("a\0\0w".into()), "a");
+        assert_eq!(w("a\0m\0w".into()), "a\0m");
+        assert!(std::panic::catch_unwind(|| w("a\0m\0x".into())).is_err());
+    }
+}

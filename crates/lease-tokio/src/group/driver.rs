@@ -70,10 +70,22 @@ enum Done {
         reply: Reply,
     },
     /// A batch of renewals' answers, in the order of the batch's entry in
-    /// [`Driver::batches`] (`None`: no answer by the earliest deadline).
+    /// [`Driver::in_flight`] (`None`: no answer by the earliest deadline).
     Renewals(Option<Vec<Result<RenewOutcome, BackendError>>>),
     /// A roster read: which slots are held (`None`: the read failed or timed out).
     Roster(Option<Vec<bool>>),
+}
+
+/// What a task in flight answers for, kept by the driver (not on the task) so that a task
+/// that fails (a backend that panics) still answers: its machines as timed out, the roster
+/// as not read. Without it they would wait for good.
+enum InFlight {
+    /// An acquire or release of one machine.
+    One(usize, RequestId),
+    /// A batch of renewals, in the batch's order.
+    Renewals(Vec<(usize, RequestId)>),
+    /// A roster read.
+    Roster,
 }
 
 /// A renewal waiting for the turn's batch.
@@ -95,9 +107,8 @@ pub(super) struct Driver<B> {
     acquire_timeout: Duration,
     permits: Arc<Semaphore>,
     tasks: JoinSet<Done>,
-    /// The renewals of each batch in flight (by its task): kept here, not on the task, so
-    /// that a batch whose task fails still answers each of its machines.
-    batches: HashMap<tokio::task::Id, Vec<(usize, RequestId)>>,
+    /// What each task in flight answers for (by its task id).
+    in_flight: HashMap<tokio::task::Id, InFlight>,
     dirty: Vec<usize>,
     /// Names are contended for (below target).
     contend: bool,
@@ -168,7 +179,7 @@ impl<B: LeaseBackend> Driver<B> {
             acquire_timeout,
             permits: Arc::new(Semaphore::new(max_in_flight)),
             tasks: JoinSet::new(),
-            batches: HashMap::new(),
+            in_flight: HashMap::new(),
             // With the share rule, nothing is contended for before the roster is read.
             contend: !share,
             roster_contend: true,
@@ -360,7 +371,8 @@ impl<B: LeaseBackend> Driver<B> {
         let backend = Arc::clone(&self.backend);
         let permits = Arc::clone(&self.permits);
         let deadline = self.clock.to_tokio(req.deadline);
-        self.tasks.spawn(async move {
+        let id = req.id;
+        let task = self.tasks.spawn(async move {
             let call = async {
                 let _permit = permits.acquire().await.ok();
                 match &req.kind {
@@ -379,6 +391,7 @@ impl<B: LeaseBackend> Driver<B> {
                 reply,
             }
         });
+        self.in_flight.insert(task.id(), InFlight::One(idx, id));
     }
 
     /// The turn's renewals as one [`LeaseBackend::renew_many`], bounded by the earliest deadline.
@@ -397,20 +410,30 @@ impl<B: LeaseBackend> Driver<B> {
                 .ok();
             Done::Renewals(replies)
         });
-        self.batches.insert(task.id(), ids);
+        self.in_flight.insert(task.id(), InFlight::Renewals(ids));
     }
 
     fn finished(&mut self, joined: Result<(tokio::task::Id, Done), tokio::task::JoinError>) {
         let (task, done) = match joined {
             Ok(done) => done,
             Err(e) => {
-                // A request task cannot panic short of a backend bug. A batch's renewals are
-                // answered as timed out (their machines have no queue entry meanwhile); an
-                // acquire's or release's machine times it out at its own deadline.
+                // A request task cannot panic short of a backend bug. Its machines are
+                // answered as timed out (the outcome is unknown), a roster read as failed.
                 tracing::error!(error = %e, "election group: a request task failed");
-                (e.id(), Done::Renewals(None))
+                let done = match self.in_flight.get(&e.id()) {
+                    Some(InFlight::One(idx, id)) => Done::One {
+                        idx: *idx,
+                        id: *id,
+                        reply: Reply::TimedOut,
+                    },
+                    Some(InFlight::Renewals(_)) => Done::Renewals(None),
+                    Some(InFlight::Roster) => Done::Roster(None),
+                    None => return,
+                };
+                (e.id(), done)
             }
         };
+        let in_flight = self.in_flight.remove(&task);
         let now = self.clock.now();
         match done {
             Done::One { idx, id, reply } => {
@@ -420,7 +443,7 @@ impl<B: LeaseBackend> Driver<B> {
                 self.mark(idx);
             }
             Done::Renewals(replies) => {
-                let Some(ids) = self.batches.remove(&task) else {
+                let Some(InFlight::Renewals(ids)) = in_flight else {
                     return;
                 };
                 let mut replies = replies.map(Vec::into_iter);

@@ -293,3 +293,156 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
     }
     s
 }
+
+/// One contended round: `tasks` tasks of this process on **one** key, each looping obtain
+/// (waiting, retry every [`CONTENDED_RETRY`]) and release at once, for `window`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Contended {
+    pub(crate) acquisitions_per_sec: f64,
+    /// The server's CPU per acquisition.
+    pub(crate) redis_cpu_us: f64,
+    /// The fewest and most acquisitions of one task in the window.
+    pub(crate) per_task: (u64, u64),
+}
+
+/// Both clients retry a held lock after this long (rslock: a random delay below it, its own
+/// rule; redlease: its jittered linear strategy, and the release notice before it).
+const CONTENDED_RETRY: Duration = Duration::from_millis(10);
+
+async fn contended_round(env: &Env, redlease: bool, tasks: usize, window: Duration) -> Contended {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crate::cpu::ServerSample;
+    use redlease::RetryStrategy;
+    use redlease::redis::ReleaseNotices;
+
+    let url = env.servers[0].url();
+    let redis_client = redis::Client::open(url.as_str()).expect("url");
+    let conn = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut stats = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    // As `redlease::redis::connect` sets a backend up: one release-notice subscriber.
+    let backend = RedisBackend::new(conn.clone())
+        .with_release_notices(ReleaseNotices::new(redis_client.clone()));
+    let locker = Locker::new(backend);
+    let options = LockOptions::new()
+        .retry(RetryStrategy::linear(CONTENDED_RETRY).expect("retry"))
+        .wait(Duration::from_secs(30));
+    let mut manager = rslock::LockManager::from_clients(vec![redis_client.clone()]);
+    manager.set_retry(3, CONTENDED_RETRY);
+    let manager = Arc::new(manager);
+    let key = if redlease {
+        "bench:contended:redlease"
+    } else {
+        "bench:contended:rslock"
+    };
+    let total = Arc::new(AtomicU64::new(0));
+    let warm = Duration::from_millis(300).min(window);
+    let start = tokio::time::Instant::now();
+    let (measure_from, end) = (start + warm, start + warm + window);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..tasks {
+        let (locker, manager, options) = (locker.clone(), Arc::clone(&manager), options.clone());
+        let total = Arc::clone(&total);
+        set.spawn(async move {
+            let mut mine = 0u64;
+            loop {
+                let now = tokio::time::Instant::now();
+                if now >= end {
+                    break;
+                }
+                if redlease {
+                    let lock = locker
+                        .obtain(key, TTL, options.clone())
+                        .await
+                        .expect("redlease obtain");
+                    lock.release().await.expect("redlease release");
+                } else {
+                    let l = manager
+                        .acquire_no_guard(key, TTL)
+                        .await
+                        .expect("rslock acquire");
+                    manager.unlock(&l).await;
+                }
+                if now >= measure_from && tokio::time::Instant::now() < end {
+                    mine += 1;
+                    total.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            mine
+        });
+    }
+    tokio::time::sleep_until(measure_from).await;
+    let server_before = ServerSample::read(&mut stats).await;
+    tokio::time::sleep_until(end).await;
+    let server_after = ServerSample::read(&mut stats).await;
+    let mut per_task = (u64::MAX, 0);
+    while let Some(joined) = set.join_next().await {
+        let mine = joined.expect("a contending task");
+        per_task = (per_task.0.min(mine), per_task.1.max(mine));
+    }
+    let n = total.load(Ordering::Relaxed).max(1) as f64;
+    Contended {
+        acquisitions_per_sec: n / window.as_secs_f64(),
+        redis_cpu_us: (server_after.cpu - server_before.cpu) * 1e6 / n,
+        per_task,
+    }
+}
+
+/// `rounds` interleaved contended rounds (redlease, rslock, redlease, ...).
+pub(crate) async fn contended(
+    env: &Env,
+    tasks: usize,
+    window: Duration,
+    rounds: usize,
+) -> Vec<[Contended; 2]> {
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let a = contended_round(env, true, tasks, window).await;
+        let b = contended_round(env, false, tasks, window).await;
+        out.push([a, b]);
+    }
+    out
+}
+
+/// The report's section for the contended rounds.
+pub(crate) fn render_contended(
+    rounds: &[[Contended; 2]],
+    tasks: usize,
+    window: Duration,
+) -> String {
+    let mut s = format!(
+        "\n## {tasks} tasks contending for one key: redlease vs rslock\n\n\
+         One process, one key, one multiplexed connection per client. Each task loops: obtain \
+         (waiting; retry after {} ms: redlease's linear strategy with its release notices, \
+         rslock's `acquire_no_guard` with `set_retry(3, {} ms)`), release at once. {} ms per \
+         client per round after a 300 ms warm-up, clients interleaved. Redis CPU per \
+         acquisition from `INFO` `used_cpu_*`.\n\n\
+         | round | client | acquisitions/s | vs rslock | Redis CPU µs/acquisition | per task min–max |\n\
+         |---|---|---:|---:|---:|---|\n",
+        CONTENDED_RETRY.as_millis(),
+        CONTENDED_RETRY.as_millis(),
+        window.as_millis()
+    );
+    for (i, [a, b]) in rounds.iter().enumerate() {
+        for (name, t) in [("redlease", a), ("rslock 0.10", b)] {
+            s.push_str(&format!(
+                "| {} | {} | {:.0} | {:.2}× | {:.1} | {}–{} |\n",
+                i + 1,
+                name,
+                t.acquisitions_per_sec,
+                t.acquisitions_per_sec / b.acquisitions_per_sec.max(f64::MIN_POSITIVE),
+                t.redis_cpu_us,
+                t.per_task.0,
+                t.per_task.1
+            ));
+        }
+    }
+    s
+}

@@ -80,8 +80,14 @@ fn main() {
         // `REDLEASE_BENCH_COMPARE_ONLY=1 cargo bench -p redlease --bench benchmarks -- none`.
         let compared = rt.block_on(compare::interleaved(&env, 1_500));
         let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
+        let contended = rt.block_on(compare::contended(&env, 8, Duration::from_secs(2), 3));
         let mut text = compare::render(&compared);
         text.push_str(&compare::render_concurrent(&concurrent));
+        text.push_str(&compare::render_contended(
+            &contended,
+            8,
+            Duration::from_secs(2),
+        ));
         println!("\n{text}");
     } else if bench_mode {
         let paired = rt.block_on(ops::paired(&env, 1_500));
@@ -90,11 +96,17 @@ fn main() {
             .expect("idle measurement");
         let compared = rt.block_on(compare::interleaved(&env, 1_500));
         let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
+        let contended = rt.block_on(compare::contended(&env, 8, Duration::from_secs(2), 3));
         let many = rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2));
         let elections = rt.block_on(elections::measure(&env, 1_000, Duration::from_secs(10), 2));
         let mut text = report::render(&out_dir, &env, &paired, &failovers, &idle);
         text.push_str(&compare::render(&compared));
         text.push_str(&compare::render_concurrent(&concurrent));
+        text.push_str(&compare::render_contended(
+            &contended,
+            8,
+            Duration::from_secs(2),
+        ));
         text.push_str(&many::render(&many));
         text.push_str(&elections::render(&elections));
         println!("\n{text}");
@@ -122,6 +134,11 @@ fn main() {
         assert!(
             concurrent.rounds[0].iter().all(|t| t.cycles_per_sec > 0.0),
             "{concurrent:?}"
+        );
+        let contended = rt.block_on(compare::contended(&env, 3, Duration::from_millis(200), 1));
+        assert!(
+            contended[0].iter().all(|t| t.acquisitions_per_sec > 0.0),
+            "{contended:?}"
         );
         let many = rt.block_on(many::measure(&env, 50, Duration::from_secs(1), 1));
         assert!(many.redlease[0].renewals_per_lock_sec > 0.0, "{many:?}");

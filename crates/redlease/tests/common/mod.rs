@@ -119,9 +119,11 @@ pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
     server.connection().await.expect("connect")
 }
 
-/// `GET key`.
+/// `GET key`, without lease-redis's waiter mark (a failed attempt marks the holder's value so
+/// that its release publishes; `lease-redis/tests/native.rs` tests the mark itself).
 pub async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+    let v: Option<String> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+    v.map(lease_testkit::redis::without_waiter_mark)
 }
 
 /// `PTTL key` (ms; -2 when absent).

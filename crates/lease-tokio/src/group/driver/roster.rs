@@ -9,7 +9,7 @@ use lease_core::share::{Step, step, target};
 use lease_core::{LeaseBackend, LeaseSpec};
 use tokio::time::Instant;
 
-use super::{Done, Driver};
+use super::{Done, Driver, InFlight};
 
 impl<B: LeaseBackend> Driver<B> {
     /// The share rule: see the [group's docs](super::super).
@@ -92,7 +92,7 @@ impl<B: LeaseBackend> Driver<B> {
             .collect();
         let backend = Arc::clone(&self.backend);
         let timeout = self.acquire_timeout;
-        self.tasks.spawn(async move {
+        let task = self.tasks.spawn(async move {
             // One after another on this task: a few dozen short calls every acquire interval.
             let read = async {
                 let mut live = Vec::with_capacity(specs.len());
@@ -103,5 +103,6 @@ impl<B: LeaseBackend> Driver<B> {
             };
             Done::Roster(tokio::time::timeout(timeout, read).await.ok().flatten())
         });
+        self.in_flight.insert(task.id(), InFlight::Roster);
     }
 }
