@@ -209,6 +209,17 @@ where
         let Some(delete) = self.native.delete(&mut conn).await else {
             return Ok(None);
         };
+        if self.publish
+            && let Some(notices) = &self.notices
+        {
+            let mut channel = String::with_capacity(32 + key.len());
+            notify::push_channel(&mut channel, key, self.topology);
+            if notices.has_watches(&channel) {
+                return self
+                    .release_native_marked(&mut conn, delete, key, owner, channel)
+                    .await;
+            }
+        }
         let reply: redis::RedisResult<redis::Value> =
             delete.cmd(key, owner).query_async(&mut conn).await;
         match reply {
@@ -226,6 +237,54 @@ where
                 "unexpected reply to a native release: {other:?}"
             ))),
         }
+    }
+
+    /// The native release when this process has watches on the lease's channel (others of
+    /// the process wait, so the value is likely marked): one pipeline of `DELIFEQ key owner`,
+    /// `DELIFEQ key owner\0\0w` (the marked value) and the notice's `PUBLISH`, after the
+    /// deletes; one round trip where a marked value would otherwise cost a missed `DELIFEQ`
+    /// and then the script. The `PUBLISH` goes out even if neither delete applied (a wasted
+    /// attempt for one woken waiter, never a lost wake-up: the script then runs and
+    /// publishes again if it deletes). `Ok(None)`: nothing deleted, the script decides.
+    async fn release_native_marked(
+        &self,
+        conn: &mut C,
+        delete: native::NativeDelete,
+        key: &str,
+        owner: &str,
+        channel: String,
+    ) -> Result<Option<ReleaseOutcome>, BackendError> {
+        let mut marked = String::with_capacity(owner.len() + 3);
+        marked.push_str(owner);
+        marked.push_str("\0\0w");
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(delete.cmd(key, owner));
+        pipe.add_command(delete.cmd(key, &marked));
+        pipe.cmd("PUBLISH").arg(channel).arg(owner);
+        let replies: Vec<redis::RedisResult<redis::Value>> = pipe
+            .query_async(conn)
+            .await
+            .map_err(crate::error::backend_error)?;
+        let mut deleted = false;
+        for reply in replies.into_iter().take(2) {
+            match reply {
+                Ok(redis::Value::Int(1)) => deleted = true,
+                Ok(redis::Value::Int(0)) => {}
+                Err(e) if native::not_offered(&e) => {
+                    self.native.disable();
+                    return Ok(None);
+                }
+                Err(e) if e.code() == Some("WRONGTYPE") => return Ok(None),
+                Err(e) => return Err(crate::error::backend_error(e)),
+                Ok(other) => {
+                    return Err(BackendError::Protocol(format!(
+                        "unexpected reply to a native release: {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(deleted.then_some(ReleaseOutcome::Released))
     }
 
     /// The plain lock's renewal by `SET key owner IFEQ owner PX ttl` (the value is rewritten

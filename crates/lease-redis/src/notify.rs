@@ -269,6 +269,12 @@ impl ReleaseNotices {
     pub fn is_live(&self, channel: &str) -> bool {
         self.shared.hub(channel).is_some_and(|h| h.is_live())
     }
+
+    /// Whether some watch of this process is registered on `channel` now (a waiter, a
+    /// follower or an observer): a release of that lease is likely to find the waiter mark.
+    pub fn has_watches(&self, channel: &str) -> bool {
+        self.shared.hub(channel).is_some_and(|h| h.watches() > 0)
+    }
 }
 
 /// Tells the subscriber task which channel to reconcile.

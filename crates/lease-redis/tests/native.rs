@@ -309,22 +309,29 @@ async fn held_by(
     );
 }
 
-/// A contended release still wakes waiters: the contender's failed attempt marks the held
-/// value, so the release (the native delete refuses the marked value, the script deletes it)
-/// publishes, and the contender's watch (the subscriber a lock waiter uses) is woken.
+/// A second backend on the same server with its own release-notice subscriber: another
+/// process's waiter.
+async fn other_process(server: &lease_testkit::RedisServer) -> RedisBackend<Conn> {
+    RedisBackend::new(server_conn(server).await)
+        .with_release_notices(ReleaseNotices::new(server.client().expect("client")))
+}
+
+/// A contended release still wakes waiters: the contender's failed attempt (another
+/// process's) marks the held value, so the release (the native delete refuses the marked
+/// value, the script deletes it) publishes, and the contender's watch (the subscriber a lock
+/// waiter uses) is woken.
 #[tokio::test]
 async fn a_contended_release_wakes_a_waiter() {
     let (server, backend, mut raw) = setup().await;
     let native = expect_native(&mut raw).await;
-    let notices = ReleaseNotices::new(server.client().expect("client"));
-    let backend = backend.with_release_notices(notices);
+    let waiter = other_process(&server).await;
     let spec = lock(&["native:notice"], None);
     timeout(BOUND, backend.acquire(&acq(&spec, "a")))
         .await
         .expect("bounded")
         .expect("acquire");
-    let mut watch = live_watch(&backend, &spec).await;
-    held_by(&backend, &spec, "b").await;
+    let mut watch = live_watch(&waiter, &spec).await;
+    held_by(&waiter, &spec, "b").await;
 
     reset_stats(&mut raw).await;
     assert_eq!(
@@ -345,6 +352,45 @@ async fn a_contended_release_wakes_a_waiter() {
     // The script ran (an `EVALSHA` refused with NOSCRIPT on a fresh server counts too).
     assert!(scripts(&stats) >= 1, "{stats:?}");
     assert_eq!(calls(&stats, "publish"), 1, "{stats:?}");
+}
+
+/// With a waiter of its own process on the key (a watch on the releasing backend's
+/// subscriber), a native release expects the mark: `DELIFEQ` of the plain value, `DELIFEQ`
+/// of the marked one and the `PUBLISH`, in one pipeline, with no script; the waiter is woken.
+/// Elsewhere the script runs and publishes as before.
+#[tokio::test]
+async fn a_release_with_waiters_in_process_needs_one_round_trip() {
+    let (server, backend, mut raw) = setup().await;
+    let native = expect_native(&mut raw).await;
+    let backend =
+        backend.with_release_notices(ReleaseNotices::new(server.client().expect("client")));
+    let spec = lock(&["native:inproc"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    let mut watch = live_watch(&backend, &spec).await;
+    held_by(&backend, &spec, "b").await;
+    reset_stats(&mut raw).await;
+    assert_eq!(
+        timeout(BOUND, backend.release(&release(&spec, "a", None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    timeout(BOUND, watch.notified())
+        .await
+        .expect("the waiter is woken within the bound");
+    assert!(!exists(&mut raw, "native:inproc").await);
+    let stats = commandstats(&mut raw).await;
+    assert_eq!(calls(&stats, "publish"), 1, "{stats:?}");
+    if native {
+        assert_eq!(calls(&stats, "delifeq"), 2, "{stats:?}");
+        assert_eq!(scripts(&stats), 0, "{stats:?}");
+    } else {
+        assert!(scripts(&stats) >= 1, "{stats:?}");
+    }
 }
 
 /// An uncontended release publishes nothing (nobody found the lock held, so nobody waits for
@@ -461,19 +507,18 @@ async fn the_waiter_mark_rides_with_the_value() {
 
 /// The negative control of the two tests above: a release whose value lost its mark (here
 /// rewritten by hand, as a holder of an older version would on takeover) publishes nothing,
-/// and the waiter is not woken: the notice comes from the mark.
+/// and the other process's waiter is not woken: the notice comes from the mark.
 #[tokio::test]
 async fn without_the_mark_a_release_is_silent() {
     let (server, backend, mut raw) = setup().await;
-    let notices = ReleaseNotices::new(server.client().expect("client"));
-    let backend = backend.with_release_notices(notices);
+    let waiter = other_process(&server).await;
     let spec = lock(&["native:unmarked"], None);
     timeout(BOUND, backend.acquire(&acq(&spec, "a")))
         .await
         .expect("bounded")
         .expect("acquire");
-    let mut watch = live_watch(&backend, &spec).await;
-    held_by(&backend, &spec, "b").await;
+    let mut watch = live_watch(&waiter, &spec).await;
+    held_by(&waiter, &spec, "b").await;
     let () = timeout(
         BOUND,
         redis::cmd("SET")

@@ -296,13 +296,16 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
 
 /// One contended round: `tasks` tasks of this process on **one** key, each looping obtain
 /// (waiting, retry every [`CONTENDED_RETRY`]) and release at once, for `window`.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Contended {
     pub(crate) acquisitions_per_sec: f64,
     /// The server's CPU per acquisition.
     pub(crate) redis_cpu_us: f64,
     /// The fewest and most acquisitions of one task in the window.
     pub(crate) per_task: (u64, u64),
+    /// The server's commands per acquisition (`INFO commandstats`, a script's inner
+    /// commands included), the most frequent first.
+    pub(crate) commands: Vec<(String, f64)>,
 }
 
 /// Both clients retry a held lock after this long (rslock: a random delay below it, its own
@@ -388,10 +391,22 @@ async fn contended_round(env: &Env, redlease: bool, tasks: usize, window: Durati
         per_task = (per_task.0.min(mine), per_task.1.max(mine));
     }
     let n = total.load(Ordering::Relaxed).max(1) as f64;
+    let mut commands: Vec<(String, f64)> = server_after
+        .calls
+        .iter()
+        .map(|(name, after)| {
+            let before = server_before.calls.get(name).copied().unwrap_or(0);
+            (name.clone(), after.saturating_sub(before) as f64 / n)
+        })
+        .filter(|(name, per)| *per >= 0.05 && name != "info")
+        .collect();
+
+    commands.sort_by(|a, b| b.1.total_cmp(&a.1));
     Contended {
         acquisitions_per_sec: n / window.as_secs_f64(),
         redis_cpu_us: (server_after.cpu - server_before.cpu) * 1e6 / n,
         per_task,
+        commands,
     }
 }
 
@@ -424,23 +439,29 @@ pub(crate) fn render_contended(
          rslock's `acquire_no_guard` with `set_retry(3, {} ms)`), release at once. {} ms per \
          client per round after a 300 ms warm-up, clients interleaved. Redis CPU per \
          acquisition from `INFO` `used_cpu_*`.\n\n\
-         | round | client | acquisitions/s | vs rslock | Redis CPU µs/acquisition | per task min–max |\n\
-         |---|---|---:|---:|---:|---|\n",
+         | round | client | acquisitions/s | vs rslock | Redis CPU µs/acquisition | per task min–max | commands/acquisition |\n\
+         |---|---|---:|---:|---:|---|---|\n",
         CONTENDED_RETRY.as_millis(),
         CONTENDED_RETRY.as_millis(),
         window.as_millis()
     );
     for (i, [a, b]) in rounds.iter().enumerate() {
         for (name, t) in [("redlease", a), ("rslock 0.10", b)] {
+            let commands: Vec<String> = t
+                .commands
+                .iter()
+                .map(|(name, per)| format!("{name} {per:.2}"))
+                .collect();
             s.push_str(&format!(
-                "| {} | {} | {:.0} | {:.2}× | {:.1} | {}–{} |\n",
+                "| {} | {} | {:.0} | {:.2}× | {:.1} | {}–{} | {} |\n",
                 i + 1,
                 name,
                 t.acquisitions_per_sec,
                 t.acquisitions_per_sec / b.acquisitions_per_sec.max(f64::MIN_POSITIVE),
                 t.redis_cpu_us,
                 t.per_task.0,
-                t.per_task.1
+                t.per_task.1,
+                commands.join(", ")
             ));
         }
     }

@@ -37,9 +37,20 @@ fn main() {
     let env = rt
         .block_on(setup::Env::start(5))
         .expect("start the Redis servers");
-    // `REDLEASE_BENCH_ONLY=elections` (or `many`): only the many-elections (or many-locks)
-    // section (about a minute each; the whole run takes much longer).
+    // `REDLEASE_BENCH_ONLY=elections` (or `many`, or `contended`): only the many-elections
+    // (or many-locks, or contended-lock) section (about a minute each; the whole run takes
+    // much longer).
     let only = std::env::var("REDLEASE_BENCH_ONLY").ok();
+    if only.as_deref() == Some("contended") {
+        let contended = rt.block_on(compare::contended(&env, 8, Duration::from_secs(2), 3));
+        println!(
+            "{}",
+            compare::render_contended(&contended, 8, Duration::from_secs(2))
+        );
+        drop(env);
+        rt.shutdown_timeout(Duration::from_secs(2));
+        return;
+    }
     if matches!(only.as_deref(), Some("elections" | "many")) {
         let section = if only.as_deref() == Some("many") {
             many::render(&rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2)))
