@@ -21,6 +21,11 @@ Errors
   WRONGTYPE ...  the key holds a value that is neither a string nor a sorted set
 ]]
 local v = redis.pcall('GET', KEYS[1])
+-- The common case first: a value that is exactly the owner (no metadata, no mark).
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 if type(v) == 'table' then
   -- A read-write lock's readers (a sorted set) are not ours; any other type is WRONGTYPE.
   if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return 0 end

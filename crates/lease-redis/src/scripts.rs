@@ -532,7 +532,7 @@ mod tests {
         assert!(!RELEASE_ONE.contains("tostring("));
         assert_eq!(
             redis::Script::new(RELEASE_ONE).get_hash(),
-            "d2f612eaca229dadf4b40b00e358a59cd8f2f598",
+            "23eae1fb26679d93e3ca5ddffc76f734c3084ff0",
             "release_one.lua changed: check, then re-pin"
         );
     }
