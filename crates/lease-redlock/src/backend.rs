@@ -14,7 +14,7 @@ use lease_core::{
 
 use crate::node::QuorumNode;
 use crate::notify::Fanin;
-use crate::round::{Flights, LateRequests, drive};
+use crate::round::{Flights, LateRequests, Reads, drive};
 
 /// The default drift factor: 1 % of the TTL (plus 2 ms) is set aside for clock-rate drift.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -220,7 +220,14 @@ impl<N: QuorumNode> RedlockBackend<N> {
 
     /// Runs the round `make` builds (given its start instant) over the nodes.
     async fn drive(&self, make: impl FnOnce(Instant) -> Round) -> Result<Verdict, BackendError> {
-        drive(&self.nodes, &self.flights, self.config.late, make).await
+        drive(
+            &self.nodes,
+            &self.flights,
+            self.config.late,
+            Reads::Inspect,
+            make,
+        )
+        .await
     }
 }
 
@@ -281,6 +288,25 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
         self.drive(|now| self.machine.inspect(spec, bound, now))
             .await?
             .into_inspect()
+    }
+
+    /// The inspect round of [`inspect`](Self::inspect), each node read with its own
+    /// [`observe`](LeaseBackend::observe): on Redis nodes a watcher's read also sets the
+    /// holder's waiter mark, so that the holder's release publishes on that node and a
+    /// watcher with no contender beside it (lease-tokio's `LeaderWatch`) learns of the release
+    /// by notice, not at its poll. The verdict is the inspect round's.
+    async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
+        let bound = self.config.operation_timeout_without_ttl();
+        let spec = Arc::new(spec.clone());
+        drive(
+            &self.nodes,
+            &self.flights,
+            self.config.late,
+            Reads::Observe,
+            |now| self.machine.inspect(spec, bound, now),
+        )
+        .await?
+        .into_inspect()
     }
 
     /// Every node must accept the lease.

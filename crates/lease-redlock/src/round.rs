@@ -177,10 +177,15 @@ impl Flights {
 /// is answered or abandoned at [`NodeRequest::expires_at`](lease_core::quorum::NodeRequest::expires_at); its reply is logged. Every
 /// request the machine asked for is therefore sent, and never ahead of an earlier request of
 /// its turn (see [`TurnKey`] for why both matter).
+///
+/// `reads` says how a node's inspect request is sent: [`Reads::Inspect`] (reads only) or
+/// [`Reads::Observe`] ([`LeaseBackend::observe`](lease_core::LeaseBackend::observe): a watcher's
+/// read, which may also tell the node that someone waits for the release).
 pub(crate) async fn drive<N: QuorumNode>(
     nodes: &Arc<[N]>,
     flights: &Arc<Flights>,
     late: LateRequests,
+    reads: Reads,
     make: impl FnOnce(lease_core::Instant) -> Round,
 ) -> Result<Verdict, BackendError> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -247,7 +252,7 @@ pub(crate) async fn drive<N: QuorumNode>(
                     }
                     let expires = origin + r.expires_at(now()).since_origin();
                     let reply =
-                        tokio::time::timeout_at(expires, call(nodes.get(r.node), r.node, &r.kind))
+                        tokio::time::timeout_at(expires, call(nodes.get(r.node), r.node, &r.kind, reads))
                             .await
                             .unwrap_or(NodeReply::TimedOut);
                     drop(done);
@@ -364,9 +369,23 @@ fn trace_reply(op: QuorumOp, request: &Asked, reply: &NodeReply, late: bool) {
     }
 }
 
+/// How a round's inspect requests reach the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// [`LeaseBackend::inspect`](lease_core::LeaseBackend::inspect).
+    Inspect,
+    /// [`LeaseBackend::observe`](lease_core::LeaseBackend::observe).
+    Observe,
+}
+
 /// One node request as the node's call; a node index the machine made up (impossible: the
 /// machine only names nodes it was given) is a protocol error of that request.
-async fn call<N: QuorumNode>(node: Option<&N>, index: usize, kind: &NodeRequestKind) -> NodeReply {
+async fn call<N: QuorumNode>(
+    node: Option<&N>,
+    index: usize,
+    kind: &NodeRequestKind,
+    reads: Reads,
+) -> NodeReply {
     let Some(node) = node else {
         let e = BackendError::Protocol(format!("no node {index}"));
         return match kind {
@@ -388,7 +407,10 @@ async fn call<N: QuorumNode>(node: Option<&N>, index: usize, kind: &NodeRequestK
         NodeRequestKind::Remaining { spec, owner } => {
             NodeReply::Remaining(node.remaining(spec, owner).await)
         }
-        NodeRequestKind::Inspect { spec } => NodeReply::Inspect(node.inspect(spec).await),
+        NodeRequestKind::Inspect { spec } => NodeReply::Inspect(match reads {
+            Reads::Inspect => node.inspect(spec).await,
+            Reads::Observe => node.observe(spec).await,
+        }),
     }
 }
 

@@ -136,3 +136,83 @@ async fn a_redlock_lock_waiter_is_woken_even_if_one_node_lost_its_notice() {
     let took = at.duration_since(released);
     assert!(took < PROMPT, "obtained {took:?} after the release");
 }
+
+/// A `LeaderWatch` over Redlock with no contender beside it gets its releases by notice: its
+/// reads (`observe`) set the waiter mark on the holder's value on every node, so the release
+/// publishes on every node. Before Redlock's `observe` did that (it read only, as `inspect`
+/// does), no node's value was marked and no release published: the watch saw it at its poll.
+#[tokio::test]
+async fn a_redlock_leader_watch_marks_the_holder_on_every_node() {
+    let servers = start(3).await;
+    let config = ElectionConfig::builder("rlw", "a")
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let key = config.lease_spec().keys()[0].clone();
+    let a_backend = backend(&servers).await;
+    let a = Elector::new(a_backend.clone(), config);
+    let shutdown = CancellationToken::new();
+    let run = {
+        let (e, s) = (a.clone(), shutdown.clone());
+        tokio::spawn(async move { e.hold(s).await })
+    };
+    let mut rx = a.subscribe();
+    tokio::time::timeout(
+        EVENTUALLY,
+        rx.wait_for(|s| matches!(s.role, Role::Leader(_))),
+    )
+    .await
+    .expect("a leads")
+    .unwrap();
+    let mut raws = Vec::new();
+    for s in &servers {
+        raws.push(s.connection().await.unwrap());
+    }
+    let marked = |v: &str| v.ends_with("\0w") && v.matches('\0').count() == 2;
+    for raw in &mut raws {
+        let v: String = redis::cmd("GET").arg(&key).query_async(raw).await.unwrap();
+        assert!(!marked(&v), "nobody watched yet: {v:?}");
+    }
+
+    let mut watch =
+        lease_tokio::LeaderWatch::new(std::sync::Arc::new(backend(&servers).await), "rlw")
+            .unwrap()
+            .every(Duration::from_secs(10))
+            .unwrap();
+    let first = tokio::time::timeout(PROMPT, watch.changed())
+        .await
+        .expect("the first read is prompt")
+        .expect("read");
+    assert_eq!(first.map(|l| l.instance_id).as_deref(), Some("a"));
+    for raw in &mut raws {
+        let v: String = redis::cmd("GET").arg(&key).query_async(raw).await.unwrap();
+        assert!(marked(&v), "the watch's read marks the holder: {v:?}");
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(raw)
+            .await
+            .unwrap();
+    }
+
+    shutdown.cancel();
+    tokio::time::timeout(EVENTUALLY, run)
+        .await
+        .expect("a steps down")
+        .unwrap()
+        .unwrap();
+    // The release round returns at a quorum; the last node's release may still run.
+    tokio::time::timeout(EVENTUALLY, a_backend.settled())
+        .await
+        .expect("every node's release answered");
+    for raw in &mut raws {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(raw)
+            .await
+            .unwrap();
+        assert!(
+            info.contains("cmdstat_publish:calls=1,"),
+            "every node published: {info}"
+        );
+    }
+}
