@@ -42,6 +42,26 @@ async fn wait_live(backend: &Backend, spec: &LeaseSpec) {
     }
 }
 
+/// Runs `e` until `shutdown` and waits (bounded) until it leads; returns its run.
+async fn lead(
+    e: &Elector<Backend>,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<Result<(), lease_tokio::ElectorError>> {
+    let run = {
+        let (e, s) = (e.clone(), shutdown.clone());
+        tokio::spawn(async move { e.hold(s).await })
+    };
+    let mut rx = e.subscribe();
+    tokio::time::timeout(
+        EVENTUALLY,
+        rx.wait_for(|s| matches!(s.role, Role::Leader(_))),
+    )
+    .await
+    .expect("leads within the bound")
+    .expect("the elector runs");
+    run
+}
+
 #[tokio::test]
 async fn a_redlock_follower_is_elected_at_once_on_resign() {
     let servers = start(3).await;
@@ -55,18 +75,7 @@ async fn a_redlock_follower_is_elected_at_once_on_resign() {
     let b_backend = backend(&servers).await;
     let b = Elector::new(b_backend.clone(), config("b"));
     let shutdown = CancellationToken::new();
-    let run_a = {
-        let (e, s) = (a.clone(), shutdown.clone());
-        tokio::spawn(async move { e.hold(s).await })
-    };
-    let mut rx = a.subscribe();
-    tokio::time::timeout(
-        EVENTUALLY,
-        rx.wait_for(|s| matches!(s.role, Role::Leader(_))),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let run_a = lead(&a, &shutdown).await;
     let run_b = {
         let (e, s) = (b.clone(), shutdown.clone());
         tokio::spawn(async move { e.hold(s).await })
@@ -152,18 +161,7 @@ async fn a_redlock_leader_watch_marks_the_holder_on_every_node() {
     let a_backend = backend(&servers).await;
     let a = Elector::new(a_backend.clone(), config);
     let shutdown = CancellationToken::new();
-    let run = {
-        let (e, s) = (a.clone(), shutdown.clone());
-        tokio::spawn(async move { e.hold(s).await })
-    };
-    let mut rx = a.subscribe();
-    tokio::time::timeout(
-        EVENTUALLY,
-        rx.wait_for(|s| matches!(s.role, Role::Leader(_))),
-    )
-    .await
-    .expect("a leads")
-    .unwrap();
+    let run = lead(&a, &shutdown).await;
     let mut raws = Vec::new();
     for s in &servers {
         raws.push(s.connection().await.unwrap());
