@@ -42,6 +42,17 @@ async fn wait_live(backend: &Backend, spec: &LeaseSpec) {
     }
 }
 
+/// One raw command to a node, bounded.
+async fn ask<T: redis::FromRedisValue>(
+    raw: &mut redis::aio::MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> T {
+    tokio::time::timeout(EVENTUALLY, cmd.query_async(raw))
+        .await
+        .expect("the node answers within the bound")
+        .expect("the command")
+}
+
 /// Runs `e` until `shutdown` and waits (bounded) until it leads; returns its run.
 async fn lead(
     e: &Elector<Backend>,
@@ -164,11 +175,12 @@ async fn a_redlock_leader_watch_marks_the_holder_on_every_node() {
     let run = lead(&a, &shutdown).await;
     let mut raws = Vec::new();
     for s in &servers {
-        raws.push(s.connection().await.unwrap());
+        let conn = tokio::time::timeout(EVENTUALLY, s.connection()).await;
+        raws.push(conn.expect("bounded").expect("connect"));
     }
     let marked = |v: &str| v.ends_with("\0w") && v.matches('\0').count() == 2;
     for raw in &mut raws {
-        let v: String = redis::cmd("GET").arg(&key).query_async(raw).await.unwrap();
+        let v: String = ask(raw, redis::cmd("GET").arg(&key)).await;
         assert!(!marked(&v), "nobody watched yet: {v:?}");
     }
 
@@ -183,13 +195,9 @@ async fn a_redlock_leader_watch_marks_the_holder_on_every_node() {
         .expect("read");
     assert_eq!(first.map(|l| l.instance_id).as_deref(), Some("a"));
     for raw in &mut raws {
-        let v: String = redis::cmd("GET").arg(&key).query_async(raw).await.unwrap();
+        let v: String = ask(raw, redis::cmd("GET").arg(&key)).await;
         assert!(marked(&v), "the watch's read marks the holder: {v:?}");
-        let () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(raw)
-            .await
-            .unwrap();
+        let () = ask(raw, redis::cmd("CONFIG").arg("RESETSTAT")).await;
     }
 
     shutdown.cancel();
@@ -203,11 +211,7 @@ async fn a_redlock_leader_watch_marks_the_holder_on_every_node() {
         .await
         .expect("every node's release answered");
     for raw in &mut raws {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(raw)
-            .await
-            .unwrap();
+        let info: String = ask(raw, redis::cmd("INFO").arg("commandstats")).await;
         assert!(
             info.contains("cmdstat_publish:calls=1,"),
             "every node published: {info}"
