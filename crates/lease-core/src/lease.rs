@@ -105,11 +105,16 @@ pub struct RenewOrder {
 /// still there, in a queue allocated only then: a driver polls after every step, and a step
 /// mostly makes one event (a renewal's `Renewed`), so a machine held for hours allocates
 /// nothing for its events (a `VecDeque` would keep its first buffer for the machine's life:
-/// four events' worth per machine, and a lock holds two machines).
+/// four events' worth per machine, and a lock holds two machines). The queue sits behind a
+/// `Box`, so an empty one costs the machine a pointer, not a `VecDeque`'s 32 bytes.
 #[derive(Debug)]
 pub(crate) struct Events<T> {
     first: Option<T>,
-    rest: VecDeque<T>,
+    #[expect(
+        clippy::box_collection,
+        reason = "an empty queue costs 8 bytes boxed, 32 inline; it is almost never made"
+    )]
+    rest: Option<Box<VecDeque<T>>>,
 }
 
 impl<T> Events<T> {
@@ -117,7 +122,7 @@ impl<T> Events<T> {
     pub(crate) const fn new() -> Events<T> {
         Events {
             first: None,
-            rest: VecDeque::new(),
+            rest: None,
         }
     }
 
@@ -125,16 +130,19 @@ impl<T> Events<T> {
     pub(crate) fn push_back(&mut self, event: T) {
         // `first`, when set, is older than everything in `rest`: it is only set while `rest`
         // is empty.
-        if self.first.is_none() && self.rest.is_empty() {
+        let rest_empty = self.rest.as_ref().is_none_or(|r| r.is_empty());
+        if self.first.is_none() && rest_empty {
             self.first = Some(event);
         } else {
-            self.rest.push_back(event);
+            self.rest.get_or_insert_default().push_back(event);
         }
     }
 
     /// The oldest event.
     pub(crate) fn pop_front(&mut self) -> Option<T> {
-        self.first.take().or_else(|| self.rest.pop_front())
+        self.first
+            .take()
+            .or_else(|| self.rest.as_mut().and_then(|r| r.pop_front()))
     }
 }
 

@@ -46,11 +46,6 @@ pub(crate) struct Shared<B> {
     /// The generation of this lock's entry in the renewal task's queue (older entries are
     /// stale).
     pub(crate) schedule: AtomicU64,
-    /// How early a renewal of this lock may join a batch ([`HeldLock::coalesce_window`]).
-    pub(crate) coalesce_window: Duration,
-    /// The bound of every release of this lock ([`HeldLock::bound`], the core's
-    /// `lock::release_bound`).
-    release_bound: Duration,
     /// The lock's span (`lock`, with its keys and fencing token): its events, and its
     /// background task, run inside it.
     pub(crate) span: tracing::Span,
@@ -163,7 +158,7 @@ impl<B: LeaseBackend> Shared<B> {
                     spawn_release(
                         Arc::clone(&self.backend),
                         release_request(&self.renew.spec, &self.renew.owner),
-                        self.release_bound,
+                        self.release_bound(),
                     );
                 }
             }
@@ -187,6 +182,16 @@ impl<B: LeaseBackend> Shared<B> {
         self.renew.spec.keys().first().map_or("", String::as_str)
     }
 
+    /// The bound of every release of this lock ([`HeldLock::bound`], the core's
+    /// `lock::release_bound`): read from the machine, not kept beside it (a process may hold
+    /// thousands of locks).
+    fn release_bound(&self) -> Duration {
+        self.machine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bound()
+    }
+
     /// The local deadline on tokio's clock.
     pub(crate) fn valid_until(&self) -> tokio::time::Instant {
         self.clock.to_tokio(self.with(|m, _| m.valid_until()))
@@ -196,15 +201,12 @@ impl<B: LeaseBackend> Shared<B> {
 impl<B: LeaseBackend> Renewable for Shared<B> {
     type Backend = B;
 
-    fn coalesce_window(&self) -> Duration {
-        self.coalesce_window
-    }
-
-    fn poll_renewal(&self, window: Duration) -> (Option<RenewOrder>, Option<lease_core::Instant>) {
+    fn poll_renewal(&self) -> (Duration, Option<RenewOrder>, Option<lease_core::Instant>) {
         self.with(|m, now| {
+            let window = m.coalesce_window();
             let order = m.poll_renew_within(now, window);
             m.handle_timeout(now);
-            (order, m.poll_timeout())
+            (window, order, m.poll_timeout())
         })
     }
 
@@ -259,8 +261,6 @@ impl<B: LeaseBackend> Lock<B> {
         let ttl = plan.request.ttl;
         let margin = backend.validity_margin(ttl);
         let machine = HeldLock::for_plan(&plan, obtained, margin, clock.now());
-        let bound = machine.bound();
-        let coalesce_window = machine.coalesce_window();
         let auto_renew = plan.auto_renew.is_some();
         let span = tracing::info_span!(
             "lock",
@@ -278,8 +278,6 @@ impl<B: LeaseBackend> Lock<B> {
             renewals,
             me: me.clone(),
             schedule: AtomicU64::new(0),
-            coalesce_window,
-            release_bound: bound,
             span,
             observer: observer.map(ObserverSlot),
         });
@@ -382,7 +380,7 @@ impl<B: LeaseBackend> Lock<B> {
         let read = shared
             .backend
             .remaining(&shared.renew.spec, &shared.renew.owner);
-        let bound = shared.release_bound;
+        let bound = shared.release_bound();
         match tokio::time::timeout(bound, read).await {
             Ok(Ok(r)) => Ok(r.unwrap_or(Duration::ZERO)),
             // A read changes nothing: its failures are "unavailable" or "refused".
@@ -484,11 +482,13 @@ impl<B: LeaseBackend> Lock<B> {
     /// background (compare-and-delete, bounded like [`Drop`]'s), so the key does not outlive
     /// the caller's intent by a TTL.
     pub async fn release(self) -> Result<(), LockError> {
-        self.shared.with(|m, _| m.release());
+        let bound = self.shared.with(|m, _| {
+            m.release();
+            m.bound()
+        });
         let shared = &self.shared;
         let req = release_request(&shared.renew.spec, &shared.renew.owner);
         let unanswered = ReleaseGuard { lock: Some(&self) };
-        let bound = shared.release_bound;
         let result = tokio::time::timeout(bound, shared.backend.release(&req))
             .await
             .unwrap_or(Err(BackendError::Timeout(bound)));
@@ -510,11 +510,11 @@ impl<B: LeaseBackend + Fencing> Lock<B> {
 impl<B: LeaseBackend> Drop for Lock<B> {
     fn drop(&mut self) {
         let shared = &self.shared;
-        if shared.with(|m, now| m.release_on_drop(now)) {
+        if let Some(bound) = shared.with(|m, now| m.release_on_drop(now).then(|| m.bound())) {
             spawn_release(
                 Arc::clone(&shared.backend),
                 release_request(&shared.renew.spec, &shared.renew.owner),
-                shared.release_bound,
+                bound,
             );
         }
         shared.lost.fire();
@@ -539,7 +539,7 @@ impl<B: LeaseBackend> Drop for ReleaseGuard<'_, B> {
             spawn_release(
                 Arc::clone(&shared.backend),
                 release_request(&shared.renew.spec, &shared.renew.owner),
-                shared.release_bound,
+                shared.release_bound(),
             );
             shared.lost.fire();
         }

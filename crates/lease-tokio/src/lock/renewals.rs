@@ -45,12 +45,11 @@ use tokio::time::Instant;
 pub(crate) trait Renewable: Send + Sync + 'static {
     /// The backend the lock's renewals go to.
     type Backend: LeaseBackend;
-    /// How early this lock's renewal may join a batch
-    /// ([`HeldLock::coalesce_window`](lease_core::lock::HeldLock::coalesce_window)).
-    fn coalesce_window(&self) -> Duration;
-    /// Reads the machine now: the renewal due within `window` (taken), and the instant it
-    /// next needs attention (none: lost or released).
-    fn poll_renewal(&self, window: Duration) -> (Option<RenewOrder>, Option<lease_core::Instant>);
+    /// Reads the machine now: how early this lock's renewal may join a batch (its
+    /// [coalesce window](lease_core::lock::HeldLock::coalesce_window)), the renewal due
+    /// within that window (taken), and the instant it next needs attention (none: lost or
+    /// released).
+    fn poll_renewal(&self) -> (Duration, Option<RenewOrder>, Option<lease_core::Instant>);
     /// The lock is gone from the task's view (lost or released): fires its loss signal.
     fn cancel(&self);
     /// The generation of this lock's entry in the timer queue (older entries are stale).
@@ -185,9 +184,8 @@ impl<L: Renewable> Queue<L> {
     /// is read again then. A queue entry for it would only go stale (one heap push and one
     /// pop of a stale entry per lock and renewal).
     fn visit(&mut self, lock: Arc<L>, batch: &mut Vec<Order<L>>) {
-        let window = lock.coalesce_window();
+        let (window, order, next) = lock.poll_renewal();
         self.horizon = self.horizon.max(window);
-        let (order, next) = lock.poll_renewal(window);
         let Some(next) = next else {
             // Lost (the loss signal fired in `poll_renewal`) or released: nothing more to do.
             lock.cancel();
