@@ -216,6 +216,41 @@ impl std::io::Write for PartWriter<'_> {
     }
 }
 
+/// Script calls sent together by [`Call::run_pipelined`]: each encoded as a command when it is
+/// sent (again, as `EVAL`, if the server answers `NOSCRIPT`).
+pub(crate) trait Batch {
+    /// How many calls.
+    fn len(&self) -> usize;
+    /// Call `i` as `verb script_ref numkeys key.. arg..`.
+    fn cmd(&self, i: usize, verb: &str, script_ref: &[u8]) -> redis::Cmd;
+}
+
+impl Batch for [Call] {
+    fn len(&self) -> usize {
+        <[Call]>::len(self)
+    }
+
+    fn cmd(&self, i: usize, verb: &str, script_ref: &[u8]) -> redis::Cmd {
+        self.get(i)
+            .map_or_else(redis::Cmd::new, |call| call.cmd(verb, script_ref))
+    }
+}
+
+/// A script call's command, its buffers sized for `keys` keys and `args` arguments of `data`
+/// bytes in all, with `verb script_ref keys` written: the keys and then the arguments follow.
+pub(crate) fn script_cmd(
+    verb: &str,
+    script_ref: &[u8],
+    keys: usize,
+    args: usize,
+    data: usize,
+) -> redis::Cmd {
+    let data = verb.len() + script_ref.len() + 20 + data;
+    let mut cmd = redis::Cmd::with_capacity(3 + keys + args, data);
+    cmd.arg(verb).arg(script_ref).arg(keys);
+    cmd
+}
+
 impl Call {
     pub(crate) fn new() -> Call {
         Call::default()
@@ -259,10 +294,13 @@ impl Call {
     fn cmd(&self, verb: &str, script_ref: &[u8]) -> redis::Cmd {
         // Sized once: growing the command's buffers argument by argument was a visible share
         // of a lock cycle's instructions.
-        let data =
-            verb.len() + script_ref.len() + 20 + self.keys.bytes.len() + self.args.bytes.len();
-        let mut cmd = redis::Cmd::with_capacity(3 + self.keys.len() + self.args.len(), data);
-        cmd.arg(verb).arg(script_ref).arg(self.keys.len());
+        let mut cmd = script_cmd(
+            verb,
+            script_ref,
+            self.keys.len(),
+            self.args.len(),
+            self.keys.bytes.len() + self.args.bytes.len(),
+        );
         for k in self.keys.iter() {
             cmd.arg(k);
         }
@@ -277,7 +315,7 @@ impl Call {
     /// answered `NOSCRIPT` (nothing of those ran). One result per call, in order; the outer
     /// error is a failure of the pipeline itself (every call's outcome is then that error's).
     pub(crate) async fn run_pipelined<C>(
-        calls: &[Call],
+        calls: &(impl Batch + ?Sized),
         conn: &mut C,
         script: &LuaScript,
     ) -> Result<Vec<Result<Value, BackendError>>, BackendError>
@@ -291,7 +329,14 @@ impl Call {
         );
         let mut out = Vec::with_capacity(calls.len());
         let mut missing = Vec::new();
-        let sent = Call::pipeline(calls.iter(), "EVALSHA", script.hash.as_bytes(), conn).await?;
+        let sent = Call::pipeline(
+            calls,
+            0..calls.len(),
+            "EVALSHA",
+            script.hash.as_bytes(),
+            conn,
+        )
+        .await?;
         for (i, r) in sent.into_iter().enumerate() {
             match r {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -307,8 +352,8 @@ impl Call {
                 calls = missing.len(),
                 "lease-redis: NOSCRIPT, sending EVAL"
             );
-            let again = missing.iter().filter_map(|&i| calls.get(i));
-            let resent = Call::pipeline(again, "EVAL", script.code.as_bytes(), conn).await?;
+            let again = missing.iter().copied();
+            let resent = Call::pipeline(calls, again, "EVAL", script.code.as_bytes(), conn).await?;
             for (&i, r) in missing.iter().zip(resent) {
                 if let Some(slot) = out.get_mut(i) {
                     *slot = r.map_err(backend_error);
@@ -318,9 +363,10 @@ impl Call {
         Ok(out)
     }
 
-    /// Sends `calls` as `verb` in one pipeline; one result per call.
-    async fn pipeline<'a, C>(
-        calls: impl Iterator<Item = &'a Call>,
+    /// Sends the calls of `batch` at `indices` as `verb` in one pipeline; one result per call.
+    async fn pipeline<C>(
+        batch: &(impl Batch + ?Sized),
+        indices: impl Iterator<Item = usize>,
         verb: &str,
         script_ref: &[u8],
         conn: &mut C,
@@ -331,8 +377,8 @@ impl Call {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut count = 0;
-        for call in calls {
-            pipe.add_command(call.cmd(verb, script_ref));
+        for i in indices {
+            pipe.add_command(batch.cmd(i, verb, script_ref));
             count += 1;
         }
         let replies: Vec<redis::RedisResult<Value>> =

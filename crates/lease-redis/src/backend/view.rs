@@ -230,7 +230,7 @@ where
         .collect();
     if !calls.is_empty() {
         let mut conn = backend.lane().await;
-        match Call::run_pipelined(&calls, &mut conn, script).await {
+        match Call::run_pipelined(calls.as_slice(), &mut conn, script).await {
             Ok(replies) => {
                 for (chunk, reply) in sendable.chunks(RENEW_BATCH_CHUNK).zip(replies) {
                     match reply.and_then(|v| reply::renew_many(&v, chunk.len())) {
