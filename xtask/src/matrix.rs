@@ -26,6 +26,10 @@ pub(crate) const COMPAT_SUITE: &[(&str, &str)] = &[
     ("election_redis", "elections"),
     ("locks_obtain", "locks: obtain, wait, retries"),
     ("locks_release", "locks: release"),
+    (
+        "locks_handoff",
+        "locks: hand-off within a process (SET IFEQ where offered, release_one.lua elsewhere)",
+    ),
     ("locks_fencing", "locks with fencing tokens"),
     (
         "semaphore",

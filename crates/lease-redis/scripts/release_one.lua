@@ -3,6 +3,10 @@
 KEYS[1]  the lock key
 ARGV[1]  owner
 ARGV[2]  release notice: '' (none), 'p:<channel>' (PUBLISH) or 's:<channel>' (SPUBLISH)
+ARGV[3]  only for a hand-off within a process: the releaser's value as it stored it (owner,
+         or owner NUL metadata; never marked)
+ARGV[4]  only for a hand-off: the receiver's value
+ARGV[5]  only for a hand-off: the receiver's TTL in whole milliseconds
 
 The one script that does not start with prelude.lua: the release of an unfenced single-key
 lock is the hot path of every lock cycle on a server without a native compare-and-delete, and
@@ -14,13 +18,22 @@ then, when the value carried the waiter mark (a second NUL: an attempt found the
 see prelude.lua), publish the owner with redis.pcall (a refused publish costs the waiters
 their notice, never the release). An uncontended release publishes nothing.
 
+A hand-off first: when the key holds exactly ARGV[3] (ours, and unmarked: no attempt at the
+store found it held, so only the releaser's process knows of waiters), it is set to ARGV[4] with PX ARGV[5] in the same
+step, and nothing is published (the receiver is the waiter). Otherwise the release below.
+
 Returns
+  2   a hand-off: the key now holds ARGV[4] (only when ARGV[3] is given)
   1   the key was ours and is deleted
   0   not ours (absent, another owner's, or a read-write lock's readers); nothing changed
 Errors
   WRONGTYPE ...  the key holds a value that is neither a string nor a sorted set
 ]]
 local v = redis.pcall('GET', KEYS[1])
+if ARGV[3] and v == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+  return 2
+end
 -- The common case first: a value that is exactly the owner (no metadata, no mark).
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])

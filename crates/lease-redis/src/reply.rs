@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lease_core::backend::split_stored;
 use lease_core::{
-    AcquireOutcome, BackendError, Epoch, FenceMark, FenceOutcome, FenceState, LeaseInfo,
-    ReleaseOutcome, RenewOutcome, Token,
+    AcquireOutcome, BackendError, Epoch, FenceMark, FenceOutcome, FenceState, HandOffOutcome,
+    LeaseInfo, ReleaseOutcome, RenewOutcome, Token,
 };
 use redis::Value;
 
@@ -171,6 +171,16 @@ pub(crate) fn release(v: &Value) -> Result<ReleaseOutcome, BackendError> {
     } else {
         ReleaseOutcome::NotHeld
     })
+}
+
+/// `release_one.lua` with a hand-off's arguments: 2 handed off, 1 released, 0 not ours.
+pub(crate) fn hand_off(v: &Value) -> Result<HandOffOutcome, BackendError> {
+    match v {
+        Value::Int(2) => Ok(HandOffOutcome::HandedOff),
+        Value::Int(1) => Ok(HandOffOutcome::Released),
+        Value::Int(0) => Ok(HandOffOutcome::NotHeld),
+        _ => Err(protocol("hand_off", v)),
+    }
 }
 
 pub(crate) fn raise(v: &Value) -> Result<bool, BackendError> {

@@ -24,8 +24,8 @@ mod spec;
 
 pub use error::{BackendError, BoxError, Effect};
 pub use request::{
-    AcquireOutcome, AcquireRequest, LeaseInfo, ReleaseOutcome, ReleaseRequest, RenewOutcome,
-    RenewRequest,
+    AcquireOutcome, AcquireRequest, HandOffOutcome, LeaseInfo, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest,
 };
 pub use spec::{
     LeaseSpec, MAX_KEYS, MAX_METADATA_LEN, Metadata, Owner, epoch_key_of, mark_key_of, split_stored,
@@ -145,6 +145,35 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// default reads only: its watchers poll for releases nobody else waits for.
     async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.inspect(spec).await
+    }
+
+    /// Whether [`hand_off`](Self::hand_off) can pass `spec`'s lease straight from one owner
+    /// to another (the default: never). Drivers ask before queueing a waiter of their own
+    /// process behind a holder of their own process (`lease-tokio`'s locks; see
+    /// `docs/handover.md`, "Hand-off within a process").
+    fn can_hand_off(&self, spec: &LeaseSpec) -> bool {
+        let _ = spec;
+        false
+    }
+
+    /// Releases `from`'s lease, handing it to `to` in the same atomic step when nobody else
+    /// is known to wait for it: if every key holds `from`'s owner with exactly `from_metadata`
+    /// and no sign of another waiter, each key is set to `to`'s value with `to`'s TTL
+    /// ([`HandOffOutcome::HandedOff`]: `to` holds the lease from when the step was sent, with
+    /// no fencing token); otherwise it is [`release`](Self::release) of `from` (waiters
+    /// notified). Only called when [`can_hand_off`](Self::can_hand_off) says so for the spec
+    /// (the two requests share it); the default releases.
+    ///
+    /// An error is of unknown effect for both sides: `from` may still hold the lease, or `to`
+    /// may hold it (a later acquire by `to`'s owner settles that, taking it over).
+    async fn hand_off(
+        &self,
+        from: &ReleaseRequest,
+        from_metadata: &Metadata,
+        to: &AcquireRequest,
+    ) -> Result<HandOffOutcome, BackendError> {
+        let _ = (from_metadata, to);
+        self.release(from).await.map(HandOffOutcome::from)
     }
 
     /// Refuses, before any round trip, a lease this backend can never serve (for example
@@ -425,6 +454,17 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     fn check_spec(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         (**self).check_spec(spec)
+    }
+    fn can_hand_off(&self, spec: &LeaseSpec) -> bool {
+        (**self).can_hand_off(spec)
+    }
+    async fn hand_off(
+        &self,
+        from: &ReleaseRequest,
+        from_metadata: &Metadata,
+        to: &AcquireRequest,
+    ) -> Result<HandOffOutcome, BackendError> {
+        (**self).hand_off(from, from_metadata, to).await
     }
     fn validity_margin(&self, ttl: Ttl) -> Duration {
         (**self).validity_margin(ttl)

@@ -163,6 +163,30 @@ pub enum RenewOutcome {
     NotHeld,
 }
 
+/// What a [hand-off](crate::LeaseBackend::hand_off) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandOffOutcome {
+    /// The lease was ours and nobody outside was known to wait: it now holds the receiver's
+    /// value with the receiver's TTL (set when the step ran), and is no longer ours.
+    HandedOff,
+    /// The lease was ours, but someone else may be waiting for it (or the backend cannot hand
+    /// off): it was released exactly as [`LeaseBackend::release`](crate::LeaseBackend::release)
+    /// does (waiters notified), and the receiver got nothing.
+    Released,
+    /// Not ours: nothing changed, and the receiver got nothing.
+    NotHeld,
+}
+
+impl From<ReleaseOutcome> for HandOffOutcome {
+    fn from(outcome: ReleaseOutcome) -> Self {
+        match outcome {
+            ReleaseOutcome::Released => HandOffOutcome::Released,
+            _ => HandOffOutcome::NotHeld,
+        }
+    }
+}
+
 /// What a release found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

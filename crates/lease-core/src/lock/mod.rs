@@ -18,6 +18,9 @@
 //!    - otherwise sleep until [`Obtain::poll_timeout`] (the next attempt) or a release notice
 //!      (a [`crate::notify::ReleaseWatch`], registered before the first attempt and activated
 //!      after the first failed one), which is fed to [`Obtain::handle_notice`].
+//!    - a driver that queues obtains of its own process behind a holder of its own process
+//!      answers such an attempt itself with [`Obtain::handle_local_hold`], and feeds the
+//!      holder's hand-off (an acquire sent for this obtain) to [`Obtain::handle_transfer`].
 //! 3. Whenever the obtain ends — with an error, or because the caller abandoned it (a dropped
 //!    future) — [`Obtain::needs_cleanup`] says whether the lock may be held under the obtain's
 //!    own generated token with nobody to release it: then send one best-effort release.

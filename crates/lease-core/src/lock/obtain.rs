@@ -152,6 +152,53 @@ impl Obtain {
         self.after_failure(now, last);
     }
 
+    /// The attempt in flight was answered by the driver's own process instead of the store:
+    /// another lock of this process holds the key (locally valid until `until`, when known) and will hand it to this obtain or say when it lets it go (a hand-off,
+    /// [`Obtain::handle_transfer`], or [`Obtain::handle_notice`]). Read like a `Held` reply
+    /// with notices live (the next attempt waits for `until`), except that it settles nothing
+    /// an earlier unanswered attempt did, and that it never ends the obtain: only the store's
+    /// answer is final. Returns whether it was taken; `false` when the obtain would end on it
+    /// (out of retries or past the wait): the attempt stays in flight, and the driver sends it
+    /// to the store.
+    pub fn handle_local_hold(&mut self, now: Instant, until: Option<Instant>) -> bool {
+        if !matches!(self.state, State::InFlight { .. }) {
+            return false;
+        }
+        let mut schedule = self.schedule.clone();
+        let next = match until {
+            Some(until) => schedule.after_failure_until(now, until),
+            None => schedule.after_failure(now),
+        };
+        let NextAttempt::At(at) = next else {
+            return false;
+        };
+        self.schedule = schedule;
+        self.armed = self.private_token && self.unknown;
+        self.notice_pending = false;
+        self.state = State::Due(at);
+        true
+    }
+
+    /// An acquire sent for this obtain by someone else (the holder of this process that
+    /// handed the lock over: `lease-tokio`'s hand-off), sent at `sent_at` and answered at
+    /// `now`: fed as if this machine had sent it, so a win is dated from `sent_at` and an
+    /// unknown outcome stays unknown until a later attempt is answered. Only while waiting for
+    /// the next attempt (returns whether it was taken; nothing in flight, not finished).
+    pub fn handle_transfer(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        reply: Result<AcquireOutcome, BackendError>,
+    ) -> bool {
+        if !matches!(self.state, State::Due(_)) {
+            return false;
+        }
+        self.state = State::InFlight { sent_at };
+        self.armed = self.private_token;
+        self.handle_reply(now, reply);
+        true
+    }
+
     /// A release notice for the lock arrived (see [`crate::notify`]): the next attempt is due
     /// at once instead of at its retry delay. Returns whether it moved.
     ///

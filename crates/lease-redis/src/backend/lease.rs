@@ -12,12 +12,14 @@ use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, LeaseBackend, LeaseInfo,
-    LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Token,
+    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, HandOffOutcome,
+    LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest, Token,
 };
 use redis::aio::ConnectionLike;
 
 use crate::fence::RedisFencer;
+use crate::native;
 use crate::notify::{self};
 use crate::reply;
 use crate::scripts::{
@@ -183,6 +185,77 @@ where
         let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_RELEASE).await?;
         reply::release(&v)
+    }
+
+    /// The plain lock (one unfenced key): a hand-off is one step.
+    fn can_hand_off(&self, spec: &LeaseSpec) -> bool {
+        spec.keys().len() == 1 && spec.fence_key().is_none() && self.check_spec(spec).is_ok()
+    }
+
+    /// Where the server has `SET ... IFEQ` (Valkey 8.1+, Redis 8.4+): `SET key <to> IFEQ
+    /// <from> PX <ttl>`, and the release when it did not match. Elsewhere one
+    /// `release_one.lua` call with the hand-off's arguments. With replica acknowledgement a
+    /// hand-off is acknowledged like an acquire.
+    async fn hand_off(
+        &self,
+        from: &ReleaseRequest,
+        from_metadata: &Metadata,
+        to: &AcquireRequest,
+    ) -> Result<HandOffOutcome, BackendError> {
+        let spec = &*from.spec;
+        self.precheck("hand_off", spec)?;
+        let ([key], None) = (spec.keys(), spec.fence_key()) else {
+            return self.release(from).await.map(HandOffOutcome::from);
+        };
+        if to.spec.keys() != spec.keys() || to.spec.fence_key().is_some() {
+            return Err(BackendError::Invalid(
+                "a hand-off passes one lease to a request for the same key".into(),
+            ));
+        }
+        let from_value = from.owner.stored_value(from_metadata);
+        let to_value = stored_value(to);
+        let mut conn = self.lane().await;
+        if self.native_fits(spec) && self.native.set_ifeq(&mut conn).await {
+            let reply: redis::RedisResult<redis::Value> = redis::cmd("SET")
+                .arg(key)
+                .arg(&to_value)
+                .arg("IFEQ")
+                .arg(&from_value)
+                .arg("PX")
+                .arg(to.ttl.as_millis())
+                .query_async(&mut conn)
+                .await;
+            match reply {
+                Ok(redis::Value::Okay) => {
+                    self.acknowledge(&mut conn).await?;
+                    return Ok(HandOffOutcome::HandedOff);
+                }
+                // Not exactly ours (marked, gone, another's): the release decides.
+                Ok(redis::Value::Nil) => {
+                    return self.release(from).await.map(HandOffOutcome::from);
+                }
+                Err(e) if native::not_offered(&e) => self.native.disable(),
+                Err(e) if e.code() == Some("WRONGTYPE") => {
+                    return self.release(from).await.map(HandOffOutcome::from);
+                }
+                Err(e) => return Err(crate::error::backend_error(e)),
+                Ok(other) => {
+                    return Err(BackendError::Protocol(format!(
+                        "unexpected reply to a native hand-off: {other:?}"
+                    )));
+                }
+            }
+        }
+        let mut call = Call::with_capacity(1, 5);
+        call.key(key).arg(from.owner.as_str());
+        call.arg_vec(self.notice_arg(key).into_bytes());
+        call.arg(from_value).arg(to_value).arg(to.ttl.as_millis());
+        let v = call.run(&mut conn, &S_RELEASE_ONE).await?;
+        let outcome = reply::hand_off(&v)?;
+        if outcome == HandOffOutcome::HandedOff {
+            self.acknowledge(&mut conn).await?;
+        }
+        Ok(outcome)
     }
 
     async fn remaining(

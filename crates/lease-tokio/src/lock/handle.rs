@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::ids::jitter_seed;
+use crate::lock::handoff::{Lines, Waiter};
 use crate::lock::renewals::{Renewable, Renewals};
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
@@ -246,6 +247,8 @@ pub struct Lock<B: LeaseBackend> {
     metadata: Metadata,
     fence_token: Option<Token>,
     retry: RetryStrategy,
+    /// The locker's lines, when this lock can be handed off to an obtain waiting in them.
+    lines: Option<Arc<Lines<B>>>,
 }
 
 impl<B: LeaseBackend> Lock<B> {
@@ -257,6 +260,7 @@ impl<B: LeaseBackend> Lock<B> {
         clock: Clock,
         observer: Option<Arc<dyn LockObserver>>,
         renewals: Arc<Renewals<Shared<B>>>,
+        lines: Option<Arc<Lines<B>>>,
     ) -> Self {
         let ttl = plan.request.ttl;
         let margin = backend.validity_margin(ttl);
@@ -286,11 +290,15 @@ impl<B: LeaseBackend> Lock<B> {
         if auto_renew && !shared.renewals.wake(&shared) {
             tracing::error!(parent: &shared.span, "no tokio runtime to renew the lock; it expires with its TTL");
         }
+        if let Some(lines) = &lines {
+            lines.hold(&shared);
+        }
         Lock {
             shared,
             metadata: plan.request.metadata,
             fence_token: obtained.token,
             retry: plan.retry,
+            lines,
         }
     }
 
@@ -481,6 +489,12 @@ impl<B: LeaseBackend> Lock<B> {
     /// lock: no more renewals, the loss token fires, and the release is sent again in the
     /// background (compare-and-delete, bounded like [`Drop`]'s), so the key does not outlive
     /// the caller's intent by a TTL.
+    ///
+    /// When another obtain of the same [`Locker`](crate::Locker) waits for this key (and the
+    /// backend can, see [`LeaseBackend::can_hand_off`]), the release hands the lock to the one
+    /// that has waited longest, in the same step at the store, unless someone elsewhere waits
+    /// for it too (then it is released for everyone). Its outcome is the same for the caller:
+    /// released, not held, or unknown.
     pub async fn release(self) -> Result<(), LockError> {
         let bound = self.shared.with(|m, _| {
             m.release();
@@ -488,6 +502,11 @@ impl<B: LeaseBackend> Lock<B> {
         });
         let shared = &self.shared;
         let req = release_request(&shared.renew.spec, &shared.renew.owner);
+        if let Some(lines) = &self.lines
+            && let Some(waiter) = lines.claim(shared)
+        {
+            return self.hand_off(lines, &waiter, req, bound).await;
+        }
         let unanswered = ReleaseGuard { lock: Some(&self) };
         let result = tokio::time::timeout(bound, shared.backend.release(&req))
             .await
@@ -495,6 +514,88 @@ impl<B: LeaseBackend> Lock<B> {
         unanswered.disarm();
         shared.lost.fire();
         release_result(result)
+    }
+}
+
+impl<B: LeaseBackend> Lock<B> {
+    /// The release as a hand-off to `waiter` (claimed from the locker's lines).
+    async fn hand_off(
+        &self,
+        lines: &Lines<B>,
+        waiter: &Waiter,
+        req: lease_core::ReleaseRequest,
+        bound: Duration,
+    ) -> Result<(), LockError> {
+        let shared = &self.shared;
+        let sent_at = tokio::time::Instant::now();
+        let mut unanswered = HandOffGuard {
+            lock: self,
+            lines,
+            waiter,
+            sent_at,
+            bound,
+            armed: true,
+        };
+        let result = tokio::time::timeout(
+            bound,
+            shared
+                .backend
+                .hand_off(&req, &self.metadata, waiter.request()),
+        )
+        .await
+        .unwrap_or(Err(BackendError::Timeout(bound)));
+        unanswered.armed = false;
+        shared.lost.fire();
+        lines.settle(&shared.backend, waiter, sent_at, &result, bound);
+        {
+            let _span = shared.span.enter();
+            tracing::debug!(outcome = ?result, "lock released by hand-off");
+        }
+        if matches!(result, Ok(lease_core::HandOffOutcome::HandedOff)) {
+            tokio::task::yield_now().await;
+        }
+        match result {
+            Ok(lease_core::HandOffOutcome::NotHeld) => Err(LockError::NotHeld),
+            Ok(_) => Ok(()),
+            Err(e) => Err(LockError::from_backend(e)),
+        }
+    }
+}
+
+/// Settles a hand-off whose future was dropped before its reply: unknown for the waiter (its
+/// next attempt, with its owner, takes the key over if it was applied), and the holder's
+/// release is sent again in the background, like [`ReleaseGuard`]'s.
+struct HandOffGuard<'a, B: LeaseBackend> {
+    lock: &'a Lock<B>,
+    lines: &'a Lines<B>,
+    waiter: &'a Waiter,
+    sent_at: tokio::time::Instant,
+    bound: Duration,
+    armed: bool,
+}
+
+impl<B: LeaseBackend> Drop for HandOffGuard<'_, B> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let shared = &self.lock.shared;
+        let unknown = Err(BackendError::OutcomeUnknown(
+            "the releasing future was dropped before the hand-off's reply".into(),
+        ));
+        self.lines.settle(
+            &shared.backend,
+            self.waiter,
+            self.sent_at,
+            &unknown,
+            self.bound,
+        );
+        spawn_release(
+            Arc::clone(&shared.backend),
+            release_request(&shared.renew.spec, &shared.renew.owner),
+            self.bound,
+        );
+        shared.lost.fire();
     }
 }
 
@@ -518,6 +619,11 @@ impl<B: LeaseBackend> Drop for Lock<B> {
             );
         }
         shared.lost.fire();
+        // The first obtain waiting behind this lock (if it was not handed the key) goes to
+        // the store.
+        if let Some(lines) = &self.lines {
+            lines.leave(shared);
+        }
     }
 }
 

@@ -10,6 +10,8 @@
 //! - `renewals.rs`: one task per locker that renews every auto-renewed lock, batching the
 //!   renewals that fall due together, and fires each watched lock's loss signal at its
 //!   deadline;
+//! - `handoff.rs`: the locker's lines: obtains waiting behind a lock of the same locker on
+//!   the same key, which that lock's release hands the key to in one step at the store;
 //! - `task.rs`: background releases;
 //! - `semaphore.rs`: [`Semaphore`] and its [`Permit`]s, a [`Locker`] over the backend's
 //!   permit operations (`lease_core::semaphore::PermitBackend`);
@@ -27,6 +29,7 @@
 
 mod fair;
 mod handle;
+mod handoff;
 mod obtain;
 mod renewals;
 mod rwlock;

@@ -10,6 +10,7 @@ use lease_core::{AcquireRequest, BackendError, LeaseBackend};
 use crate::clock::Clock;
 use crate::ids::{jitter_seed, random_owner};
 use crate::lock::handle::{Lock, Shared};
+use crate::lock::handoff::{Delivery, Lines, WaitSeat};
 use crate::lock::renewals::Renewals;
 use crate::lock::task::spawn_release;
 use crate::observer::LockObserver;
@@ -35,6 +36,8 @@ pub struct Locker<B> {
     observer: Option<Arc<dyn LockObserver>>,
     /// One renewal task for every lock of this locker and its clones.
     renewals: Arc<Renewals<Shared<B>>>,
+    /// The obtains of this locker and its clones waiting behind its locks, for hand-offs.
+    lines: Arc<Lines<B>>,
 }
 
 impl<B> Clone for Locker<B> {
@@ -43,6 +46,7 @@ impl<B> Clone for Locker<B> {
             backend: Arc::clone(&self.backend),
             observer: self.observer.clone(),
             renewals: Arc::clone(&self.renewals),
+            lines: Arc::clone(&self.lines),
         }
     }
 }
@@ -68,6 +72,7 @@ impl<B: LeaseBackend> Locker<B> {
             backend,
             observer: None,
             renewals: Arc::new(Renewals::new()),
+            lines: Arc::new(Lines::new()),
         }
     }
 
@@ -89,6 +94,14 @@ impl<B: LeaseBackend> Locker<B> {
     #[doc(hidden)]
     pub fn renewal_queue_len(&self) -> usize {
         self.renewals.queued()
+    }
+
+    /// How many obtains of this locker (and its clones) wait behind a lock of this locker on
+    /// `key` now, to be handed the key at its release (see [`Lock::release`]). For tests and
+    /// diagnostics; not a stable API.
+    #[doc(hidden)]
+    pub fn waiting_behind(&self, key: &str) -> usize {
+        self.lines.waiting(key)
     }
 
     /// Obtains a lock on `key` for `ttl`.
@@ -137,6 +150,7 @@ impl<B: LeaseBackend> Locker<B> {
             backend,
             observer,
             renewals: Arc::new(Renewals::new()),
+            lines: Arc::new(Lines::new()),
         }
     }
 
@@ -151,6 +165,7 @@ impl<B: LeaseBackend> Locker<B> {
             backend,
             observer,
             renewals,
+            lines: Arc::new(Lines::new()),
         }
     }
 
@@ -166,11 +181,18 @@ impl<B: LeaseBackend> Locker<B> {
         let watch = self
             .backend
             .release_watch(&plan.request.spec, WatchRole::Contender);
+        // Waits behind a lock of this locker on the same key, when the backend can hand off.
+        let lines = self
+            .backend
+            .can_hand_off(&plan.request.spec)
+            .then_some(&self.lines);
         let obtained = ObtainRun {
             obtain: Obtain::new(&plan, jitter_seed(), clock.now()),
             backend: Arc::clone(&self.backend),
             request: &plan.request,
             watch,
+            contending: true,
+            seat: lines.map(|lines| WaitSeat::new(lines, &plan.request)),
         }
         .drive(clock)
         .await;
@@ -195,6 +217,7 @@ impl<B: LeaseBackend> Locker<B> {
             clock,
             self.observer.clone(),
             Arc::clone(&self.renewals),
+            lines.cloned(),
         );
         lock.obtained();
         Ok(lock)
@@ -202,58 +225,202 @@ impl<B: LeaseBackend> Locker<B> {
 }
 
 /// One obtain in progress. Dropped — at the end, or because the caller abandoned the obtain —
-/// it sends the cleanup release the machine asks for ([`Obtain::needs_cleanup`]).
+/// it sends the cleanup release the machine asks for ([`Obtain::needs_cleanup`]), and leaves
+/// its locker's lines (see `handoff.rs`).
 struct ObtainRun<'a, B: LeaseBackend> {
     obtain: Obtain,
     backend: Arc<B>,
     request: &'a AcquireRequest,
     watch: Option<ReleaseWatch>,
+    /// Whether the watch is contending (not while queued behind a lock of the locker: a
+    /// winner at the store then does not mark its value for this obtain).
+    contending: bool,
+    /// Its place behind the locker's locks, when the backend can hand this lock off.
+    seat: Option<WaitSeat<'a, B>>,
+}
+
+/// What ended a wait.
+enum Woken {
+    Delivery(Delivery),
+    Notice,
+    Timer,
 }
 
 impl<B: LeaseBackend> ObtainRun<'_, B> {
     async fn drive(mut self, clock: Clock) -> Result<Obtained, LockError> {
         loop {
-            if let Some(attempt) = self.obtain.poll_request(clock.now()) {
-                // Others of this process waiting on the key: if this attempt wins, the
-                // store must know they wait (they will not attempt until woken).
-                let with_waiters;
-                let request = if self.watch.as_ref().is_some_and(ReleaseWatch::others_wait) {
-                    with_waiters = self.request.clone().with_waiters(true);
-                    &with_waiters
-                } else {
-                    self.request
-                };
-                let reply = tokio::time::timeout_at(
-                    clock.to_tokio(attempt.deadline),
-                    self.backend.acquire(request),
-                )
-                .await;
-                // While notices arrive, a lost race waits for the release's notice.
-                self.obtain
-                    .set_notices_live(self.watch.as_ref().is_some_and(ReleaseWatch::is_live));
-                // No reply by the deadline is a timeout of the attempt's bound: its outcome
-                // is unknown (it may have won at the store).
-                let bound = self.obtain.attempt_bound();
-                let reply = reply.unwrap_or(Err(BackendError::Timeout(bound)));
-                self.obtain.handle_reply(clock.now(), reply);
+            self.take_delivery(clock).await;
+            if let Some(outcome) = self.poll_outcome() {
+                return outcome;
             }
-            if let Some(outcome) = self.obtain.poll_outcome() {
+            if let Some(attempt) = self.obtain.poll_request(clock.now()) {
+                // A lock of this locker has the key's turn: wait behind it, not at the store
+                // — unless the obtain would end on that answer (only the store's is final).
+                let local = self.seat.as_mut().and_then(WaitSeat::local_hold);
+                let waits = local.is_some_and(|hold| {
+                    let until = hold.until.map(|t| clock.to_core(t));
+                    self.obtain.handle_local_hold(clock.now(), until)
+                });
+                if waits {
+                    self.contend(false);
+                } else if local.is_some() && !self.seat.as_mut().is_some_and(WaitSeat::step_out) {
+                    // Being handed the key meanwhile: the hand-off answers this attempt (it
+                    // was sent after the attempt was polled, so the lock is dated no later
+                    // than it began).
+                    let delivery = self.delivery().await;
+                    match delivery {
+                        Delivery::Transfer { reply, .. } => {
+                            self.obtain.handle_reply(clock.now(), reply);
+                        }
+                        Delivery::Go => {
+                            self.contend(true);
+                            self.attempt(clock, attempt.deadline).await;
+                        }
+                    }
+                } else {
+                    self.contend(true);
+                    self.attempt(clock, attempt.deadline).await;
+                }
+            }
+            if let Some(outcome) = self.poll_outcome() {
                 return outcome;
             }
             if let Some(at) = self.obtain.poll_timeout() {
-                match self.watch.as_mut() {
-                    Some(watch) => {
-                        watch.activate();
-                        tokio::select! {
-                            biased;
-                            () = watch.notified() => {
-                                self.obtain.handle_notice(clock.now());
-                            }
-                            () = tokio::time::sleep_until(clock.to_tokio(at)) => {}
-                        }
+                match self.wait(clock.to_tokio(at)).await {
+                    Woken::Delivery(d) => self.handle_delivery(clock, d),
+                    Woken::Notice => {
+                        self.obtain.handle_notice(clock.now());
                     }
-                    None => tokio::time::sleep_until(clock.to_tokio(at)).await,
+                    Woken::Timer => {}
                 }
+            }
+        }
+    }
+
+    /// The machine's outcome; a won obtain keeps the key's turn in the lines for the lock it
+    /// becomes (which takes it over when it is made).
+    fn poll_outcome(&mut self) -> Option<Result<Obtained, LockError>> {
+        let outcome = self.obtain.poll_outcome()?;
+        if outcome.is_ok()
+            && let Some(seat) = self.seat.as_mut()
+        {
+            seat.won();
+        }
+        Some(outcome)
+    }
+
+    /// The machine's attempt (polled just now, due by `deadline`), at the store.
+    async fn attempt(&mut self, clock: Clock, deadline: lease_core::Instant) {
+        // Others of this process waiting on the key: if this attempt wins, the store must
+        // know they wait (they will not attempt until woken).
+        let with_waiters;
+        let request = if self.watch.as_ref().is_some_and(ReleaseWatch::others_wait) {
+            with_waiters = self.request.clone().with_waiters(true);
+            &with_waiters
+        } else {
+            self.request
+        };
+        let reply =
+            tokio::time::timeout_at(clock.to_tokio(deadline), self.backend.acquire(request)).await;
+        // While notices arrive, a lost race waits for the release's notice.
+        self.obtain
+            .set_notices_live(self.watch.as_ref().is_some_and(ReleaseWatch::is_live));
+        // No reply by the deadline is a timeout of the attempt's bound: its outcome is
+        // unknown (it may have won at the store).
+        let bound = self.obtain.attempt_bound();
+        let reply = reply.unwrap_or(Err(BackendError::Timeout(bound)));
+        self.obtain.handle_reply(clock.now(), reply);
+    }
+
+    /// Waits until `at`, a release notice (while contending at the store) or a delivery from
+    /// the lines (while queued in them).
+    async fn wait(&mut self, at: tokio::time::Instant) -> Woken {
+        let seat = self.seat.as_ref().filter(|s| s.waiting());
+        let watch = self.watch.as_mut().filter(|_| self.contending);
+        let delivery = async {
+            match seat {
+                Some(seat) => seat.delivered().await,
+                None => std::future::pending().await,
+            }
+        };
+        let notice = async {
+            match watch {
+                Some(watch) => {
+                    watch.activate();
+                    watch.notified().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            d = delivery => Woken::Delivery(d),
+            () = notice => Woken::Notice,
+            () = tokio::time::sleep_until(at) => Woken::Timer,
+        }
+    }
+
+    /// Takes a delivery from the lines, if one is there — and waits for it while a hand-off
+    /// to this obtain is in flight (bounded: its releaser delivers within its own bound, or
+    /// its guard does when dropped; past this obtain's attempt bound it counts as an attempt
+    /// of unknown outcome).
+    async fn take_delivery(&mut self, clock: Clock) {
+        let Some(seat) = &self.seat else {
+            return;
+        };
+        let delivery = match seat.take_delivery() {
+            Some(d) => d,
+            None if seat.claimed() => self.delivery().await,
+            None => return,
+        };
+        self.handle_delivery(clock, delivery);
+    }
+
+    /// The delivery of a hand-off in flight to this obtain, bounded by the obtain's attempt
+    /// bound (past it, an attempt of unknown outcome).
+    async fn delivery(&self) -> Delivery {
+        let bound = self.obtain.attempt_bound();
+        let sent_at = tokio::time::Instant::now();
+        let Some(seat) = &self.seat else {
+            return Delivery::Go;
+        };
+        tokio::time::timeout(bound, seat.delivered())
+            .await
+            .unwrap_or(Delivery::Transfer {
+                sent_at,
+                reply: Err(BackendError::Timeout(bound)),
+            })
+    }
+
+    fn handle_delivery(&mut self, clock: Clock, delivery: Delivery) {
+        match delivery {
+            Delivery::Transfer { sent_at, reply } => {
+                let won = matches!(reply, Ok(lease_core::AcquireOutcome::Acquired { .. }));
+                let taken = self
+                    .obtain
+                    .handle_transfer(clock.now(), clock.to_core(sent_at), reply);
+                if !taken && won {
+                    // Not waiting for it (never the case: deliveries are taken between
+                    // attempts): the key handed over goes back.
+                    spawn_release(
+                        Arc::clone(&self.backend),
+                        release_request(&self.request.spec, &self.request.owner),
+                        self.obtain.cleanup_bound(),
+                    );
+                }
+            }
+            Delivery::Go => {
+                self.obtain.handle_notice(clock.now());
+            }
+        }
+    }
+
+    /// Whether the watch takes part in the release notices' wakes.
+    fn contend(&mut self, contending: bool) {
+        if self.contending != contending {
+            self.contending = contending;
+            if let Some(watch) = &self.watch {
+                watch.set_contending(contending);
             }
         }
     }
@@ -261,6 +428,9 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
 
 impl<B: LeaseBackend> Drop for ObtainRun<'_, B> {
     fn drop(&mut self) {
+        if let Some(seat) = self.seat.as_mut() {
+            seat.abandon(&self.backend, self.obtain.cleanup_bound());
+        }
         if self.obtain.needs_cleanup() {
             spawn_release(
                 Arc::clone(&self.backend),
