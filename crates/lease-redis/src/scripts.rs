@@ -578,7 +578,7 @@ mod tests {
         assert!(!RELEASE_ONE.contains("tostring("));
         assert_eq!(
             redis::Script::new(RELEASE_ONE).get_hash(),
-            "23eae1fb26679d93e3ca5ddffc76f734c3084ff0",
+            "0cf7b9dd85d5dbc935d6f0b22ddc89d2957129f7",
             "release_one.lua changed: check, then re-pin"
         );
     }

@@ -313,3 +313,87 @@ impl Obtain {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::FenceState;
+    use crate::lock::LockOptions;
+    use crate::retry::RetryStrategy;
+
+    fn obtain(wait: Duration) -> Obtain {
+        let plan = LockOptions::new()
+            .retry(RetryStrategy::linear(Duration::from_millis(100)).expect("retry"))
+            .wait(wait)
+            .plan(["k"], Duration::from_secs(10), || "me".into())
+            .expect("plan");
+        Obtain::new(&plan, 7, Instant::ZERO)
+    }
+
+    fn acquired() -> Result<AcquireOutcome, BackendError> {
+        Ok(AcquireOutcome::Acquired {
+            token: None,
+            fence: FenceState::UNKNOWN,
+        })
+    }
+
+    #[test]
+    fn a_local_hold_waits_for_the_holders_deadline_and_settles_nothing() {
+        let mut o = obtain(Duration::from_secs(60));
+        let t0 = Instant::ZERO;
+        assert!(o.poll_request(t0).is_some());
+        o.handle_reply(t0, Err(BackendError::Timeout(Duration::from_secs(1))));
+        let at = o.poll_timeout().expect("a retry");
+        assert!(o.poll_request(at).is_some());
+        let until = at + Duration::from_secs(5);
+        assert!(o.handle_local_hold(at, Some(until)));
+        // Waits for the holder (notices live), not the strategy's next delay.
+        assert_eq!(o.poll_timeout(), Some(until));
+        assert!(o.poll_outcome().is_none());
+        // The earlier unknown attempt is still unknown: abandoning now cleans up.
+        assert!(o.needs_cleanup());
+    }
+
+    #[test]
+    fn a_local_hold_never_ends_the_obtain_the_store_does() {
+        let mut o = obtain(Duration::ZERO);
+        let attempt = o.poll_request(Instant::ZERO).expect("the first attempt");
+        assert!(!o.handle_local_hold(Instant::ZERO, None));
+        // Still in flight: the driver sends it to the store, whose answer is final.
+        assert!(o.poll_request(Instant::ZERO).is_none());
+        assert!(o.poll_outcome().is_none());
+        o.handle_reply(Instant::ZERO, acquired());
+        let won = o.poll_outcome().expect("done").expect("won");
+        assert_eq!(won.sent_at, attempt.sent_at);
+    }
+
+    #[test]
+    fn a_transfer_is_dated_from_when_it_was_sent_and_only_taken_while_waiting() {
+        let mut o = obtain(Duration::from_secs(60));
+        let t0 = Instant::ZERO;
+        o.poll_request(t0).expect("first");
+        assert!(!o.handle_transfer(t0, t0, acquired()), "not while in flight");
+        assert!(o.handle_local_hold(t0, None));
+        let sent = t0 + Duration::from_millis(30);
+        assert!(o.handle_transfer(sent + Duration::from_millis(2), sent, acquired()));
+        let won = o.poll_outcome().expect("done").expect("won");
+        assert_eq!(won.sent_at, sent);
+        assert!(!o.needs_cleanup());
+    }
+
+    #[test]
+    fn a_transfer_of_unknown_outcome_is_retried_and_cleaned_up_if_abandoned() {
+        let mut o = obtain(Duration::from_secs(60));
+        let t0 = Instant::ZERO;
+        o.poll_request(t0).expect("first");
+        assert!(o.handle_local_hold(t0, None));
+        let sent = t0 + Duration::from_millis(30);
+        let lost = Err(BackendError::Timeout(Duration::from_secs(1)));
+        assert!(o.handle_transfer(sent + Duration::from_secs(1), sent, lost));
+        assert!(o.poll_outcome().is_none(), "retried");
+        assert!(o.poll_timeout().is_some());
+        assert!(o.needs_cleanup(), "the key may be this obtain's");
+    }
+}
