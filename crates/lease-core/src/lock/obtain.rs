@@ -374,7 +374,10 @@ mod tests {
         let mut o = obtain(Duration::from_secs(60));
         let t0 = Instant::ZERO;
         o.poll_request(t0).expect("first");
-        assert!(!o.handle_transfer(t0, t0, acquired()), "not while in flight");
+        assert!(
+            !o.handle_transfer(t0, t0, acquired()),
+            "not while in flight"
+        );
         assert!(o.handle_local_hold(t0, None));
         let sent = t0 + Duration::from_millis(30);
         assert!(o.handle_transfer(sent + Duration::from_millis(2), sent, acquired()));
