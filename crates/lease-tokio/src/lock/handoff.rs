@@ -31,6 +31,7 @@
 //! - **Bounded.** One entry per key a lock of the locker holds, one per queued obtain; both
 //!   go with the lock's handle and the obtain's future.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -157,11 +158,14 @@ impl Waiter {
     }
 }
 
+/// The lines' maps hash with foldhash (seeded per process): four lookups per lock cycle.
+type Map<V> = HashMap<LineKey, V, foldhash::fast::RandomState>;
+
 #[derive(Debug)]
 struct State<B> {
-    holders: HashMap<LineKey, Holder<B>>,
+    holders: Map<Holder<B>>,
     /// The queued obtains of each key with any, the first to be served first.
-    queues: HashMap<LineKey, VecDeque<Arc<Waiter>>>,
+    queues: Map<VecDeque<Arc<Waiter>>>,
 }
 
 /// The lines of one locker (and its clones). See the [module docs](self).
@@ -181,8 +185,8 @@ impl<B: LeaseBackend> Lines<B> {
     pub(crate) fn new() -> Self {
         Lines {
             state: Mutex::new(State {
-                holders: HashMap::new(),
-                queues: HashMap::new(),
+                holders: Map::default(),
+                queues: Map::default(),
             }),
         }
     }
@@ -199,10 +203,17 @@ impl<B: LeaseBackend> Lines<B> {
 
     /// `lock` holds its key now (it was obtained, at the store or by a hand-off).
     pub(crate) fn hold(&self, lock: &Arc<Shared<B>>) {
-        let key = LineKey(Arc::clone(&lock.renew.spec));
-        self.state()
-            .holders
-            .insert(key, Holder::Lock(Arc::downgrade(lock)));
+        let key = lock.renew.spec.keys().first().map_or("", String::as_str);
+        let holder = Holder::Lock(Arc::downgrade(lock));
+        let mut st = self.state();
+        // The obtain's turn is usually there already: replaced in place.
+        match st.holders.get_mut(key) {
+            Some(turn) => *turn = holder,
+            None => {
+                st.holders
+                    .insert(LineKey(Arc::clone(&lock.renew.spec)), holder);
+            }
+        }
     }
 
     /// `lock`'s handle is gone: if it was the key's holder, the first waiter's turn comes
@@ -210,11 +221,14 @@ impl<B: LeaseBackend> Lines<B> {
     pub(crate) fn leave(&self, lock: &Shared<B>) {
         let key = lock.renew.spec.keys().first().map_or("", String::as_str);
         let mut st = self.state();
-        let mine =
-            matches!(st.holders.get(key), Some(Holder::Lock(w)) if std::ptr::eq(w.as_ptr(), lock));
-        if mine {
-            st.holders.remove(key);
+        let Some((line, holder)) = st.holders.remove_entry(key) else {
+            return;
+        };
+        if matches!(&holder, Holder::Lock(w) if std::ptr::eq(w.as_ptr(), lock)) {
             go_first(&mut st, key);
+        } else {
+            // Someone else's turn (handed over, or a later lock): put back.
+            st.holders.insert(line, holder);
         }
     }
 
@@ -224,7 +238,7 @@ impl<B: LeaseBackend> Lines<B> {
         let key = lock.renew.spec.keys().first()?;
         let mut st = self.state();
         let mine = matches!(st.holders.get(key.as_str()), Some(Holder::Lock(w)) if std::ptr::eq(w.as_ptr(), lock));
-        if !mine {
+        if !mine || st.queues.is_empty() {
             return None;
         }
         let waiter = pop_first(&mut st, key)?;
@@ -315,30 +329,37 @@ impl<B: LeaseBackend> Lines<B> {
                     return Some(LocalHold { until: None });
                 }
                 let me = &seat.request.owner;
-                let key = seat.request.spec.keys().first()?.as_str();
-                let found = match st.holders.get(key) {
-                    None => None,
-                    Some(Holder::Handing(o) | Holder::Contending(o)) => {
-                        (o != me).then_some(Found::Turn)
+                // One lookup: the key's turn is read, and taken when free.
+                let found = match st.holders.entry(LineKey(Arc::clone(&seat.request.spec))) {
+                    Entry::Vacant(free) => {
+                        free.insert(Holder::Contending(me.clone()));
+                        None
                     }
-                    Some(Holder::Lock(w)) => match w.upgrade() {
-                        Some(lock)
-                            if lock.renew.owner != *me
-                                && !lost.as_ref().is_some_and(|l| l.ptr_eq(w)) =>
-                        {
-                            Some(Found::Lock(lock))
+                    Entry::Occupied(mut turn) => {
+                        let found = match turn.get() {
+                            Holder::Handing(o) | Holder::Contending(o) => {
+                                (o != me).then_some(Found::Turn)
+                            }
+                            Holder::Lock(w) => match w.upgrade() {
+                                Some(lock)
+                                    if lock.renew.owner != *me
+                                        && !lost.as_ref().is_some_and(|l| l.ptr_eq(w)) =>
+                                {
+                                    Some(Found::Lock(lock))
+                                }
+                                // Gone (its drop is on the way), not holding, or of our own
+                                // owner (a takeover): the store.
+                                _ => None,
+                            },
+                        };
+                        if found.is_none() {
+                            turn.insert(Holder::Contending(me.clone()));
                         }
-                        // Gone (its drop is on the way), not holding, or of our own owner (a
-                        // takeover): the store.
-                        _ => None,
-                    },
+                        found
+                    }
                 };
                 let Some(found) = found else {
                     unqueue_locked(&mut st, seat);
-                    st.holders.insert(
-                        LineKey(Arc::clone(&seat.request.spec)),
-                        Holder::Contending(me.clone()),
-                    );
                     return None;
                 };
                 // Queued before the holder is asked whether it holds: a release in between
@@ -385,6 +406,10 @@ impl<B: LeaseBackend> Lines<B> {
     /// delivered and not taken is released here; and the key's turn, if it had it and made
     /// no lock, passes to the next waiter.
     fn abandon(&self, backend: &Arc<B>, seat: &mut WaitSeat<'_, B>, bound: Duration) {
+        if seat.won && seat.waiter.is_none() {
+            // Never queued, and its lock has the turn: nothing to leave.
+            return;
+        }
         let key = seat.request.spec.keys().first().map_or("", String::as_str);
         let mut st = self.state();
         let delivery = unqueue_locked(&mut st, seat);
@@ -460,6 +485,9 @@ fn pop_first<B>(st: &mut State<B>, key: &str) -> Option<Arc<Waiter>> {
 /// The key's turn passes to its first waiter (it attempts at the store); the key has no
 /// holder here when this is called.
 fn go_first<B>(st: &mut State<B>, key: &str) {
+    if st.queues.is_empty() {
+        return;
+    }
     while let Some(waiter) = pop_first(st, key) {
         let owner = waiter.request.owner.clone();
         if waiter.deliver(Delivery::Go).is_ok() {
