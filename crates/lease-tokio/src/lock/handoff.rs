@@ -34,13 +34,14 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use lease_core::lock::release_request;
 use lease_core::{
     AcquireOutcome, AcquireRequest, BackendError, FenceState, HandOffOutcome, LeaseBackend,
-    LeaseSpec, Owner,
+    LeaseSpec,
 };
 
 use crate::lock::handle::Shared;
@@ -81,20 +82,20 @@ impl std::borrow::Borrow<str> for LineKey {
 enum Holder<B> {
     /// A lock of this locker holds it.
     Lock(Weak<Shared<B>>),
-    /// A hand-off to the obtain of this owner is in flight or delivered, its lock not made
-    /// yet.
-    Handing(Owner),
-    /// The obtain of this owner contends at the store (the locker's one contender for the
+    /// A hand-off to the obtain with this id (`WaitSeat::id`) is in flight or delivered, its
+    /// lock not made yet.
+    Handing(u64),
+    /// The obtain with this id contends at the store (the locker's one contender for the
     /// key): the others wait behind it, so that its win is not marked for them and a chain
     /// of hand-offs can start.
-    Contending(Owner),
+    Contending(u64),
 }
 
 impl<B> Holder<B> {
     /// An obtain's own turn (never a lock: a lock's owner obtaining again takes it over at
     /// the store).
-    fn is_turn_of(&self, owner: &Owner) -> bool {
-        matches!(self, Holder::Handing(o) | Holder::Contending(o) if o == owner)
+    fn is_turn_of(&self, id: u64) -> bool {
+        matches!(self, Holder::Handing(o) | Holder::Contending(o) if *o == id)
     }
 }
 
@@ -128,6 +129,8 @@ enum Seat {
 /// One queued obtain.
 #[derive(Debug)]
 pub(crate) struct Waiter {
+    /// Its obtain's id in the lines.
+    id: u64,
     /// The acquire a hand-off sends for it.
     request: AcquireRequest,
     seat: Mutex<Seat>,
@@ -172,6 +175,8 @@ struct State<B> {
 #[derive(Debug)]
 pub(crate) struct Lines<B> {
     state: Mutex<State<B>>,
+    /// The next obtain's id.
+    next: AtomicU64,
 }
 
 /// What a queued obtain learns of the turn it waits behind.
@@ -188,6 +193,7 @@ impl<B: LeaseBackend> Lines<B> {
                 holders: Map::default(),
                 queues: Map::default(),
             }),
+            next: AtomicU64::new(0),
         }
     }
 
@@ -243,9 +249,8 @@ impl<B: LeaseBackend> Lines<B> {
         }
         let waiter = pop_first(&mut st, key)?;
         *waiter.seat() = Seat::Claimed;
-        let owner = waiter.request.owner.clone();
         if let Some(holder) = st.holders.get_mut(key.as_str()) {
-            *holder = Holder::Handing(owner);
+            *holder = Holder::Handing(waiter.id);
         }
         Some(waiter)
     }
@@ -284,17 +289,18 @@ impl<B: LeaseBackend> Lines<B> {
         };
         let handed = matches!(result, Ok(HandOffOutcome::HandedOff));
         let owner = &waiter.request.owner;
+        let id = waiter.id;
         let mut st = self.state();
         let Err(undelivered) = waiter.deliver(delivery) else {
             if !handed
                 && let Some(holder) = st.holders.get_mut(key)
-                && holder.is_turn_of(owner)
+                && holder.is_turn_of(id)
             {
-                *holder = Holder::Contending(owner.clone());
+                *holder = Holder::Contending(id);
             }
             return;
         };
-        if st.holders.get(key).is_some_and(|h| h.is_turn_of(owner)) {
+        if st.holders.get(key).is_some_and(|h| h.is_turn_of(id)) {
             st.holders.remove(key);
             go_first(&mut st, key);
         }
@@ -328,21 +334,21 @@ impl<B: LeaseBackend> Lines<B> {
                     // Being handed the key: wait for the hand-off's delivery.
                     return Some(LocalHold { until: None });
                 }
-                let me = &seat.request.owner;
+                let (me, owner) = (seat.id, &seat.request.owner);
                 // One lookup: the key's turn is read, and taken when free.
                 let found = match st.holders.entry(LineKey(Arc::clone(&seat.request.spec))) {
                     Entry::Vacant(free) => {
-                        free.insert(Holder::Contending(me.clone()));
+                        free.insert(Holder::Contending(me));
                         None
                     }
                     Entry::Occupied(mut turn) => {
                         let found = match turn.get() {
                             Holder::Handing(o) | Holder::Contending(o) => {
-                                (o != me).then_some(Found::Turn)
+                                (*o != me).then_some(Found::Turn)
                             }
                             Holder::Lock(w) => match w.upgrade() {
                                 Some(lock)
-                                    if lock.renew.owner != *me
+                                    if lock.renew.owner != *owner
                                         && !lost.as_ref().is_some_and(|l| l.ptr_eq(w)) =>
                                 {
                                     Some(Found::Lock(lock))
@@ -353,7 +359,7 @@ impl<B: LeaseBackend> Lines<B> {
                             },
                         };
                         if found.is_none() {
-                            turn.insert(Holder::Contending(me.clone()));
+                            turn.insert(Holder::Contending(me));
                         }
                         found
                     }
@@ -366,6 +372,7 @@ impl<B: LeaseBackend> Lines<B> {
                 // finds this waiter (no lost wake-up).
                 let waiter = Arc::clone(seat.waiter.get_or_insert_with(|| {
                     Arc::new(Waiter {
+                        id: seat.id,
                         request: (*seat.request).clone(),
                         seat: Mutex::new(Seat::Idle),
                         wake: tokio::sync::Notify::new(),
@@ -413,12 +420,7 @@ impl<B: LeaseBackend> Lines<B> {
         let key = seat.request.spec.keys().first().map_or("", String::as_str);
         let mut st = self.state();
         let delivery = unqueue_locked(&mut st, seat);
-        if !seat.won
-            && st
-                .holders
-                .get(key)
-                .is_some_and(|h| h.is_turn_of(&seat.request.owner))
-        {
+        if !seat.won && st.holders.get(key).is_some_and(|h| h.is_turn_of(seat.id)) {
             st.holders.remove(key);
             go_first(&mut st, key);
         }
@@ -489,11 +491,10 @@ fn go_first<B>(st: &mut State<B>, key: &str) {
         return;
     }
     while let Some(waiter) = pop_first(st, key) {
-        let owner = waiter.request.owner.clone();
         if waiter.deliver(Delivery::Go).is_ok() {
             st.holders.insert(
                 LineKey(Arc::clone(&waiter.request.spec)),
-                Holder::Contending(owner),
+                Holder::Contending(waiter.id),
             );
             return;
         }
@@ -506,6 +507,8 @@ fn go_first<B>(st: &mut State<B>, key: &str) {
 pub(crate) struct WaitSeat<'a, B> {
     lines: &'a Lines<B>,
     request: &'a AcquireRequest,
+    /// Which obtain this is, in the lines (an owner may be the caller's, shared by several).
+    id: u64,
     waiter: Option<Arc<Waiter>>,
     /// The obtain won: the key's turn stays for its lock.
     won: bool,
@@ -516,6 +519,7 @@ impl<'a, B: LeaseBackend> WaitSeat<'a, B> {
         WaitSeat {
             lines,
             request,
+            id: lines.next.fetch_add(1, Ordering::Relaxed),
             waiter: None,
             won: false,
         }
