@@ -137,16 +137,18 @@ enum Msg<L> {
 pub(crate) const COMPACT_SLACK: usize = 64;
 
 /// A lock's place in the timer queue: valid while `generation` is the lock's current one.
+/// 24 bytes: the queue holds up to twice the auto-renewed locks between compactions.
 struct Entry<L> {
-    at: Instant,
-    seq: u64,
+    /// When, in nanoseconds since the queue's origin (entries at the same instant come out
+    /// in any order).
+    at: u64,
     generation: u64,
     lock: Weak<L>,
 }
 
 impl<L> PartialEq for Entry<L> {
     fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+        self.at == other.at
     }
 }
 impl<L> Eq for Entry<L> {}
@@ -157,14 +159,15 @@ impl<L> PartialOrd for Entry<L> {
 }
 impl<L> Ord for Entry<L> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
+        self.at.cmp(&other.at)
     }
 }
 
 /// The timer queue and the batch being gathered.
 struct Queue<L> {
     heap: BinaryHeap<Reverse<Entry<L>>>,
-    seq: u64,
+    /// The instant entries count from.
+    origin: Instant,
     /// The widest coalesce window of the locks seen: how far past `now` a due batch looks.
     horizon: Duration,
     /// Compact when the heap grows past this (twice the live entries of the last compaction,
@@ -197,11 +200,9 @@ impl<L: Renewable> Queue<L> {
             batch.push((lock, order));
             return;
         }
-        let at = lock.to_tokio(next);
-        self.seq += 1;
+        let at = self.since_origin(lock.to_tokio(next));
         self.heap.push(Reverse(Entry {
             at,
-            seq: self.seq,
             generation,
             lock: Arc::downgrade(&lock),
         }));
@@ -225,16 +226,26 @@ impl<L: Renewable> Queue<L> {
         );
     }
 
+    /// `at` as an entry's instant (nanoseconds since the origin; an instant centuries away
+    /// saturates, and one before the origin is the origin).
+    fn since_origin(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// The earliest queued instant.
     fn next_at(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse(e)| e.at)
+        self.heap.peek().map(|Reverse(e)| {
+            self.origin
+                .checked_add(Duration::from_nanos(e.at))
+                .unwrap_or_else(|| self.origin + Duration::from_secs(86400 * 365))
+        })
     }
 
     /// Visits every lock queued at or before `now + horizon` (those not due are queued again
     /// at their own instant); the renewals due.
     fn due(&mut self, now: Instant) -> Vec<Order<L>> {
         let mut batch = Vec::new();
-        let until = now + self.horizon;
+        let until = self.since_origin(now + self.horizon);
         while let Some(Reverse(e)) = self.heap.peek() {
             if e.at > until {
                 break;
@@ -265,7 +276,7 @@ async fn run<L: Renewable>(
 ) {
     let mut queue = Queue {
         heap: BinaryHeap::new(),
-        seq: 0,
+        origin: Instant::now(),
         horizon: Duration::ZERO,
         compact_at: COMPACT_SLACK,
     };
