@@ -53,8 +53,13 @@ struct LineKey(Arc<LeaseSpec>);
 
 impl LineKey {
     fn key(&self) -> &str {
-        self.0.keys().first().map_or("", String::as_str)
+        first_key(&self.0)
     }
+}
+
+/// A lease's (only) key, as the lines know it.
+fn first_key(spec: &LeaseSpec) -> &str {
+    spec.keys().first().map_or("", String::as_str)
 }
 
 impl PartialEq for LineKey {
@@ -209,7 +214,7 @@ impl<B: LeaseBackend> Lines<B> {
 
     /// `lock` holds its key now (it was obtained, at the store or by a hand-off).
     pub(crate) fn hold(&self, lock: &Arc<Shared<B>>) {
-        let key = lock.renew.spec.keys().first().map_or("", String::as_str);
+        let key = first_key(&lock.renew.spec);
         let holder = Holder::Lock(Arc::downgrade(lock));
         let mut st = self.state();
         // The obtain's turn is usually there already: replaced in place.
@@ -225,7 +230,7 @@ impl<B: LeaseBackend> Lines<B> {
     /// `lock`'s handle is gone: if it was the key's holder, the first waiter's turn comes
     /// (it attempts at the store).
     pub(crate) fn leave(&self, lock: &Shared<B>) {
-        let key = lock.renew.spec.keys().first().map_or("", String::as_str);
+        let key = first_key(&lock.renew.spec);
         let mut st = self.state();
         let Some((line, holder)) = st.holders.remove_entry(key) else {
             return;
@@ -267,12 +272,7 @@ impl<B: LeaseBackend> Lines<B> {
         result: &Result<HandOffOutcome, BackendError>,
         bound: Duration,
     ) {
-        let key = waiter
-            .request
-            .spec
-            .keys()
-            .first()
-            .map_or("", String::as_str);
+        let key = first_key(&waiter.request.spec);
         let delivery = match result {
             Ok(HandOffOutcome::HandedOff) => Delivery::Transfer {
                 sent_at,
@@ -417,7 +417,7 @@ impl<B: LeaseBackend> Lines<B> {
             // Never queued, and its lock has the turn: nothing to leave.
             return;
         }
-        let key = seat.request.spec.keys().first().map_or("", String::as_str);
+        let key = first_key(&seat.request.spec);
         let mut st = self.state();
         let delivery = unqueue_locked(&mut st, seat);
         if !seat.won && st.holders.get(key).is_some_and(|h| h.is_turn_of(seat.id)) {
@@ -447,12 +447,7 @@ enum Found<B> {
 /// claimed for a hand-off is marked abandoned (the releaser cleans up).
 fn unqueue_locked<B>(st: &mut State<B>, seat: &WaitSeat<'_, B>) -> Option<Delivery> {
     let waiter = seat.waiter.as_ref()?;
-    let key = waiter
-        .request
-        .spec
-        .keys()
-        .first()
-        .map_or("", String::as_str);
+    let key = first_key(&waiter.request.spec);
     let mut state = waiter.seat();
     match std::mem::replace(&mut *state, Seat::Idle) {
         Seat::Queued => {
