@@ -6,7 +6,8 @@
 //!
 //! - `obtain.rs`: [`Locker`] drives one [`Obtain`] per call, and its cleanup guard;
 //! - `handle.rs`: [`Lock`], the handle over a [`HeldLock`] behind one mutex (refresh, release,
-//!   TTL, loss signal, release on drop);
+//!   TTL, loss signal, release on drop; `handle/release.rs` the explicit release and its
+//!   hand-off);
 //! - `renewals.rs`: one task per locker that renews every auto-renewed lock, batching the
 //!   renewals that fall due together, and fires each watched lock's loss signal at its
 //!   deadline;
