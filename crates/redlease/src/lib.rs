@@ -114,7 +114,10 @@
 //!
 //! One holder at a time, handed over in FIFO order across processes: a waiter queues at its
 //! first failed attempt, keeps its place by retrying (each retry is a heartbeat), and a release
-//! wakes the next waiter alone. See `docs/fair-locks.md`.
+//! wakes the next waiter alone. See `docs/fair-locks.md`. (The plain lock is already first
+//! come, first served among the obtains of one [`Locker`] and its clones: a release hands the
+//! key to the next of them in one step at the store, see `docs/handover.md`; across processes
+//! it is a race.)
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
