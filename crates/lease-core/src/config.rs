@@ -168,6 +168,11 @@ impl Ttl {
         Ok(Ttl(ttl))
     }
 
+    /// A TTL of `ms` milliseconds that was validated before (as [`Ttl::as_millis`] gave it).
+    pub(crate) const fn from_valid_millis(ms: u32) -> Ttl {
+        Ttl(Duration::from_millis(ms as u64))
+    }
+
     /// The TTL as a duration.
     pub const fn get(self) -> Duration {
         self.0

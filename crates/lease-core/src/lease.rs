@@ -61,6 +61,64 @@ impl LeaseTiming {
     }
 }
 
+/// A [`LeaseTiming`] as the machines keep it: 32 bytes instead of 64 (a lock keeps two
+/// machines, and a process may hold thousands). Every value round-trips exactly, except an
+/// operation timeout past `u64::MAX` nanoseconds (about 584 years), which caps nothing and is
+/// kept as none.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    /// The renew interval, in nanoseconds.
+    renew_interval: u64,
+    /// The operation timeout in nanoseconds; `u64::MAX` for none.
+    operation_timeout: u64,
+    /// The margin, in nanoseconds (saturating).
+    margin: u64,
+    /// The TTL in milliseconds ([`MAX_TTL`](crate::config::MAX_TTL) fits in 32 bits).
+    ttl_ms: u32,
+}
+
+/// `d` in nanoseconds, saturating at `u64::MAX`.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl From<LeaseTiming> for Timing {
+    fn from(t: LeaseTiming) -> Timing {
+        Timing {
+            renew_interval: nanos(t.renew_interval),
+            operation_timeout: t.operation_timeout.map_or(u64::MAX, nanos),
+            margin: nanos(t.margin),
+            ttl_ms: u32::try_from(t.ttl.as_millis()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+impl Timing {
+    /// The TTL set by each acquire and renew.
+    pub(crate) fn ttl(&self) -> Ttl {
+        Ttl::from_valid_millis(self.ttl_ms)
+    }
+
+    /// The interval between renewals.
+    pub(crate) fn renew_interval(&self) -> Duration {
+        Duration::from_nanos(self.renew_interval)
+    }
+
+    /// The extra cap on each renewal round trip.
+    pub(crate) fn operation_timeout(&self) -> Option<Duration> {
+        (self.operation_timeout != u64::MAX).then(|| Duration::from_nanos(self.operation_timeout))
+    }
+
+    /// [`LeaseTiming::valid_until`].
+    pub(crate) fn valid_until(&self, sent_at: Instant) -> Instant {
+        sent_at
+            + self
+                .ttl()
+                .get()
+                .saturating_sub(Duration::from_nanos(self.margin))
+    }
+}
+
 /// Why a held lease was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -149,7 +207,7 @@ impl<T> Events<T> {
 /// A lease that has been acquired and is kept alive by renewals.
 #[derive(Debug)]
 pub struct HeldLease {
-    timing: LeaseTiming,
+    timing: Timing,
     token: Option<Token>,
     valid_until: Instant,
     next_renew: Instant,
@@ -179,7 +237,7 @@ impl HeldLease {
     /// ```
     pub fn new(timing: LeaseTiming, token: Option<Token>, sent_at: Instant, now: Instant) -> Self {
         let mut lease = HeldLease {
-            timing,
+            timing: timing.into(),
             token,
             valid_until: timing.valid_until(sent_at),
             next_renew: now,
@@ -288,8 +346,8 @@ impl HeldLease {
         // Bounded by the remaining budget, and by one renew interval: a renewal whose reply is
         // lost must not hold the single in-flight slot until the deadline (one dropped reply
         // would then end the lease); the next tick sends a fresh one.
-        let mut deadline = self.valid_until.min(now + self.timing.renew_interval);
-        if let Some(cap) = self.timing.operation_timeout {
+        let mut deadline = self.valid_until.min(now + self.timing.renew_interval());
+        if let Some(cap) = self.timing.operation_timeout() {
             deadline = deadline.min(now + cap);
         }
         Some(RenewOrder {
@@ -317,7 +375,7 @@ impl HeldLease {
                 if until > self.valid_until {
                     self.valid_until = until;
                 }
-                self.next_renew = (sent_at + self.timing.renew_interval).max(now);
+                self.next_renew = (sent_at + self.timing.renew_interval()).max(now);
                 if now < self.valid_until {
                     self.events.push_back(LeaseEvent::Renewed {
                         valid_until: self.valid_until,
@@ -330,7 +388,7 @@ impl HeldLease {
                 self.lose(LossReason::Refused);
             }
             Err(e) => {
-                self.next_renew = (sent_at + self.timing.renew_interval).max(now);
+                self.next_renew = (sent_at + self.timing.renew_interval()).max(now);
                 self.events.push_back(LeaseEvent::RenewFailed(e));
             }
         }
@@ -392,7 +450,35 @@ impl HeldLease {
 
 #[cfg(test)]
 mod tests {
-    use super::Events;
+    use std::time::Duration;
+
+    use super::{Events, LeaseTiming, Timing};
+    use crate::config::{MAX_TTL, Ttl};
+    use crate::time::Instant;
+
+    #[test]
+    fn the_kept_timing_gives_back_what_it_was_given() {
+        let ms = Duration::from_millis;
+        for ttl in [ms(1), ms(2_000), MAX_TTL] {
+            let ttl = Ttl::new(ttl).expect("a valid TTL");
+            for timeout in [None, Some(Duration::ZERO), Some(Duration::new(3, 7))] {
+                let given = LeaseTiming::new(ttl, Duration::new(1, 1))
+                    .with_operation_timeout(timeout)
+                    .with_margin(Duration::from_micros(2_500));
+                let kept = Timing::from(given);
+                assert_eq!(kept.ttl(), given.ttl);
+                assert_eq!(kept.renew_interval(), given.renew_interval);
+                assert_eq!(kept.operation_timeout(), given.operation_timeout);
+                let t = Instant::ZERO + ms(7);
+                assert_eq!(kept.valid_until(t), given.valid_until(t));
+            }
+        }
+        // A cap past 584 years caps nothing, as none does.
+        let far = LeaseTiming::new(Ttl::new(ms(10)).expect("a valid TTL"), ms(5))
+            .with_operation_timeout(Some(Duration::MAX));
+        assert_eq!(Timing::from(far).operation_timeout(), None);
+        assert_eq!(std::mem::size_of::<Timing>(), 32);
+    }
 
     #[test]
     fn events_come_out_oldest_first_whichever_slot_holds_them() {

@@ -14,8 +14,8 @@
 //! pipeline of `PEXPIRE`s per second; each prints `renewals <n>` (the `PEXPIRE`s the server ran
 //! meanwhile, from `INFO commandstats`), so `scripts/callgrind-many.sh` can divide the
 //! instructions of the hold (between two calls of [`hold_mark`]) by the renewals it made;
-//! `redlease-many` also prints `rss_per_lock` (the resident memory each held lock added, once
-//! the renewals settled). `group-many` does the same for [`MANY`]
+//! `redlease-many` also prints `rss_per_lock` (the anonymous resident memory each held lock
+//! added, once the renewals settled). `group-many` does the same for [`MANY`]
 //! elections in one `ElectionGroup` (one member, so it leads them all; TTL 3 s, renewed every
 //! 1 s, its roster of 32 slots read every 1.5 s included). Without them
 //! (as `cargo test --all-targets` runs it, or `cargo bench`) it runs a few cycles of each
@@ -225,12 +225,18 @@ fn many_locks() -> usize {
         .unwrap_or(MANY)
 }
 
-/// This process's resident memory (`/proc/self/statm`), 0 where unreadable.
+/// This process's anonymous resident memory (`/proc/self/statm`: resident − shared, 4 KiB
+/// pages; the benchmarks' `cpu::resident_bytes` says why the file-backed pages, the program's
+/// code, are left out), 0 where unreadable.
 fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let mut fields = statm
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    let resident = fields.next().unwrap_or(0);
+    let shared = fields.next().unwrap_or(0);
+    resident.saturating_sub(shared) * 4096
 }
 
 /// The `PEXPIRE` calls the server has run (inside scripts or not), from `INFO commandstats`.

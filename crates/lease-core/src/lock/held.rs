@@ -8,7 +8,7 @@ use crate::backend::{
     BackendError, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome,
 };
 use crate::config::Ttl;
-use crate::lease::{Events, HeldLease, LeaseEvent, LeaseTiming, LossReason, RenewOrder};
+use crate::lease::{Events, HeldLease, LeaseEvent, LeaseTiming, LossReason, RenewOrder, Timing};
 use crate::lock::error::LockError;
 use crate::lock::obtain::Obtained;
 use crate::lock::options::ObtainPlan;
@@ -109,7 +109,7 @@ pub enum RefreshReply {
 /// ```
 #[derive(Debug)]
 pub struct HeldLock {
-    timing: LeaseTiming,
+    timing: Timing,
     token: Option<Token>,
     valid_until: Instant,
     /// The auto-renewal machine, when auto-renewing.
@@ -135,7 +135,7 @@ impl HeldLock {
         now: Instant,
     ) -> Self {
         HeldLock {
-            timing,
+            timing: timing.into(),
             token,
             valid_until: timing.valid_until(sent_at),
             renewal: auto_renew.then(|| HeldLease::renewed_when_due(timing, token, sent_at, now)),
@@ -171,7 +171,7 @@ impl HeldLock {
 
     /// The TTL set at obtain (and by auto-renewal).
     pub fn ttl(&self) -> Ttl {
-        self.timing.ttl
+        self.timing.ttl()
     }
 
     /// The local deadline.
@@ -202,7 +202,7 @@ impl HeldLock {
     /// The bound of a round trip that does not change the TTL (release, reading the TTL):
     /// [`release_bound`] of this lock's TTL and operation timeout.
     pub fn bound(&self) -> Duration {
-        release_bound(self.timing.ttl, self.timing.operation_timeout)
+        release_bound(self.timing.ttl(), self.timing.operation_timeout())
     }
 
     /// The next auto-renewal to send, if one is due at `now` (never while a refresh or another
@@ -217,7 +217,7 @@ impl HeldLock {
     /// process holding many locks sends at most about nine batches per renew interval,
     /// whatever the number of locks.
     pub fn coalesce_window(&self) -> Duration {
-        self.timing.renew_interval / COALESCE_DIVISOR
+        self.timing.renew_interval() / COALESCE_DIVISOR
     }
 
     /// Like [`HeldLock::poll_renew`], but a renewal due within `early` of `now` is sent now
@@ -287,7 +287,7 @@ impl HeldLock {
             self.set_deadline(now, told);
         }
         let mut bound = (self.valid_until - now).max(crate::config::MIN_INTERVAL);
-        if let Some(cap) = self.timing.operation_timeout {
+        if let Some(cap) = self.timing.operation_timeout() {
             bound = bound.min(cap);
         }
         self.slot = Some(Slot::Refresh { told });

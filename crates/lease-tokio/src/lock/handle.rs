@@ -526,3 +526,27 @@ impl<B: LeaseBackend> Drop for SlotGuard<'_, B> {
         }
     }
 }
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    use std::mem::size_of;
+
+    use lease_core::lock::HeldLock;
+    use lease_core::memory::MemoryBackend;
+
+    /// A process may hold thousands of locks (issue 31's goal: at most 2 KiB of memory per
+    /// held lock, everything counted): the per-lock state must not grow by accident. Raise a
+    /// limit only with a reason, and update `docs/benchmarks.md`'s figures with it.
+    #[test]
+    fn a_held_lock_stays_small() {
+        assert!(
+            size_of::<HeldLock>() <= 264,
+            "HeldLock: {} B",
+            size_of::<HeldLock>()
+        );
+        let shared = size_of::<super::Shared<MemoryBackend>>();
+        assert!(shared <= 480, "a lock's shared state: {shared} B");
+        let handle = size_of::<super::Lock<MemoryBackend>>();
+        assert!(handle <= 72, "a lock's handle: {handle} B");
+    }
+}

@@ -159,7 +159,8 @@ pub(crate) fn render(m: &Many) -> String {
     let mut s = format!(
         "\n## Many auto-renewed locks: {} locks, TTL {} s, renewed every {} s, held {} s\n\n\
          Alternating holds on server 0 (redlease, raw, ...). Raw: one pipeline of `PEXPIRE`s \
-         per second for the same number of keys.\n\n\
+         per second for the same number of keys. RSS: anonymous resident memory added (the \
+         program's code pages, which do not grow with the count, left out).\n\n\
          | round | side | client CPU µs per lock-second | vs raw | Redis CPU µs per lock-second | \
          client requests/s | renewals per lock-second | Redis commands/s | RSS per held lock |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
