@@ -15,6 +15,12 @@
 //! behind it. So are the fair lock's methods (`check_fair`, `acquire_fair`, `release_fair`,
 //! `leave_fair`, `inspect_fair`, `fair_watch`).
 //!
+//! A hand-off within a process ([`LeaseBackend::hand_off`], offered where the wrapped backend
+//! offers it: [`LeaseBackend::can_hand_off`] is forwarded) is the releasing lock's release: the
+//! hooks see it as a [`Call::Release`] of the releaser, answered as released when the lease was
+//! handed off or released, so a hook that delays or watches releases does the same to
+//! hand-offs.
+//!
 //! A batch ([`LeaseBackend::renew_many`]) is forwarded as one batch, so a backend that carries
 //! it in one round trip still does; the hooks see each renewal in it as a [`Call::Renew`]:
 //! every `before` runs (concurrently) before the batch is sent, so a hook that delays one
@@ -57,8 +63,8 @@ use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseInfo, LeaseSpec, Owner,
-    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Ttl,
+    AcquireOutcome, AcquireRequest, BackendError, HandOffOutcome, LeaseBackend, LeaseInfo,
+    LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, Ttl,
 };
 
 /// A [`LeaseBackend`] call, as a hook sees it.
@@ -246,6 +252,34 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
             |r| Answer::Inspect(r),
         )
         .await
+    }
+
+    fn can_hand_off(&self, spec: &LeaseSpec) -> bool {
+        self.inner.can_hand_off(spec)
+    }
+
+    /// Seen by the hooks as the release of `from` ([`Call::Release`]): a lease handed off or
+    /// released answers [`ReleaseOutcome::Released`].
+    async fn hand_off(
+        &self,
+        from: &ReleaseRequest,
+        from_metadata: &Metadata,
+        to: &AcquireRequest,
+    ) -> Result<HandOffOutcome, BackendError> {
+        let call = Call::Release(from);
+        self.hooks.before(&call).await;
+        let (seen, handed) = match self.inner.hand_off(from, from_metadata, to).await {
+            Ok(outcome) => {
+                let released = match outcome {
+                    HandOffOutcome::NotHeld => ReleaseOutcome::NotHeld,
+                    _ => ReleaseOutcome::Released,
+                };
+                (Ok(released), Some(outcome))
+            }
+            Err(e) => (Err(e), None),
+        };
+        self.hooks.after(&call, &Answer::Release(&seen)).await;
+        seen.map(|released| handed.unwrap_or(HandOffOutcome::from(released)))
     }
 
     /// Seen by the hooks as an inspection ([`Call::Inspect`]).

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::locks::{SLACK, ms, wait_gone};
+use common::locks::{SLACK, counted_locker, ms, wait_gone};
 use common::{EVENTUALLY, get, raw};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::redis::RedisServer;
@@ -261,6 +261,43 @@ async fn a_dropped_holder_and_a_lost_holder_let_their_waiters_go_to_the_store() 
         .await
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test]
+async fn behind_the_test_wrapper_a_hand_off_is_the_holders_release() {
+    // The kit's `Wrapped` forwards hand-offs (its hooks see the releaser's release), so the
+    // fault tests that wrap a backend exercise them too.
+    let server = RedisServer::start().await.expect("redis");
+    let (locker, counted) = counted_locker(&server).await;
+    let mut conn = raw(&server).await;
+    let holder = locker.obtain("job", TTL, LockOptions::new()).await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.obtain("job", TTL, slow_retry()).await })
+    };
+    let deadline = Instant::now() + EVENTUALLY;
+    while locker.waiting_behind("job") != 1 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(ms(2)).await;
+    }
+    holder.release().await.expect("released by hand-off");
+    let lock = tokio::time::timeout(PROMPT, waiter)
+        .await
+        .expect("handed the key at once")
+        .unwrap()
+        .expect("the waiter obtains");
+    assert_eq!(get(&mut conn, "job").await.as_deref(), Some(lock.owner()));
+    let counts = counted.counts();
+    assert_eq!(
+        counts.acquire_total, 1,
+        "the waiter never attempted at the store"
+    );
+    assert_eq!(
+        counts.releases, 1,
+        "the hand-off, seen as the holder's release"
+    );
+    lock.release().await.expect("released");
+    wait_gone(&mut conn, "job").await;
 }
 
 /// A locker whose data connection goes through `proxy` (its notices come straight).

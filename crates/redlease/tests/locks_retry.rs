@@ -6,6 +6,10 @@
 //! Attempts are counted by `Counted` (`common/locks.rs`: the kit's `Wrapped` backend with
 //! counting hooks around the Redis backend), so retry counts are asserted exactly, without
 //! timing.
+//!
+//! The holder and each obtainer have a `Locker` of their own over one counted backend, as
+//! separate processes would: obtains of one locker on one key queue behind each other and are
+//! handed the key (`locks_handoff.rs`), so they would not retry at the store.
 
 mod common;
 
@@ -25,7 +29,7 @@ async fn retry_obtains_once_the_holder_releases() {
     let server = common::redis().await;
     let (locker, counted) = counted_locker(&server).await;
     let mut conn = raw(&server).await;
-    let holder = locker
+    let holder = Locker::new(counted.clone())
         .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
@@ -62,7 +66,7 @@ async fn retry_gives_up_with_not_obtained_when_the_strategy_stops() {
     let server = common::redis().await;
     let (locker, counted) = counted_locker(&server).await;
     let mut conn = raw(&server).await;
-    let holder = locker
+    let holder = Locker::new(counted.clone())
         .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
@@ -89,7 +93,7 @@ async fn retry_gives_up_with_not_obtained_when_the_strategy_stops() {
 async fn deadline_error_carries_not_obtained_and_the_implicit_deadline_is_one_ttl() {
     let server = common::redis().await;
     let (locker, counted) = counted_locker(&server).await;
-    let holder = locker
+    let holder = Locker::new(counted.clone())
         .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
@@ -181,8 +185,8 @@ async fn hundred_concurrent_obtainers_exactly_one_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_retry_strategy_each_obtainer_follows_its_own_sequence() {
     let server = common::redis().await;
-    let (locker, counted) = counted_locker(&server).await;
-    let holder = locker
+    let (_, counted) = counted_locker(&server).await;
+    let holder = Locker::new(counted.clone())
         .obtain("k", ms(30_000), LockOptions::new().owner("holder"))
         .await
         .unwrap();
@@ -190,7 +194,7 @@ async fn shared_retry_strategy_each_obtainer_follows_its_own_sequence() {
     let barrier = Arc::new(tokio::sync::Barrier::new(10));
     let mut tasks = Vec::new();
     for i in 0..10 {
-        let (locker, barrier) = (locker.clone(), barrier.clone());
+        let (locker, barrier) = (Locker::new(counted.clone()), barrier.clone());
         let opts = LockOptions::new()
             .owner(format!("w{i}"))
             .retry(shared.clone())
