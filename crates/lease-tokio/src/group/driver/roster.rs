@@ -2,11 +2,14 @@
 //! this member's target and the machines' contend / hold / resign ([`lease_core::share`]), and
 //! reading the roster (which members hold a roster slot) every acquire interval.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 
 use lease_core::share::{Step, step, target};
-use lease_core::{LeaseBackend, LeaseSpec};
+use lease_core::{BackendError, LeaseBackend, LeaseInfo, LeaseSpec};
 use tokio::time::Instant;
 
 use super::{Done, Driver, InFlight};
@@ -93,16 +96,90 @@ impl<B: LeaseBackend> Driver<B> {
         let backend = Arc::clone(&self.backend);
         let timeout = self.acquire_timeout;
         let task = self.tasks.spawn(async move {
-            // One after another on this task: a few dozen short calls every acquire interval.
-            let read = async {
-                let mut live = Vec::with_capacity(specs.len());
-                for spec in &specs {
-                    live.push(backend.inspect(spec).await.ok()?.holder.is_some());
-                }
-                Some(live)
-            };
+            // Every slot at once, polled together on this task: on a multiplexed connection
+            // the reads go out in one write and come back in one read (one after another,
+            // they cost a round trip and a wake each, a few dozen every acquire interval).
+            let read = read_all(specs.iter().map(|spec| backend.inspect(spec)).collect());
             Done::Roster(tokio::time::timeout(timeout, read).await.ok().flatten())
         });
         self.in_flight.insert(task.id(), InFlight::Roster);
+    }
+}
+
+/// Polls `reads` together until all have answered: whether each slot is held, in order, or
+/// `None` if any read failed.
+async fn read_all<F>(reads: Vec<F>) -> Option<Vec<bool>>
+where
+    F: Future<Output = Result<LeaseInfo, BackendError>> + Unpin,
+{
+    let mut reads: Vec<Option<F>> = reads.into_iter().map(Some).collect();
+    let mut live: Vec<Option<bool>> = vec![None; reads.len()];
+    let mut failed = false;
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (read, held) in reads.iter_mut().zip(live.iter_mut()) {
+            if let Some(f) = read {
+                match Pin::new(f).poll(cx) {
+                    Poll::Ready(Ok(info)) => *held = Some(info.holder.is_some()),
+                    Poll::Ready(Err(_)) => failed = true,
+                    Poll::Pending => {
+                        pending = true;
+                        continue;
+                    }
+                }
+                *read = None;
+            }
+        }
+        if pending && !failed {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    if failed {
+        return None;
+    }
+    live.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{Future, ready};
+    use std::pin::Pin;
+    use std::time::Duration;
+
+    use lease_core::{BackendError, LeaseInfo};
+
+    use super::read_all;
+
+    type Read = Pin<Box<dyn Future<Output = Result<LeaseInfo, BackendError>> + Send>>;
+
+    fn slot(holder: Option<&str>, after_ms: u64) -> Read {
+        let mut info = LeaseInfo::default();
+        info.holder = holder.map(str::to_owned);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            Ok(info)
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_slot_in_order_whichever_answers_first() {
+        let reads = vec![slot(Some("a"), 30), slot(None, 10), slot(Some("c"), 20)];
+        assert_eq!(read_all(reads).await, Some(vec![true, false, true]));
+        assert_eq!(read_all(Vec::<Read>::new()).await, Some(vec![]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_failed_read_fails_the_roster_read_at_once() {
+        let failed: Read = Box::pin(ready(Err(BackendError::Timeout(Duration::from_millis(1)))));
+        let start = tokio::time::Instant::now();
+        let reads = vec![slot(Some("a"), 60_000), failed];
+        assert_eq!(read_all(reads).await, None);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "not held up by the slow read"
+        );
     }
 }
