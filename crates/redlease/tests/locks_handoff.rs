@@ -39,7 +39,7 @@ fn slow_retry() -> LockOptions {
 }
 
 /// Waits (bounded) until `n` obtains of `locker` wait behind its lock on `key`.
-async fn wait_queued(locker: &Locker<Managed>, key: &str, n: usize) {
+async fn wait_queued<B: redlease::core::LeaseBackend>(locker: &Locker<B>, key: &str, n: usize) {
     let deadline = Instant::now() + EVENTUALLY;
     // The lines have no signal of their own for a test; a bounded check every few
     // milliseconds does not race (the count only says the obtain got there).
@@ -275,11 +275,7 @@ async fn behind_the_test_wrapper_a_hand_off_is_the_holders_release() {
         let locker = locker.clone();
         tokio::spawn(async move { locker.obtain("job", TTL, slow_retry()).await })
     };
-    let deadline = Instant::now() + EVENTUALLY;
-    while locker.waiting_behind("job") != 1 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(ms(2)).await;
-    }
+    wait_queued(&locker, "job", 1).await;
     holder.release().await.expect("released by hand-off");
     let lock = tokio::time::timeout(PROMPT, waiter)
         .await
