@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::backend::{BackendError, RenewOutcome};
 use crate::config::Ttl;
-use crate::time::Instant;
+use crate::time::{Instant, nanos};
 use crate::token::Token;
 
 /// The timing of a held lease. Built with [`LeaseTiming::new`] (the struct is
@@ -75,11 +75,6 @@ pub(crate) struct Timing {
     margin: u64,
     /// The TTL in milliseconds ([`MAX_TTL`](crate::config::MAX_TTL) fits in 32 bits).
     ttl_ms: u32,
-}
-
-/// `d` in nanoseconds, saturating at `u64::MAX`.
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl From<LeaseTiming> for Timing {

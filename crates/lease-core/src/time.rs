@@ -26,7 +26,7 @@ use std::time::Duration;
 pub struct Instant(u64);
 
 /// `d` in whole nanoseconds, saturating at `u64::MAX`.
-const fn nanos(d: Duration) -> u64 {
+pub(crate) const fn nanos(d: Duration) -> u64 {
     let n = d.as_nanos();
     if n > u64::MAX as u128 {
         u64::MAX
