@@ -90,6 +90,21 @@ fn spawn_waiter(
     })
 }
 
+/// A lock of `key` held by `locker`, and one obtain of the same locker queued behind it
+/// (polling every 20 s: only a hand-off or a wake gets it the key in time).
+async fn held_with_one_waiter<B: redlease::core::LeaseBackend>(
+    locker: &Locker<B>,
+    key: &'static str,
+) -> (Lock<B>, tokio::task::JoinHandle<Result<Lock<B>, LockError>>) {
+    let holder = locker.obtain(key, TTL, LockOptions::new()).await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.obtain(key, TTL, slow_retry()).await })
+    };
+    wait_queued(locker, key, 1).await;
+    (holder, waiter)
+}
+
 async fn next(rx: &mut mpsc::UnboundedReceiver<(usize, Lock<Managed>)>) -> (usize, Lock<Managed>) {
     tokio::time::timeout(PROMPT + SLACK, rx.recv())
         .await
@@ -270,12 +285,7 @@ async fn behind_the_test_wrapper_a_hand_off_is_the_holders_release() {
     let server = RedisServer::start().await.expect("redis");
     let (locker, counted) = counted_locker(&server).await;
     let mut conn = raw(&server).await;
-    let holder = locker.obtain("job", TTL, LockOptions::new()).await.unwrap();
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move { locker.obtain("job", TTL, slow_retry()).await })
-    };
-    wait_queued(&locker, "job", 1).await;
+    let (holder, waiter) = held_with_one_waiter(&locker, "job").await;
     holder.release().await.expect("released by hand-off");
     let lock = tokio::time::timeout(PROMPT, waiter)
         .await
@@ -351,12 +361,7 @@ async fn a_waiter_dropped_during_its_hand_off_has_the_key_released_for_it() {
     let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
     let locker = proxied(&server, &proxy).await;
     let mut conn = raw(&server).await;
-    let holder = locker.obtain("job", TTL, LockOptions::new()).await.unwrap();
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move { locker.obtain("job", TTL, slow_retry()).await })
-    };
-    wait_queued(&locker, "job", 1).await;
+    let (holder, waiter) = held_with_one_waiter(&locker, "job").await;
     // Slow replies: the hand-off is in flight while the waiter is dropped.
     proxy.set_mode(Mode::Latency(ms(300)));
     let release = tokio::spawn(holder.release());
