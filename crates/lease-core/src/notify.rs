@@ -139,6 +139,52 @@ impl HubState {
     }
 }
 
+/// What a backend's release notices looked like just before an attempt, for a contender that
+/// registers its [`ReleaseWatch`] only once an attempt found the lease held
+/// ([`crate::LeaseBackend::notice_mark`]): most attempts win, and a watch registered for
+/// nothing costs an uncontended lock cycle more than the rest of its bookkeeping.
+///
+/// **No lost wake-up** holds as with a watch registered before the attempt: the backend counts
+/// every notice it receives and every channel going live (on any channel: it cannot tell
+/// whether an unknown channel matters), and a contender whose mark is older than the count
+/// once its watch is registered treats the gap as a notice ([`NoticeMark::moved_since`]), so
+/// at worst it makes one early attempt.
+///
+/// ```
+/// use lease_core::notify::NoticeMark;
+///
+/// let before = NoticeMark::new(7, false);
+/// assert!(!NoticeMark::new(7, false).moved_since(before));
+/// assert!(NoticeMark::new(8, false).moved_since(before)); // a notice came in between
+/// assert!(NoticeMark::new(7, true).others_wait());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoticeMark {
+    count: u64,
+    others_wait: bool,
+}
+
+impl NoticeMark {
+    /// A mark: `count`, the notices and resynchronisations the backend has received so far;
+    /// `others_wait`, whether some watch of this process waits for the lease's release (what
+    /// [`ReleaseWatch::others_wait`] says for a watch of its own).
+    pub fn new(count: u64, others_wait: bool) -> NoticeMark {
+        NoticeMark { count, others_wait }
+    }
+
+    /// Whether a notice or a resynchronisation arrived between `earlier` and this mark.
+    pub fn moved_since(self, earlier: NoticeMark) -> bool {
+        self.count != earlier.count
+    }
+
+    /// Whether another watch of this process waited for the lease's release when the mark was
+    /// taken: a winning attempt then says so in its request
+    /// ([`AcquireRequest::waiters`](crate::AcquireRequest::waiters)).
+    pub fn others_wait(self) -> bool {
+        self.others_wait
+    }
+}
+
 /// The wake rules of one notification channel, shared by every watch on it. See the [module
 /// docs](self).
 pub struct ReleaseHub {
@@ -252,6 +298,15 @@ impl ReleaseHub {
     /// How many watches are registered.
     pub fn watches(&self) -> usize {
         self.lock().slots.len()
+    }
+
+    /// Whether some watch waits for the lease's release: an observer, or a contender that is
+    /// contending (what [`ReleaseWatch::others_wait`] asks, for a caller without a watch).
+    pub fn has_waiters(&self) -> bool {
+        self.lock()
+            .slots
+            .iter()
+            .any(|s| s.role == WatchRole::Observer || s.contending)
     }
 }
 

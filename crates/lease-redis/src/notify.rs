@@ -39,10 +39,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use lease_core::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
+use lease_core::notify::{HubLink, NoticeMark, ReleaseHub, ReleaseWatch, WatchRole};
 use tokio::sync::mpsc;
 
 use crate::slot;
@@ -129,6 +130,12 @@ struct Shared {
     start: Mutex<Option<Unstarted>>,
     /// A command found the queue full: the task resynchronises every channel.
     overflow: std::sync::atomic::AtomicBool,
+    /// Notices received and hubs gone live, on any channel: what a [`NoticeMark`] counts.
+    /// Bumped before the notice is routed (or the hub set live), so a watch registered after
+    /// a mark sees every wake it missed as a moved count.
+    moves: AtomicU64,
+    /// Hubs that exist now (each has a watch): while there are none, a mark needs no lookup.
+    hubs_alive: AtomicUsize,
 }
 
 /// The subscriber task's source and command channel, before it runs. (Not the task itself:
@@ -162,6 +169,11 @@ impl Shared {
 
     fn hub(&self, channel: &str) -> Option<Arc<ReleaseHub>> {
         self.hubs().get(channel).and_then(Weak::upgrade)
+    }
+
+    /// A wake is about to be delivered on some channel (a notice, or a hub going live).
+    pub(crate) fn moved(&self) {
+        self.moves.fetch_add(1, Ordering::SeqCst);
     }
 
     fn all_hubs(&self) -> Vec<(String, Arc<ReleaseHub>)> {
@@ -252,12 +264,33 @@ impl ReleaseNotices {
                         channel: channel.to_owned(),
                         commands: self.commands.clone(),
                     });
+                    self.shared.hubs_alive.fetch_add(1, Ordering::SeqCst);
                     hubs.insert(channel.to_owned(), Arc::downgrade(&hub));
                     hub
                 }
             }
         };
         hub.watch(role)
+    }
+
+    /// A [`NoticeMark`] for `channel`, to take just before an attempt whose watch is
+    /// registered only if the attempt finds the lease held (see
+    /// [`LeaseBackend::notice_mark`](lease_core::LeaseBackend::notice_mark)): it counts every
+    /// notice and every channel going live on this subscriber.
+    pub fn mark(&self, channel: &str) -> NoticeMark {
+        self.mark_with(|| channel.to_owned())
+    }
+
+    /// [`ReleaseNotices::mark`], building the channel only when some hub exists (an
+    /// uncontended process has none: the mark is two atomic loads).
+    pub(crate) fn mark_with(&self, channel: impl FnOnce() -> String) -> NoticeMark {
+        let count = self.shared.moves.load(Ordering::SeqCst);
+        let others_wait = self.shared.hubs_alive.load(Ordering::SeqCst) > 0
+            && self
+                .shared
+                .hub(&channel())
+                .is_some_and(|hub| hub.has_waiters());
+        NoticeMark::new(count, others_wait)
     }
 
     /// The subscriber's counters.
@@ -314,6 +347,7 @@ impl Drop for Link {
     /// The hub is gone (its last watch dropped): forget its entry, unless a new hub took the
     /// channel meanwhile. Without this, every key ever locked would leave an entry behind.
     fn drop(&mut self) {
+        self.shared.hubs_alive.fetch_sub(1, Ordering::SeqCst);
         let mut hubs = self.shared.hubs();
         if hubs
             .get(&self.channel)

@@ -5,7 +5,7 @@
 //! [`Hooks`] around each call: [`Hooks::before`] with the [`Call`] before it is forwarded, and
 //! [`Hooks::after`] with the call and its [`Answer`] once the wrapped backend answered (before
 //! the answer is returned). Both default to doing nothing, so a test implements only its twist.
-//! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`,
+//! The synchronous methods (`check_spec`, `validity_margin`, `release_watch`, `notice_mark`,
 //! `check_semaphore`), `preflight` and the semaphore's permit methods (`acquire_permit`,
 //! `renew_permit`, `renew_permit_many`, `release_permit`, `permit_remaining`,
 //! `inspect_semaphore`) and a read-write lock's shared methods (`check_shared`,
@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::fair::{FairInfo, FairRequest};
-use lease_core::notify::{ReleaseWatch, WatchRole};
+use lease_core::notify::{NoticeMark, ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
@@ -306,6 +306,9 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
 
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.release_watch(spec, role)
+    }
+    fn notice_mark(&self, spec: &LeaseSpec) -> Option<NoticeMark> {
+        self.inner.notice_mark(spec)
     }
 
     fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {

@@ -50,6 +50,19 @@ async fn cycles(url: &str, client: &str, n: u64, many: usize) {
                 lock.release().await.expect("release");
             }
         }
+        "redlease-connect" => {
+            // The recommended connection: `connect`'s self-healing one, whose requests the
+            // backend bounds itself (no redis-rs response timer beside the backend's).
+            let backend = redlease::redis::connect(url).await.expect("connect");
+            let locker = Locker::new(backend);
+            for _ in 0..n {
+                let lock = locker
+                    .obtain("bench:ir:connect", TTL, LockOptions::new())
+                    .await
+                    .expect("obtain");
+                lock.release().await.expect("release");
+            }
+        }
         "rslock" => {
             let mut manager = rslock::LockManager::from_clients(vec![redis_client.clone()]);
             manager.set_retry(1, Duration::from_millis(1));

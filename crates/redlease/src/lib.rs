@@ -250,7 +250,7 @@ pub mod core {
         TokenScheme,
     };
     // Release notifications: what `LeaseBackend::release_watch` hands out.
-    pub use lease_core::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
+    pub use lease_core::notify::{HubLink, NoticeMark, ReleaseHub, ReleaseWatch, WatchRole};
     // Configuration, time and retries.
     pub use lease_core::config::{
         MAX_ID_LEN, MAX_NAME_LEN, MAX_TTL, MIN_ELECTION_TTL, MIN_INTERVAL,

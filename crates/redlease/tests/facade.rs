@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use lease_testkit::redis::RedisServer;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, Owner, PermitCount,
-    PermitRequest, ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest,
-    WatchRole, fair_spec, semaphore_spec,
+    AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, NoticeMark, Owner,
+    PermitCount, PermitRequest, ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome,
+    RenewRequest, WatchRole, fair_spec, semaphore_spec,
 };
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
@@ -40,6 +40,7 @@ enum Method {
     ValidityMargin,
     Preflight,
     ReleaseWatch,
+    NoticeMark,
     CheckSemaphore,
     AcquirePermit,
     RenewPermit,
@@ -64,7 +65,7 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [Method; 32] = [
+    const ALL: [Method; 33] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -76,6 +77,7 @@ impl Method {
         Method::ValidityMargin,
         Method::Preflight,
         Method::ReleaseWatch,
+        Method::NoticeMark,
         Method::CheckSemaphore,
         Method::AcquirePermit,
         Method::RenewPermit,
@@ -173,6 +175,10 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         self.count(Method::ReleaseWatch);
         self.inner.release_watch(spec, role)
+    }
+    fn notice_mark(&self, spec: &LeaseSpec) -> Option<NoticeMark> {
+        self.count(Method::NoticeMark);
+        self.inner.notice_mark(spec)
     }
     fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.count(Method::CheckSemaphore);
@@ -318,6 +324,12 @@ async fn every_method_reaches_the_wrapped_backend() {
     watch.activate();
     // Going live wakes an activated watch once: the subscription is confirmed.
     bounded("the subscription", watch.notified()).await;
+    // The Redis backend counts its notices (the default would give no mark), and sees the
+    // observer above waiting.
+    let mark = backend
+        .notice_mark(&spec)
+        .expect("the Redis backend's mark came through the wrapper");
+    assert!(mark.others_wait(), "the observer waits");
 
     let mut token = None;
     for s in [&spec, &other] {

@@ -613,3 +613,157 @@ async fn a_waiter_behind_the_kits_wrapper_is_woken_by_the_release_notice() {
     // notices are dropped, and the waiter is left to its 20 s poll.
     assert!(!woken_behind_wrapped(&server, true).await);
 }
+
+/// Holds the waiter's first answered attempt (it found the lock held) until released: the
+/// window between the attempt's mark and the registration of the waiter's watch.
+#[derive(Clone)]
+struct HoldFirstAnswer {
+    answered: Arc<tokio::sync::Notify>,
+    go: Arc<tokio::sync::Semaphore>,
+    first: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[redlease::async_trait]
+impl Hooks for HoldFirstAnswer {
+    async fn after(&self, call: &Call<'_>, _answer: &Answer<'_>) {
+        if let Call::Acquire(_) = call
+            && self.first.swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.answered.notify_one();
+            // Bounded: a test that never lets go fails on its own timeout, not here.
+            let _ = tokio::time::timeout(EVENTUALLY, self.go.acquire()).await;
+        }
+    }
+}
+
+/// A backend whose [`NoticeMark`](redlease::core::NoticeMark)s never move: the negative
+/// control for the registration of a waiter's watch after its attempt.
+#[derive(Clone)]
+struct FrozenMarks<B>(B);
+
+#[redlease::async_trait]
+impl<B: redlease::LeaseBackend> redlease::LeaseBackend for FrozenMarks<B> {
+    async fn acquire(
+        &self,
+        req: &redlease::core::AcquireRequest,
+    ) -> Result<redlease::core::AcquireOutcome, redlease::BackendError> {
+        self.0.acquire(req).await
+    }
+    async fn renew(
+        &self,
+        req: &redlease::core::RenewRequest,
+    ) -> Result<redlease::core::RenewOutcome, redlease::BackendError> {
+        self.0.renew(req).await
+    }
+    async fn release(
+        &self,
+        req: &redlease::core::ReleaseRequest,
+    ) -> Result<redlease::core::ReleaseOutcome, redlease::BackendError> {
+        self.0.release(req).await
+    }
+    async fn remaining(
+        &self,
+        spec: &redlease::core::LeaseSpec,
+        owner: &redlease::core::Owner,
+    ) -> Result<Option<Duration>, redlease::BackendError> {
+        self.0.remaining(spec, owner).await
+    }
+    async fn inspect(
+        &self,
+        spec: &redlease::core::LeaseSpec,
+    ) -> Result<redlease::core::LeaseInfo, redlease::BackendError> {
+        self.0.inspect(spec).await
+    }
+    fn release_watch(
+        &self,
+        spec: &redlease::core::LeaseSpec,
+        role: redlease::core::WatchRole,
+    ) -> Option<redlease::core::ReleaseWatch> {
+        self.0.release_watch(spec, role)
+    }
+    fn notice_mark(&self, spec: &redlease::core::LeaseSpec) -> Option<redlease::core::NoticeMark> {
+        self.0
+            .notice_mark(spec)
+            .map(|m| redlease::core::NoticeMark::new(0, m.others_wait()))
+    }
+}
+
+/// A waiter (polling every 20 s) whose watch is registered only after its first attempt: the
+/// holder releases while that attempt's answer is held back (the notice arrives before the
+/// watch exists; an observer of the same process keeps the channel subscribed). Returns
+/// whether the waiter obtained the lock within [`PROMPT`] of the release; `frozen` gives it
+/// marks that never move.
+async fn woken_after_a_late_registration(server: &RedisServer, frozen: bool) -> bool {
+    use redlease::LeaseBackend;
+    use redlease::core::{LeaseSpec, WatchRole};
+
+    let key = if frozen { "late-frozen" } else { "late" };
+    let a = Locker::new(connect(server).await);
+    let inner = connect(server).await;
+    let held = a
+        .obtain(key, Duration::from_secs(30), LockOptions::new())
+        .await
+        .unwrap();
+    let spec = LeaseSpec::lock([key], None).unwrap();
+    let mut observer = inner
+        .release_watch(&spec, WatchRole::Observer)
+        .expect("a watch");
+    observer.activate();
+    tokio::time::timeout(EVENTUALLY, observer.notified())
+        .await
+        .expect("the observer's subscription is confirmed");
+    let hook = HoldFirstAnswer {
+        answered: Arc::new(tokio::sync::Notify::new()),
+        go: Arc::new(tokio::sync::Semaphore::new(0)),
+        first: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    };
+    let (answered, go) = (Arc::clone(&hook.answered), Arc::clone(&hook.go));
+    let waiter = if frozen {
+        let b = Locker::new(Wrapped::with_hooks(FrozenMarks(inner.clone()), hook));
+        tokio::spawn(async move {
+            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
+            (lock.map(drop), Instant::now())
+        })
+    } else {
+        let b = Locker::new(Wrapped::with_hooks(inner.clone(), hook));
+        tokio::spawn(async move {
+            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
+            (lock.map(drop), Instant::now())
+        })
+    };
+    tokio::time::timeout(EVENTUALLY, answered.notified())
+        .await
+        .expect("the waiter's first attempt was answered");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    // The notice reached this process (the observer sees every notice) before the waiter's
+    // watch exists.
+    tokio::time::timeout(EVENTUALLY, observer.notified())
+        .await
+        .expect("the release's notice");
+    go.add_permits(1);
+    match tokio::time::timeout(PROMPT + SLACK, waiter).await {
+        Ok(joined) => {
+            let (lock, at) = joined.unwrap();
+            lock.expect("obtained");
+            at.duration_since(released) < PROMPT
+        }
+        Err(_) => {
+            assert!(
+                frozen,
+                "not woken: {:?}",
+                inner.release_notices().unwrap().stats()
+            );
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_release_before_the_waiters_watch_is_registered_is_not_lost() {
+    let server = RedisServer::start().await.expect("redis");
+    assert!(woken_after_a_late_registration(&server, false).await);
+    // The negative control: with marks that never move, the notice that came before the
+    // watch is lost and the waiter is left to its 20 s poll.
+    assert!(!woken_after_a_late_registration(&server, true).await);
+}

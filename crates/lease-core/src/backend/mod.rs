@@ -38,7 +38,7 @@ use async_trait::async_trait;
 
 use crate::config::Ttl;
 use crate::fair::{FairInfo, FairRequest};
-use crate::notify::{ReleaseWatch, WatchRole};
+use crate::notify::{NoticeMark, ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
 use crate::rwlock::SharedInfo;
 use crate::semaphore::{PermitRequest, SemaphoreInfo};
@@ -207,6 +207,19 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// channel; the server-side subscription starts at [`ReleaseWatch::activate`].
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         let _ = (spec, role);
+        None
+    }
+
+    /// A [`NoticeMark`] of this backend's release notices for `spec`'s lease, taken just
+    /// before an attempt, when a contender may register its [`ReleaseWatch`] only after an
+    /// attempt found the lease held (see [`NoticeMark`] for why no wake-up is lost); `None`
+    /// (the default) when it must register its watch before the first attempt. A backend
+    /// whose watches are all fed by one counted subscriber returns a mark; one that relays
+    /// other watches (a quorum's), or has no notices, keeps the default.
+    ///
+    /// Cheap and free of I/O; called once per attempt while the contender has no watch.
+    fn notice_mark(&self, spec: &LeaseSpec) -> Option<NoticeMark> {
+        let _ = spec;
         None
     }
 
@@ -474,6 +487,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         (**self).release_watch(spec, role)
+    }
+    fn notice_mark(&self, spec: &LeaseSpec) -> Option<NoticeMark> {
+        (**self).notice_mark(spec)
     }
     fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         (**self).check_semaphore(spec)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::backend::{RENEW_BATCH_CHUNK, epoch_key_of, mark_key_of, renew_each};
 use lease_core::fair::{FairInfo, FairRequest};
-use lease_core::notify::{ReleaseWatch, WatchRole};
+use lease_core::notify::{NoticeMark, ReleaseWatch, WatchRole};
 use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
@@ -297,6 +297,15 @@ where
         let key = spec.keys().first()?;
         let notices = self.notices.as_ref()?;
         Some(notices.watch(&notify::notice_channel(key, self.topology), role))
+    }
+
+    /// Every watch of this backend is fed by its one [`notify::ReleaseNotices`] subscriber,
+    /// which counts its notices: a contender registers its watch once an attempt found the
+    /// lease held.
+    fn notice_mark(&self, spec: &LeaseSpec) -> Option<NoticeMark> {
+        let key = spec.keys().first()?;
+        let notices = self.notices.as_ref()?;
+        Some(notices.mark_with(|| notify::notice_channel(key, self.topology)))
     }
 
     /// `CONFIG GET` of the persistence and eviction settings (one parameter per call on

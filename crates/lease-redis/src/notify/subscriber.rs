@@ -159,6 +159,7 @@ impl Subscriber {
                     if self.subscribed.contains(&channel)
                         && let Some(hub) = self.shared.hub(&channel)
                     {
+                        self.shared.moved();
                         hub.set_live(true);
                     }
                 }
@@ -214,6 +215,7 @@ impl Subscriber {
                     self.shared.stats().subscribed = self.subscribed.len();
                     tracing::trace!(channel, "release notices: subscribed");
                 }
+                self.shared.moved();
                 hub.set_live(true);
             }
             None => {
@@ -276,6 +278,8 @@ impl Subscriber {
 
     fn route(&self, channel: &str) {
         self.shared.stats().notices += 1;
+        // Counted first: a watch registered after a mark taken before this notice sees it.
+        self.shared.moved();
         match self.shared.hub(channel) {
             Some(hub) => hub.notify(),
             None => tracing::trace!(channel, "release notices: a notice nobody waits for"),

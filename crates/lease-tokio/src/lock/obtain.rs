@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::lock::{LockError, LockOptions, Obtain, ObtainPlan, Obtained, release_request};
-use lease_core::notify::{ReleaseWatch, WatchRole};
-use lease_core::{AcquireRequest, BackendError, LeaseBackend};
+use lease_core::notify::{NoticeMark, ReleaseWatch, WatchRole};
+use lease_core::{AcquireOutcome, AcquireRequest, BackendError, LeaseBackend};
 
 use crate::clock::Clock;
 use crate::ids::{jitter_seed, random_owner};
@@ -175,12 +175,17 @@ impl<B: LeaseBackend> Locker<B> {
             .check_spec(&plan.request.spec)
             .map_err(LockError::Refused)?;
         let clock = Clock::new();
-        // Jittered per acquisition, so waiters that saw the same release spread out.
-        // Registered before the first attempt (no lost wake-up); subscribed only once an
+        // The release watch: registered once an attempt found the lock held when the backend
+        // counts its notices (a mark taken before each attempt says what the watch missed),
+        // else before the first attempt (no lost wake-up either way); subscribed only once an
         // attempt found the lock held.
-        let watch = self
-            .backend
-            .release_watch(&plan.request.spec, WatchRole::Contender);
+        let lazy = self.backend.notice_mark(&plan.request.spec).is_some();
+        let watch = if lazy {
+            None
+        } else {
+            self.backend
+                .release_watch(&plan.request.spec, WatchRole::Contender)
+        };
         // Waits behind a lock of this locker on the same key, when the backend can hand off.
         let lines = self
             .backend
@@ -191,6 +196,7 @@ impl<B: LeaseBackend> Locker<B> {
             backend: Arc::clone(&self.backend),
             request: &plan.request,
             watch,
+            lazy,
             contending: true,
             seat: lines.map(|lines| WaitSeat::new(lines, &plan.request)),
         }
@@ -232,6 +238,9 @@ struct ObtainRun<'a, B: LeaseBackend> {
     backend: Arc<B>,
     request: &'a AcquireRequest,
     watch: Option<ReleaseWatch>,
+    /// Whether the watch is registered only after an attempt that did not win (the backend
+    /// gives a [`NoticeMark`] before each attempt).
+    lazy: bool,
     /// Whether the watch is contending (not while queued behind a lock of the locker: a
     /// winner at the store then does not mark its value for this obtain).
     contending: bool,
@@ -311,10 +320,20 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
 
     /// The machine's attempt (polled just now, due by `deadline`), at the store.
     async fn attempt(&mut self, clock: Clock, deadline: lease_core::Instant) {
+        // Without a watch yet: what the notices looked like before this attempt.
+        let mark = match &self.watch {
+            None if self.lazy => self.backend.notice_mark(&self.request.spec),
+            _ => None,
+        };
         // Others of this process waiting on the key: if this attempt wins, the store must
         // know they wait (they will not attempt until woken).
+        let others_wait = match (&self.watch, mark) {
+            (Some(watch), _) => watch.others_wait(),
+            (None, Some(mark)) => mark.others_wait(),
+            (None, None) => false,
+        };
         let with_waiters;
-        let request = if self.watch.as_ref().is_some_and(ReleaseWatch::others_wait) {
+        let request = if others_wait {
             with_waiters = self.request.clone().with_waiters(true);
             &with_waiters
         } else {
@@ -322,6 +341,11 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
         };
         let reply =
             tokio::time::timeout_at(clock.to_tokio(deadline), self.backend.acquire(request)).await;
+        if let Some(mark) = mark
+            && !matches!(reply, Ok(Ok(AcquireOutcome::Acquired { .. })))
+        {
+            self.register_watch(clock, mark);
+        }
         // While notices arrive, a lost race waits for the release's notice.
         self.obtain
             .set_notices_live(self.watch.as_ref().is_some_and(ReleaseWatch::is_live));
@@ -330,6 +354,27 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
         let bound = self.obtain.attempt_bound();
         let reply = reply.unwrap_or(Err(BackendError::Timeout(bound)));
         self.obtain.handle_reply(clock.now(), reply);
+    }
+
+    /// Registers the watch after an attempt (taken with `mark` before it) that did not win,
+    /// while the machine still has it in flight: a notice or resynchronisation the backend
+    /// received since the mark, which the new watch cannot have seen, counts as a notice
+    /// (kept for the attempt's failure: the next attempt is due at once).
+    fn register_watch(&mut self, clock: Clock, mark: NoticeMark) {
+        let spec = &self.request.spec;
+        self.watch = self.backend.release_watch(spec, WatchRole::Contender);
+        if let Some(watch) = &self.watch
+            && !self.contending
+        {
+            watch.set_contending(false);
+        }
+        if self
+            .backend
+            .notice_mark(spec)
+            .is_some_and(|now| now.moved_since(mark))
+        {
+            self.obtain.handle_notice(clock.now());
+        }
     }
 
     /// Waits until `at`, a release notice (while contending at the store) or a delivery from
@@ -395,7 +440,7 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
     fn handle_delivery(&mut self, clock: Clock, delivery: Delivery) {
         match delivery {
             Delivery::Transfer { sent_at, reply } => {
-                let won = matches!(reply, Ok(lease_core::AcquireOutcome::Acquired { .. }));
+                let won = matches!(reply, Ok(AcquireOutcome::Acquired { .. }));
                 let taken = self
                     .obtain
                     .handle_transfer(clock.now(), clock.to_core(sent_at), reply);

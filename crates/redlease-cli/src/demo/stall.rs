@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redlease::core::{
-    AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, Owner, PermitRequest,
-    ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest, WatchRole,
+    AcquireOutcome, AcquireRequest, FairRequest, LeaseInfo, LeaseSpec, NoticeMark, Owner,
+    PermitRequest, ReleaseOutcome, ReleaseRequest, ReleaseWatch, RenewOutcome, RenewRequest,
+    WatchRole,
 };
 use redlease::{BackendError, FairInfo, LeaseBackend, SemaphoreInfo, SharedInfo, StoreReport, Ttl};
 use tokio::sync::watch;
@@ -78,6 +79,9 @@ impl<B: LeaseBackend> LeaseBackend for Stall<B> {
     /// No I/O (the subscription is the wrapped backend's): not gated.
     fn release_watch(&self, spec: &LeaseSpec, role: WatchRole) -> Option<ReleaseWatch> {
         self.inner.release_watch(spec, role)
+    }
+    fn notice_mark(&self, spec: &LeaseSpec) -> Option<NoticeMark> {
+        self.inner.notice_mark(spec)
     }
     fn check_semaphore(&self, spec: &LeaseSpec) -> Result<(), BackendError> {
         self.inner.check_semaphore(spec)
