@@ -216,6 +216,27 @@ impl std::io::Write for PartWriter<'_> {
     }
 }
 
+/// A number's decimal digits, written on the stack (a script argument without a `String`).
+#[derive(Default)]
+pub(crate) struct Decimal([u8; 20]);
+
+impl Decimal {
+    /// The digits of `n`.
+    pub(crate) fn of(&mut self, mut n: u64) -> &[u8] {
+        let mut at = self.0.len();
+        loop {
+            at -= 1;
+            // `n % 10` is a digit: the cast cannot truncate.
+            self.0[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.0.get(at..).unwrap_or_default()
+    }
+}
+
 /// Script calls sent together by [`Call::run_pipelined`]: each encoded as a command when it is
 /// sent (again, as `EVAL`, if the server answers `NOSCRIPT`).
 pub(crate) trait Batch {
@@ -256,20 +277,6 @@ impl Call {
         Call::default()
     }
 
-    /// A call with room for `keys` keys and `args` arguments (no growing on the way).
-    pub(crate) fn with_capacity(keys: usize, args: usize) -> Call {
-        Call {
-            keys: Parts {
-                bytes: Vec::new(),
-                ends: Vec::with_capacity(keys),
-            },
-            args: Parts {
-                bytes: Vec::new(),
-                ends: Vec::with_capacity(args),
-            },
-        }
-    }
-
     pub(crate) fn key(&mut self, k: impl AsRef<[u8]>) -> &mut Call {
         redis::RedisWrite::write_arg(&mut self.keys, k.as_ref());
         self
@@ -277,12 +284,6 @@ impl Call {
 
     pub(crate) fn arg(&mut self, a: impl redis::ToRedisArgs) -> &mut Call {
         a.write_redis_args(&mut self.args);
-        self
-    }
-
-    /// An argument already in bytes.
-    pub(crate) fn arg_vec(&mut self, a: Vec<u8>) -> &mut Call {
-        redis::RedisWrite::write_arg(&mut self.args, &a);
         self
     }
 
@@ -393,6 +394,52 @@ impl Call {
     }
 
     /// Runs `script`: `EVALSHA`, and once `EVAL` if the server answers `NOSCRIPT`.
+    /// One call of `script` with one key and `args`, its command written straight from them
+    /// (no [`Call`] buffers in between): what the plain lock's release sends, every lock
+    /// cycle's second round trip. `EVALSHA`, then `EVAL` if the server answers `NOSCRIPT`.
+    pub(crate) async fn run_one<C>(
+        conn: &mut C,
+        script: &LuaScript,
+        key: &[u8],
+        args: &[&[u8]],
+    ) -> Result<Value, BackendError>
+    where
+        C: ConnectionLike + Send,
+    {
+        tracing::debug!(
+            script = script.name,
+            keys = 1,
+            args = args.len(),
+            "lease-redis: EVALSHA"
+        );
+        let cmd = |verb: &str, script_ref: &[u8]| {
+            let data = key.len() + args.iter().map(|a| a.len()).sum::<usize>();
+            let mut cmd = script_cmd(verb, script_ref, 1, args.len(), data);
+            cmd.arg(key);
+            for a in args {
+                cmd.arg(*a);
+            }
+            cmd
+        };
+        let r = cmd("EVALSHA", script.hash.as_bytes())
+            .query_async::<Value>(conn)
+            .await;
+        let r = match r {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                tracing::debug!(script = script.name, "lease-redis: NOSCRIPT, sending EVAL");
+                cmd("EVAL", script.code.as_bytes())
+                    .query_async::<Value>(conn)
+                    .await
+            }
+            r => r,
+        };
+        r.map_err(|e| {
+            let e = backend_error(e);
+            tracing::debug!(script = script.name, error = %e, "lease-redis: script failed");
+            e
+        })
+    }
+
     pub(crate) async fn run<C>(
         &self,
         conn: &mut C,
@@ -436,6 +483,13 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+
+    #[test]
+    fn decimal_writes_every_u64() {
+        for n in [0, 7, 10, 1_000, 30_000, 4_294_967_296, u64::MAX] {
+            assert_eq!(Decimal::default().of(n), n.to_string().as_bytes(), "{n}");
+        }
+    }
 
     #[test]
     fn a_call_encodes_its_keys_and_arguments_as_separate_arguments() {

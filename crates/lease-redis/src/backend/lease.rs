@@ -23,8 +23,8 @@ use crate::native;
 use crate::notify::{self};
 use crate::reply;
 use crate::scripts::{
-    Batch, Call, S_ACQUIRE, S_INSPECT, S_PTTL, S_RELEASE, S_RELEASE_ONE, S_RENEW, S_RENEW_MANY,
-    script_cmd,
+    Batch, Call, Decimal, S_ACQUIRE, S_INSPECT, S_PTTL, S_RELEASE, S_RELEASE_ONE, S_RENEW,
+    S_RENEW_MANY, script_cmd,
 };
 use crate::topology::Topology;
 
@@ -101,12 +101,19 @@ where
             self.acknowledge(&mut conn).await?;
             return Ok(outcome);
         }
-        let mut call = Call::new();
-        for k in spec.keys() {
-            call.key(k);
-        }
-        call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
-        let v = call.run(&mut conn, &S_RENEW).await?;
+        let v = if let [key] = spec.keys() {
+            // One key (every plain lock): the command written straight, no call buffers.
+            let mut ttl = Decimal::default();
+            let args = [req.owner.as_str().as_bytes(), ttl.of(req.ttl.as_millis())];
+            Call::run_one(&mut conn, &S_RENEW, key.as_bytes(), &args).await?
+        } else {
+            let mut call = Call::new();
+            for k in spec.keys() {
+                call.key(k);
+            }
+            call.arg(req.owner.as_str()).arg(req.ttl.as_millis());
+            call.run(&mut conn, &S_RENEW).await?
+        };
         let outcome = reply::renew(&v)?;
         if outcome == RenewOutcome::Renewed {
             self.acknowledge(&mut conn).await?;
@@ -156,11 +163,10 @@ where
         if let ([key], None) = (spec.keys(), spec.fence_key()) {
             // The plain lock: release_one.lua, the same rule without the prelude, key count,
             // or term.
-            let mut call = Call::with_capacity(1, 2);
-            call.key(key).arg(req.owner.as_str());
-            call.arg_vec(self.notice_arg(key).into_bytes());
+            let notice = self.notice_arg(key);
+            let args = [req.owner.as_str().as_bytes(), notice.as_bytes()];
             let mut conn = self.conn.clone();
-            let v = call.run(&mut conn, &S_RELEASE_ONE).await?;
+            let v = Call::run_one(&mut conn, &S_RELEASE_ONE, key.as_bytes(), &args).await?;
             return reply::release(&v);
         }
         let mut call = Call::new();
@@ -246,11 +252,16 @@ where
                 }
             }
         }
-        let mut call = Call::with_capacity(1, 5);
-        call.key(key).arg(from.owner.as_str());
-        call.arg_vec(self.notice_arg(key).into_bytes());
-        call.arg(from_value).arg(to_value).arg(to.ttl.as_millis());
-        let v = call.run(&mut conn, &S_RELEASE_ONE).await?;
+        let notice = self.notice_arg(key);
+        let mut ttl = Decimal::default();
+        let args = [
+            from.owner.as_str().as_bytes(),
+            notice.as_bytes(),
+            from_value.as_bytes(),
+            to_value.as_bytes(),
+            ttl.of(to.ttl.as_millis()),
+        ];
+        let v = Call::run_one(&mut conn, &S_RELEASE_ONE, key.as_bytes(), &args).await?;
         let outcome = reply::hand_off(&v)?;
         if outcome == HandOffOutcome::HandedOff {
             self.acknowledge(&mut conn).await?;
