@@ -56,15 +56,29 @@ pub(crate) fn random_u64() -> u64 {
 /// assert_ne!(a, lease_tokio::random_owner());
 /// ```
 pub fn random_owner() -> String {
+    random_owner_text().as_ref().to_owned()
+}
+
+/// [`random_owner`]'s text on the stack: what an obtain's plan copies into its owner.
+pub(crate) fn random_owner_text() -> OwnerText {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bytes = [0u8; 16];
     fill(&mut bytes);
-    let mut out = String::with_capacity(32);
-    for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    let mut out = [0u8; 32];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
     }
-    out
+    OwnerText(out)
+}
+
+/// 32 lowercase hex digits ([`random_owner_text`]).
+pub(crate) struct OwnerText([u8; 32]);
+
+impl AsRef<str> for OwnerText {
+    fn as_ref(&self) -> &str {
+        // Hex digits are ASCII: never empty here (an empty owner would be refused, not used).
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// The old name of [`random_owner`]: it returns an owner string, not a fencing token.

@@ -123,6 +123,30 @@ impl LockOptions {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        self.plan_with(keys, ttl, fresh_token)
+    }
+
+    /// [`LockOptions::plan`], with a `fresh_token` that makes the token as any text (a
+    /// buffer on the stack, say: the token is copied once, into the plan's [`Owner`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::lock::LockOptions;
+    /// let plan = LockOptions::new().plan_with(["a"], Duration::from_secs(1), || "t1")?;
+    /// assert_eq!(plan.request.owner.as_str(), "t1");
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn plan_with<I, S, T>(
+        &self,
+        keys: I,
+        ttl: Duration,
+        fresh_token: impl FnOnce() -> T,
+    ) -> Result<ObtainPlan, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        T: AsRef<str>,
+    {
         let ttl = Ttl::new(ttl)?;
         let spec = Arc::new(LeaseSpec::lock(keys, self.fence_key.clone())?);
         if self.fence_floor.is_some() && spec.fence_key().is_none() {

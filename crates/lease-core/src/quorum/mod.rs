@@ -94,7 +94,9 @@ pub fn validate_drift(factor: f64) -> Result<f64, crate::ConfigError> {
 
 /// The drift allowance: `ceil(ttl_ms × factor)` ms + 2 ms.
 pub fn drift(ttl: Duration, factor: f64) -> Duration {
-    let ms = ttl.as_millis() as f64 * factor.max(0.0);
+    // Through u64 (a TTL's milliseconds fit): u128 to f64 is a library call, u64 to f64 one
+    // instruction.
+    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX) as f64 * factor.max(0.0);
     let ceil = ms.ceil();
     let ceil = if ceil.is_finite() && ceil < u64::MAX as f64 {
         ceil as u64

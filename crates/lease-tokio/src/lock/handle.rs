@@ -121,9 +121,15 @@ impl<B: LeaseBackend> Shared<B> {
     /// (after the mutex is released). `Renewed` events, which need no action, are dropped
     /// without allocating: every auto-renewal produces one.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut HeldLock, lease_core::Instant) -> R) -> R {
+        let clock = self.clock;
+        self.with_untimed(|m| f(m, clock.now()))
+    }
+
+    /// [`Shared::with`] for what needs no time (the clock is not read).
+    pub(crate) fn with_untimed<R>(&self, f: impl FnOnce(&mut HeldLock) -> R) -> R {
         let (result, events) = {
             let mut machine = self.machine.lock().unwrap_or_else(|e| e.into_inner());
-            let result = f(&mut machine, self.clock.now());
+            let result = f(&mut machine);
             let events: Vec<LockEvent> = std::iter::from_fn(|| machine.poll_event())
                 .filter(|e| !matches!(e, LockEvent::Renewed { .. }))
                 .collect();
@@ -254,19 +260,20 @@ pub struct Lock<B: LeaseBackend> {
 }
 
 impl<B: LeaseBackend> Lock<B> {
-    /// The lock `plan`'s obtain won.
+    /// The lock `plan`'s obtain won; `(clock, now)`: the obtain's clock, and its reading as
+    /// the obtain ended (the machine starts from it: no second reading).
     pub(crate) fn new(
         backend: Arc<B>,
         plan: ObtainPlan,
         obtained: Obtained,
-        clock: Clock,
+        (clock, now): (Clock, lease_core::Instant),
         observer: Option<Arc<dyn LockObserver>>,
         renewals: Arc<Renewals<Shared<B>>>,
         lines: Option<Arc<Lines<B>>>,
     ) -> Self {
         let ttl = plan.request.ttl;
         let margin = backend.validity_margin(ttl);
-        let machine = HeldLock::for_plan(&plan, obtained, margin, clock.now());
+        let machine = HeldLock::for_plan(&plan, obtained, margin, now);
         let auto_renew = plan.auto_renew.is_some();
         let span = tracing::info_span!(
             "lock",
@@ -495,14 +502,23 @@ impl<B: LeaseBackend + Fencing> Lock<B> {
 impl<B: LeaseBackend> Drop for Lock<B> {
     fn drop(&mut self) {
         let shared = &self.shared;
-        if let Some(bound) = shared.with(|m, now| m.release_on_drop(now).then(|| m.bound())) {
-            spawn_release(
-                Arc::clone(&shared.backend),
-                release_request(&shared.renew.spec, &shared.renew.owner),
-                bound,
-            );
+        let clock = shared.clock;
+        // Already released by `Lock::release` (the usual end), which fired the loss signal
+        // itself, or its guard did when its future was dropped: nothing to do but leave the
+        // lines, and no clock to read.
+        let ending = shared.with_untimed(|m| {
+            (!m.is_released()).then(|| m.release_on_drop(clock.now()).then(|| m.bound()))
+        });
+        if let Some(send) = ending {
+            if let Some(bound) = send {
+                spawn_release(
+                    Arc::clone(&shared.backend),
+                    release_request(&shared.renew.spec, &shared.renew.owner),
+                    bound,
+                );
+            }
+            shared.lost.fire();
         }
-        shared.lost.fire();
         // The first obtain waiting behind this lock (if it was not handed the key) goes to
         // the store.
         if let Some(lines) = &self.lines {

@@ -29,7 +29,7 @@ impl<B: LeaseBackend> Lock<B> {
     /// for it too (then it is released for everyone). Its outcome is the same for the caller:
     /// released, not held, or unknown.
     pub async fn release(self) -> Result<(), LockError> {
-        let bound = self.shared.with(|m, _| {
+        let bound = self.shared.with_untimed(|m| {
             m.release();
             m.bound()
         });
