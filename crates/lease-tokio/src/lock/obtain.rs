@@ -194,7 +194,8 @@ impl<B: LeaseBackend> Locker<B> {
             .can_hand_off(&plan.request.spec)
             .then_some(&self.lines);
         let obtained = ObtainRun {
-            obtain: Obtain::new(&plan, jitter_seed(), clock.now()),
+            // The clock's origin is this obtain's start: no reading needed for it.
+            obtain: Obtain::new(&plan, jitter_seed(), lease_core::Instant::ZERO),
             backend: Arc::clone(&self.backend),
             request: &plan.request,
             watch,
