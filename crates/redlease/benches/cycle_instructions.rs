@@ -6,7 +6,9 @@
 //! `scripts/callgrind-cycle.sh` runs it under callgrind at two cycle counts per client and
 //! divides the difference of the totals by the difference of the counts, which removes
 //! start-up and connection costs. Arguments: `<client> <cycles>`, the client one of
-//! `redlease`, `rslock`, `raw` (a lock cycle each), `redlease-renew` (a refresh of one held
+//! `redlease`, `redlease-untimed` (its connection without redis-rs's response timeout),
+//! `redlease-connect` (over `redlease::redis::connect`'s backend), `rslock`, `raw` (a lock
+//! cycle each), `redlease-renew` (a refresh of one held
 //! lock) and `redlease-release` (a raw `SET`, then `RedisBackend::release` of it); `cargo xtask
 //! perf` gates the three `redlease*` counts against committed baselines. `redlease-many` and
 //! `raw-many` take a number of seconds instead: [`MANY`] auto-renewed locks (TTL 3 s, renewed
@@ -45,6 +47,23 @@ async fn cycles(url: &str, client: &str, n: u64, many: usize) {
             for _ in 0..n {
                 let lock = locker
                     .obtain("bench:ir:redlease", TTL, LockOptions::new())
+                    .await
+                    .expect("obtain");
+                lock.release().await.expect("release");
+            }
+        }
+        "redlease-untimed" => {
+            // A plain multiplexed connection without redis-rs's response timeout (the
+            // backend bounds every call itself): one timer per round trip instead of two.
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+            let conn = redis_client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .expect("connect");
+            let locker = Locker::new(RedisBackend::new(conn));
+            for _ in 0..n {
+                let lock = locker
+                    .obtain("bench:ir:untimed", TTL, LockOptions::new())
                     .await
                     .expect("obtain");
                 lock.release().await.expect("release");
@@ -225,7 +244,7 @@ async fn cycles(url: &str, client: &str, n: u64, many: usize) {
             let () = del.query_async(&mut conn).await.expect("DEL the keys");
         }
         other => panic!(
-            "unknown client {other:?}: expected redlease, rslock, raw, redlease-renew, redlease-release, redlease-many, group-many or raw-many"
+            "unknown client {other:?}: expected redlease, redlease-untimed, redlease-connect, rslock, raw, redlease-renew, redlease-release, redlease-many, group-many or raw-many"
         ),
     }
 }
