@@ -321,17 +321,27 @@ impl HealingConnection {
         }
     }
 
-    async fn conn(&mut self) -> RedisResult<(u64, MultiplexedConnection)> {
-        if let Some(pinned) = &self.pinned {
-            return Ok(pinned.clone());
+    /// The connection to send on, its generation, and the time it was handed out (the call's
+    /// send time): [`HealingConnection::ready`], else a dial.
+    async fn conn(&mut self) -> RedisResult<(u64, MultiplexedConnection, Instant)> {
+        if let Some(ready) = self.ready() {
+            return Ok(ready);
         }
-        self.shared.give_up_if_silent(Instant::now());
-        let pinned = match self.shared.current() {
-            Some(found) => found,
-            None => Shared::dial(&self.shared).await?,
-        };
-        self.pinned = Some(pinned.clone());
-        Ok(pinned)
+        let dialed = Shared::dial(&self.shared).await?;
+        self.pinned = Some(dialed.clone());
+        Ok((dialed.0, dialed.1, Instant::now()))
+    }
+
+    /// The connection to send on without waiting (pinned, or the shared one unless it has
+    /// been silent too long), its generation and the send time; `None`: dial.
+    fn ready(&mut self) -> Option<(u64, MultiplexedConnection, Instant)> {
+        let now = Instant::now();
+        if let Some((generation, conn)) = &self.pinned {
+            return Some((*generation, conn.clone(), now));
+        }
+        let (generation, conn) = self.shared.current_unless_silent(now)?;
+        self.pinned = Some((generation, conn.clone()));
+        Some((generation, conn, now))
     }
 
     fn after<T>(&mut self, generation: u64, result: &RedisResult<T>) {
@@ -357,6 +367,19 @@ impl Shared {
 
     fn current(&self) -> Option<(u64, MultiplexedConnection)> {
         let state = self.state();
+        state.conn.clone().map(|c| (state.generation, c))
+    }
+
+    /// [`Shared::current`], after giving the connection up if it has been silent at `now`
+    /// (what [`Shared::give_up_if_silent`] does), under one lock: every call asks.
+    fn current_unless_silent(&self, now: Instant) -> Option<(u64, MultiplexedConnection)> {
+        let silence = self.silence();
+        let mut state = self.state();
+        if state.conn.is_some() && state.silence.is_silent(now, silence) {
+            let cause = format!("no reply for {silence:?} to a request abandoned unanswered");
+            self.give_up_locked(&mut state, &cause);
+            return None;
+        }
         state.conn.clone().map(|c| (state.generation, c))
     }
 
@@ -401,16 +424,21 @@ impl Shared {
     fn give_up(&self, generation: u64, cause: &str) {
         let mut state = self.state();
         if state.generation == generation && state.conn.is_some() {
-            tracing::info!(
-                addr = %self.client.get_connection_info().addr(),
-                %cause,
-                "lease-redis: giving up the connection; the next call opens another"
-            );
-            state.conn = None;
-            state.generation += 1;
-            state.silence = Silence::default();
-            state.given_up += 1;
+            self.give_up_locked(&mut state, cause);
         }
+    }
+
+    /// Drops the current connection (the state is locked by the caller).
+    fn give_up_locked(&self, state: &mut State, cause: &str) {
+        tracing::info!(
+            addr = %self.client.get_connection_info().addr(),
+            %cause,
+            "lease-redis: giving up the connection; the next call opens another"
+        );
+        state.conn = None;
+        state.generation += 1;
+        state.silence = Silence::default();
+        state.given_up += 1;
     }
 
     /// Opens a connection unless another caller did meanwhile, as the one attempt in flight
@@ -511,11 +539,14 @@ impl Drop for Abandoned<'_> {
 impl ConnectionLike for HealingConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (generation, mut conn) = self.conn().await?;
+            let (generation, mut conn, sent) = match self.ready() {
+                Some(ready) => ready,
+                None => self.conn().await?,
+            };
             let guard = Abandoned {
                 shared: &self.shared,
                 generation,
-                sent: Instant::now(),
+                sent,
                 armed: true,
             };
             let result = conn.req_packed_command(cmd).await;
@@ -532,11 +563,14 @@ impl ConnectionLike for HealingConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (generation, mut conn) = self.conn().await?;
+            let (generation, mut conn, sent) = match self.ready() {
+                Some(ready) => ready,
+                None => self.conn().await?,
+            };
             let guard = Abandoned {
                 shared: &self.shared,
                 generation,
-                sent: Instant::now(),
+                sent,
                 armed: true,
             };
             let result = conn.req_packed_commands(pipeline, offset, count).await;
