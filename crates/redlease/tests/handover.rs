@@ -500,43 +500,74 @@ async fn cluster_notices_stay_on_the_node_that_owns_the_slot() {
     }
 }
 
-/// A wrapper that overrides only the required methods, so `release_watch` keeps its default
-/// (no watch): the negative control for the wrappers that forward notices.
+/// A wrapper that forwards the required methods, and release notices only as far as
+/// `notices` says: the negative controls for the wrappers that forward notices.
 #[derive(Clone)]
-struct Bare<B>(B);
+struct Limited<B> {
+    inner: B,
+    notices: Notices,
+}
+
+/// How much of the release notices a [`Limited`] wrapper forwards.
+#[derive(Clone, Copy)]
+enum Notices {
+    /// None: `release_watch` and `notice_mark` keep their defaults (no watch, no mark).
+    Dropped,
+    /// Watches, but marks that never move (a notice before a waiter's watch is unseen).
+    FrozenMarks,
+}
 
 #[redlease::async_trait]
-impl<B: redlease::LeaseBackend> redlease::LeaseBackend for Bare<B> {
+impl<B: redlease::LeaseBackend> redlease::LeaseBackend for Limited<B> {
     async fn acquire(
         &self,
         req: &redlease::core::AcquireRequest,
     ) -> Result<redlease::core::AcquireOutcome, redlease::BackendError> {
-        self.0.acquire(req).await
+        self.inner.acquire(req).await
     }
     async fn renew(
         &self,
         req: &redlease::core::RenewRequest,
     ) -> Result<redlease::core::RenewOutcome, redlease::BackendError> {
-        self.0.renew(req).await
+        self.inner.renew(req).await
     }
     async fn release(
         &self,
         req: &redlease::core::ReleaseRequest,
     ) -> Result<redlease::core::ReleaseOutcome, redlease::BackendError> {
-        self.0.release(req).await
+        self.inner.release(req).await
     }
     async fn remaining(
         &self,
         spec: &redlease::core::LeaseSpec,
         owner: &redlease::core::Owner,
     ) -> Result<Option<Duration>, redlease::BackendError> {
-        self.0.remaining(spec, owner).await
+        self.inner.remaining(spec, owner).await
     }
     async fn inspect(
         &self,
         spec: &redlease::core::LeaseSpec,
     ) -> Result<redlease::core::LeaseInfo, redlease::BackendError> {
-        self.0.inspect(spec).await
+        self.inner.inspect(spec).await
+    }
+    fn release_watch(
+        &self,
+        spec: &redlease::core::LeaseSpec,
+        role: redlease::core::WatchRole,
+    ) -> Option<redlease::core::ReleaseWatch> {
+        match self.notices {
+            Notices::Dropped => None,
+            Notices::FrozenMarks => self.inner.release_watch(spec, role),
+        }
+    }
+    fn notice_mark(&self, spec: &redlease::core::LeaseSpec) -> Option<redlease::core::NoticeMark> {
+        match self.notices {
+            Notices::Dropped => None,
+            Notices::FrozenMarks => self
+                .inner
+                .notice_mark(spec)
+                .map(|m| redlease::core::NoticeMark::new(0, m.others_wait())),
+        }
     }
 }
 
@@ -555,7 +586,7 @@ impl Hooks for Attempts {
 }
 
 /// Holds a lock with one backend, starts a waiter (polling every 20 s) behind the kit's
-/// [`Wrapped`] around `inner` (around [`Bare`]`(inner)` when `bare`), releases once the
+/// [`Wrapped`] around `inner` (around a [`Limited`] `inner` that drops notices when `bare`), releases once the
 /// waiter's first attempt was answered (and `inner`'s subscriber is live for it, unless
 /// bare), and returns whether the waiter obtained the lock within [`PROMPT`] of the release.
 async fn woken_behind_wrapped(server: &RedisServer, bare: bool) -> bool {
@@ -569,7 +600,13 @@ async fn woken_behind_wrapped(server: &RedisServer, bare: bool) -> bool {
         .await
         .unwrap();
     let waiter = if bare {
-        let b = Locker::new(Wrapped::with_hooks(Bare(inner.clone()), attempts));
+        let b = Locker::new(Wrapped::with_hooks(
+            Limited {
+                inner: inner.clone(),
+                notices: Notices::Dropped,
+            },
+            attempts,
+        ));
         tokio::spawn(async move {
             let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
             (lock.map(drop), Instant::now())
@@ -636,58 +673,6 @@ impl Hooks for HoldFirstAnswer {
     }
 }
 
-/// A backend whose [`NoticeMark`](redlease::core::NoticeMark)s never move: the negative
-/// control for the registration of a waiter's watch after its attempt.
-#[derive(Clone)]
-struct FrozenMarks<B>(B);
-
-#[redlease::async_trait]
-impl<B: redlease::LeaseBackend> redlease::LeaseBackend for FrozenMarks<B> {
-    async fn acquire(
-        &self,
-        req: &redlease::core::AcquireRequest,
-    ) -> Result<redlease::core::AcquireOutcome, redlease::BackendError> {
-        self.0.acquire(req).await
-    }
-    async fn renew(
-        &self,
-        req: &redlease::core::RenewRequest,
-    ) -> Result<redlease::core::RenewOutcome, redlease::BackendError> {
-        self.0.renew(req).await
-    }
-    async fn release(
-        &self,
-        req: &redlease::core::ReleaseRequest,
-    ) -> Result<redlease::core::ReleaseOutcome, redlease::BackendError> {
-        self.0.release(req).await
-    }
-    async fn remaining(
-        &self,
-        spec: &redlease::core::LeaseSpec,
-        owner: &redlease::core::Owner,
-    ) -> Result<Option<Duration>, redlease::BackendError> {
-        self.0.remaining(spec, owner).await
-    }
-    async fn inspect(
-        &self,
-        spec: &redlease::core::LeaseSpec,
-    ) -> Result<redlease::core::LeaseInfo, redlease::BackendError> {
-        self.0.inspect(spec).await
-    }
-    fn release_watch(
-        &self,
-        spec: &redlease::core::LeaseSpec,
-        role: redlease::core::WatchRole,
-    ) -> Option<redlease::core::ReleaseWatch> {
-        self.0.release_watch(spec, role)
-    }
-    fn notice_mark(&self, spec: &redlease::core::LeaseSpec) -> Option<redlease::core::NoticeMark> {
-        self.0
-            .notice_mark(spec)
-            .map(|m| redlease::core::NoticeMark::new(0, m.others_wait()))
-    }
-}
-
 /// A waiter (polling every 20 s) whose watch is registered only after its first attempt: the
 /// holder releases while that attempt's answer is held back (the notice arrives before the
 /// watch exists; an observer of the same process keeps the channel subscribed). Returns
@@ -719,7 +704,13 @@ async fn woken_after_a_late_registration(server: &RedisServer, frozen: bool) -> 
     };
     let (answered, go) = (Arc::clone(&hook.answered), Arc::clone(&hook.go));
     let waiter = if frozen {
-        let b = Locker::new(Wrapped::with_hooks(FrozenMarks(inner.clone()), hook));
+        let b = Locker::new(Wrapped::with_hooks(
+            Limited {
+                inner: inner.clone(),
+                notices: Notices::FrozenMarks,
+            },
+            hook,
+        ));
         tokio::spawn(async move {
             let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
             (lock.map(drop), Instant::now())
