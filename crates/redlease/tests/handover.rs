@@ -508,9 +508,27 @@ struct Limited<B> {
     notices: Notices,
 }
 
+/// A waiter on `key` (polling every 20 s) behind the kit's [`Wrapped`] with `hooks`, around
+/// `inner` forwarding `notices`; it ends with its obtain's outcome and when it came.
+fn spawn_waiter<H: Hooks>(
+    inner: &Managed,
+    notices: Notices,
+    hooks: H,
+    key: &'static str,
+) -> tokio::task::JoinHandle<(Result<(), redlease::LockError>, Instant)> {
+    let inner = inner.clone();
+    let b = Locker::new(Wrapped::with_hooks(Limited { inner, notices }, hooks));
+    tokio::spawn(async move {
+        let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
+        (lock.map(drop), Instant::now())
+    })
+}
+
 /// How much of the release notices a [`Limited`] wrapper forwards.
 #[derive(Clone, Copy)]
 enum Notices {
+    /// All of them, as the wrapped backend gives them.
+    Forwarded,
     /// None: `release_watch` and `notice_mark` keep their defaults (no watch, no mark).
     Dropped,
     /// Watches, but marks that never move (a notice before a waiter's watch is unseen).
@@ -557,12 +575,13 @@ impl<B: redlease::LeaseBackend> redlease::LeaseBackend for Limited<B> {
     ) -> Option<redlease::core::ReleaseWatch> {
         match self.notices {
             Notices::Dropped => None,
-            Notices::FrozenMarks => self.inner.release_watch(spec, role),
+            Notices::Forwarded | Notices::FrozenMarks => self.inner.release_watch(spec, role),
         }
     }
     fn notice_mark(&self, spec: &redlease::core::LeaseSpec) -> Option<redlease::core::NoticeMark> {
         match self.notices {
             Notices::Dropped => None,
+            Notices::Forwarded => self.inner.notice_mark(spec),
             Notices::FrozenMarks => self
                 .inner
                 .notice_mark(spec)
@@ -599,25 +618,12 @@ async fn woken_behind_wrapped(server: &RedisServer, bare: bool) -> bool {
         .obtain(key, Duration::from_secs(30), LockOptions::new())
         .await
         .unwrap();
-    let waiter = if bare {
-        let b = Locker::new(Wrapped::with_hooks(
-            Limited {
-                inner: inner.clone(),
-                notices: Notices::Dropped,
-            },
-            attempts,
-        ));
-        tokio::spawn(async move {
-            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
-            (lock.map(drop), Instant::now())
-        })
+    let notices = if bare {
+        Notices::Dropped
     } else {
-        let b = Locker::new(Wrapped::with_hooks(inner.clone(), attempts));
-        tokio::spawn(async move {
-            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
-            (lock.map(drop), Instant::now())
-        })
+        Notices::Forwarded
     };
+    let waiter = spawn_waiter(&inner, notices, attempts, key);
     tokio::time::timeout(EVENTUALLY, answered.wait_for(|n| *n >= 1))
         .await
         .expect("the waiter's first attempt")
@@ -627,19 +633,28 @@ async fn woken_behind_wrapped(server: &RedisServer, bare: bool) -> bool {
     }
     let released = Instant::now();
     held.release().await.unwrap();
-    match tokio::time::timeout(PROMPT + SLACK, waiter).await {
-        Ok(joined) => {
-            let (lock, at) = joined.unwrap();
-            lock.expect("obtained");
-            at.duration_since(released) < PROMPT
-        }
-        Err(_) => {
+    obtained_promptly(waiter, released)
+        .await
+        .unwrap_or_else(|| {
             let notices = inner.release_notices().unwrap();
             assert!(bare, "not woken: {:?}", notices.stats());
             assert!(!notices.is_live(&channel(key)), "no watch, no subscription");
             false
-        }
-    }
+        })
+}
+
+/// Whether `waiter` obtained the lock within [`PROMPT`] of `released`; `None` when it did not
+/// end within `PROMPT` (and some slack).
+async fn obtained_promptly(
+    waiter: tokio::task::JoinHandle<(Result<(), redlease::LockError>, Instant)>,
+    released: Instant,
+) -> Option<bool> {
+    let (lock, at) = tokio::time::timeout(PROMPT + SLACK, waiter)
+        .await
+        .ok()?
+        .unwrap();
+    lock.expect("obtained");
+    Some(at.duration_since(released) < PROMPT)
 }
 
 #[tokio::test]
@@ -703,25 +718,12 @@ async fn woken_after_a_late_registration(server: &RedisServer, frozen: bool) -> 
         first: Arc::new(std::sync::atomic::AtomicBool::new(true)),
     };
     let (answered, go) = (Arc::clone(&hook.answered), Arc::clone(&hook.go));
-    let waiter = if frozen {
-        let b = Locker::new(Wrapped::with_hooks(
-            Limited {
-                inner: inner.clone(),
-                notices: Notices::FrozenMarks,
-            },
-            hook,
-        ));
-        tokio::spawn(async move {
-            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
-            (lock.map(drop), Instant::now())
-        })
+    let notices = if frozen {
+        Notices::FrozenMarks
     } else {
-        let b = Locker::new(Wrapped::with_hooks(inner.clone(), hook));
-        tokio::spawn(async move {
-            let lock = b.obtain(key, Duration::from_secs(30), slow_retry()).await;
-            (lock.map(drop), Instant::now())
-        })
+        Notices::Forwarded
     };
+    let waiter = spawn_waiter(&inner, notices, hook, key);
     tokio::time::timeout(EVENTUALLY, answered.notified())
         .await
         .expect("the waiter's first attempt was answered");
@@ -733,21 +735,13 @@ async fn woken_after_a_late_registration(server: &RedisServer, frozen: bool) -> 
         .await
         .expect("the release's notice");
     go.add_permits(1);
-    match tokio::time::timeout(PROMPT + SLACK, waiter).await {
-        Ok(joined) => {
-            let (lock, at) = joined.unwrap();
-            lock.expect("obtained");
-            at.duration_since(released) < PROMPT
-        }
-        Err(_) => {
-            assert!(
-                frozen,
-                "not woken: {:?}",
-                inner.release_notices().unwrap().stats()
-            );
+    obtained_promptly(waiter, released)
+        .await
+        .unwrap_or_else(|| {
+            let stats = inner.release_notices().unwrap().stats();
+            assert!(frozen, "not woken: {stats:?}");
             false
-        }
-    }
+        })
 }
 
 #[tokio::test]
