@@ -317,6 +317,14 @@ fn no_lane() -> redis::RedisError {
 
 impl<C: ConnectionLike + Send> ConnectionLike for AckLane<C> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        // The shared connection is never returned to a pool, so nothing tracks its requests:
+        // its own future, not one more box around it (every plain lock's acquire).
+        if self.home.is_none() {
+            return match self.conn.as_mut() {
+                Some(conn) => conn.req_packed_command(cmd),
+                None => Box::pin(async { Err(no_lane()) }),
+            };
+        }
         Box::pin(async move {
             let AckLane { conn, busy, .. } = self;
             let conn = conn.as_mut().ok_or_else(no_lane)?;

@@ -28,7 +28,7 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 
-use super::{RedisBackend, fair, inspect_views, rwlock, semaphore};
+use super::{NoticeArg, RedisBackend, fair, inspect_views, rwlock, semaphore};
 
 #[async_trait]
 impl<C> LeaseBackend for RedisBackend<C>
@@ -163,8 +163,11 @@ where
         if let ([key], None) = (spec.keys(), spec.fence_key()) {
             // The plain lock: release_one.lua, the same rule without the prelude, key count,
             // or term.
-            let notice = self.notice_arg(key);
-            let args = [req.owner.as_str().as_bytes(), notice.as_bytes()];
+            let mut notice = NoticeArg::default();
+            let args = [
+                req.owner.as_str().as_bytes(),
+                self.notice_arg_in(&mut notice, key),
+            ];
             let mut conn = self.conn.clone();
             let v = Call::run_one(&mut conn, &S_RELEASE_ONE, key.as_bytes(), &args).await?;
             return reply::release(&v);
@@ -252,11 +255,11 @@ where
                 }
             }
         }
-        let notice = self.notice_arg(key);
+        let mut notice = NoticeArg::default();
         let mut ttl = Decimal::default();
         let args = [
             from.owner.as_str().as_bytes(),
-            notice.as_bytes(),
+            self.notice_arg_in(&mut notice, key),
             from_value.as_bytes(),
             to_value.as_bytes(),
             ttl.of(to.ttl.as_millis()),

@@ -202,11 +202,13 @@ impl<B: LeaseBackend> Locker<B> {
             lazy,
             contending: true,
             seat: lines.map(|lines| WaitSeat::new(lines, &plan.request)),
+            replied_at: None,
         }
         .drive(clock)
         .await;
         let label = plan.request.spec.keys().first().map_or("", String::as_str);
-        let now = clock.now();
+        let now = obtained.1.unwrap_or_else(|| clock.now());
+        let obtained = obtained.0;
         let obtained = match obtained {
             Ok(obtained) => {
                 // The clock started with this obtain: its "now" is the time the call took.
@@ -250,6 +252,9 @@ struct ObtainRun<'a, B: LeaseBackend> {
     contending: bool,
     /// Its place behind the locker's locks, when the backend can hand this lock off.
     seat: Option<WaitSeat<'a, B>>,
+    /// The clock's reading that dated the last reply, while nothing has been awaited since
+    /// (the obtain's end reuses it instead of reading the clock again).
+    replied_at: Option<lease_core::Instant>,
 }
 
 /// What ended a wait.
@@ -260,13 +265,21 @@ enum Woken {
 }
 
 impl<B: LeaseBackend> ObtainRun<'_, B> {
-    async fn drive(mut self, clock: Clock) -> Result<Obtained, LockError> {
+    /// Runs the obtain to its outcome, with the clock's reading at its end when one was taken
+    /// with nothing awaited since. The first attempt is dated at the clock's origin (read just
+    /// before, nothing awaited in between).
+    async fn drive(
+        mut self,
+        clock: Clock,
+    ) -> (Result<Obtained, LockError>, Option<lease_core::Instant>) {
+        let mut first = Some(lease_core::Instant::ZERO);
         loop {
             self.take_delivery(clock).await;
             if let Some(outcome) = self.poll_outcome() {
-                return outcome;
+                return (outcome, None);
             }
-            if let Some(attempt) = self.obtain.poll_request(clock.now()) {
+            let now = first.take().unwrap_or_else(|| clock.now());
+            if let Some(attempt) = self.obtain.poll_request(now) {
                 // A lock of this locker has the key's turn: wait behind it, not at the store
                 // — unless the obtain would end on that answer (only the store's is final).
                 let local = self.seat.as_mut().and_then(WaitSeat::local_hold);
@@ -296,8 +309,9 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
                 }
             }
             if let Some(outcome) = self.poll_outcome() {
-                return outcome;
+                return (outcome, self.replied_at.take());
             }
+            self.replied_at = None;
             if let Some(at) = self.obtain.poll_timeout() {
                 match self.wait(clock.to_tokio(at)).await {
                     Woken::Delivery(d) => self.handle_delivery(clock, d),
@@ -357,7 +371,9 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
         // unknown (it may have won at the store).
         let bound = self.obtain.attempt_bound();
         let reply = reply.unwrap_or(Err(BackendError::Timeout(bound)));
-        self.obtain.handle_reply(clock.now(), reply);
+        let now = clock.now();
+        self.obtain.handle_reply(now, reply);
+        self.replied_at = Some(now);
     }
 
     /// Registers the watch after an attempt (taken with `mark` before it) that did not win,
