@@ -30,8 +30,47 @@ pub const MAX_METADATA_LEN: usize = 64 * 1024;
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LeaseSpec {
-    keys: Vec<String>,
+    keys: Keys,
     fence: Option<String>,
+}
+
+/// A spec's lock keys: one held inline (every election and plain lock: no `Vec` to allocate),
+/// or two and more.
+#[derive(Clone)]
+enum Keys {
+    One(String),
+    /// Always two keys or more.
+    Many(Vec<String>),
+}
+
+impl Keys {
+    fn as_slice(&self) -> &[String] {
+        match self {
+            Keys::One(k) => std::slice::from_ref(k),
+            Keys::Many(v) => v,
+        }
+    }
+}
+
+// Compared, hashed and shown as the list of keys, whichever way they are held.
+impl PartialEq for Keys {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Keys {}
+
+impl std::hash::Hash for Keys {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_slice().fmt(f)
+    }
 }
 
 impl LeaseSpec {
@@ -40,7 +79,7 @@ impl LeaseSpec {
     /// The name is assumed valid (see [`crate::ElectionConfig`]).
     pub fn election(name: &str) -> LeaseSpec {
         LeaseSpec {
-            keys: vec![format!("{name}:leader")],
+            keys: Keys::One(format!("{name}:leader")),
             fence: Some(format!("{name}:fence")),
         }
     }
@@ -51,26 +90,35 @@ impl LeaseSpec {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
-        if keys.is_empty() {
+        let mut given = keys.into_iter().map(Into::into);
+        let Some(first) = given.next() else {
             return Err(ConfigError::Empty { what: "key list" });
-        }
-        if keys.len() > MAX_KEYS {
+        };
+        let keys = match given.next() {
+            None => Keys::One(first),
+            Some(second) => {
+                let mut all = vec![first, second];
+                all.extend(given);
+                Keys::Many(all)
+            }
+        };
+        let list = keys.as_slice();
+        if list.len() > MAX_KEYS {
             return Err(ConfigError::TooManyKeys {
-                len: keys.len(),
+                len: list.len(),
                 max: MAX_KEYS,
             });
         }
-        for (i, k) in keys.iter().enumerate() {
+        for (i, k) in list.iter().enumerate() {
             check_key("lock key", k)?;
-            if keys[..i].contains(k) {
+            if list[..i].contains(k) {
                 return Err(ConfigError::DuplicateKey(k.clone()));
             }
         }
         if let Some(f) = &fence {
             check_key("fence key", f)?;
             let mark = format!("{f}:applied");
-            if let Some(k) = keys.iter().find(|k| *k == f || **k == mark) {
+            if let Some(k) = list.iter().find(|k| *k == f || **k == mark) {
                 return Err(ConfigError::DuplicateKey(k.clone()));
             }
         }
@@ -79,7 +127,7 @@ impl LeaseSpec {
 
     /// The lock keys.
     pub fn keys(&self) -> &[String] {
-        &self.keys
+        self.keys.as_slice()
     }
 
     /// The fence counter key, if fenced.
@@ -228,5 +276,33 @@ impl Metadata {
     /// Whether there is none.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::{BuildHasher, RandomState};
+
+    #[test]
+    fn one_key_or_many_the_spec_is_its_list_of_keys() {
+        let one = LeaseSpec::lock(["a"], None).unwrap();
+        assert_eq!(one.keys(), ["a"]);
+        assert_eq!(format!("{one:?}"), r#"LeaseSpec { keys: ["a"], fence: None }"#);
+        let two = LeaseSpec::lock(["a", "b"], None).unwrap();
+        assert_eq!(two.keys(), ["a", "b"]);
+        assert_ne!(one, two);
+        let election = LeaseSpec::election("x");
+        let same = LeaseSpec::lock(["x:leader"], Some("x:fence".into())).unwrap();
+        assert_eq!(election, same);
+        let state = RandomState::new();
+        assert_eq!(state.hash_one(&election), state.hash_one(&same));
+        assert_eq!(state.hash_one(["a"].as_slice().to_vec()), state.hash_one(one.keys()));
+        assert!(LeaseSpec::lock(Vec::<String>::new(), None).is_err());
+        let too_many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
+        assert!(matches!(
+            LeaseSpec::lock(too_many, None),
+            Err(ConfigError::TooManyKeys { .. })
+        ));
     }
 }
