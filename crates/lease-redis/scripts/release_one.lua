@@ -2,7 +2,9 @@
 
 KEYS[1]  the lock key
 ARGV[1]  owner
-ARGV[2]  release notice: '' (none), 'p:<channel>' (PUBLISH) or 's:<channel>' (SPUBLISH)
+ARGV[2]  release notice: '' (none), 'p:<channel>' (PUBLISH) or 's:<channel>' (SPUBLISH);
+         absent: PUBLISH on 'redlease:released:' .. KEYS[1], the standalone default (one
+         argument fewer: measured on Redis 7.0, a second argument is 0.1 us of the call's 1.5)
 ARGV[3]  only for a hand-off within a process: the releaser's value as it stored it (owner,
          or owner NUL metadata; never marked)
 ARGV[4]  only for a hand-off: the receiver's value
@@ -50,7 +52,7 @@ local marked = nul and string.find(v, '\0', nul + 1, true)
 if nul then v = string.sub(v, 1, nul - 1) end
 if v ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-local notice = ARGV[2] or ''
+local notice = ARGV[2] or ('p:redlease:released:' .. KEYS[1])
 if marked and notice ~= '' then
   local verb = 'PUBLISH'
   if string.sub(notice, 1, 1) == 's' then verb = 'SPUBLISH' end

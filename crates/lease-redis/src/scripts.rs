@@ -630,9 +630,14 @@ mod tests {
         assert!(RELEASE_ONE.ends_with('\n'));
         assert!(!RELEASE_ONE.contains(PRELUDE));
         assert!(!RELEASE_ONE.contains("tostring("));
+        // Without a notice argument the script publishes on the standalone channel itself.
+        assert!(RELEASE_ONE.contains(&format!(
+            "ARGV[2] or ('p:{}' .. KEYS[1])",
+            crate::notify::CHANNEL_PREFIX
+        )));
         assert_eq!(
             redis::Script::new(RELEASE_ONE).get_hash(),
-            "0cf7b9dd85d5dbc935d6f0b22ddc89d2957129f7",
+            "1b642977c7204584b87b2d2302c06ab9bb0cc427",
             "release_one.lua changed: check, then re-pin"
         );
     }

@@ -354,6 +354,38 @@ async fn a_contended_release_wakes_a_waiter() {
     assert_eq!(calls(&stats, "publish"), 1, "{stats:?}");
 }
 
+/// A backend that does not publish releases a marked value without a `PUBLISH` (the script
+/// gets an explicit empty notice argument; without one it publishes on the standalone
+/// channel, as the test above shows).
+#[tokio::test]
+async fn a_backend_without_notices_releases_a_marked_value_silently() {
+    let (server, backend, mut raw) = setup().await;
+    let backend = backend.with_publish_releases(false);
+    let waiter = other_process(&server).await;
+    let spec = lock(&["native:silent"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    held_by(&waiter, &spec, "b").await;
+
+    reset_stats(&mut raw).await;
+    assert_eq!(
+        timeout(BOUND, backend.release(&release(&spec, "a", None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(!exists(&mut raw, "native:silent").await);
+    let stats = commandstats(&mut raw).await;
+    assert!(
+        scripts(&stats) >= 1,
+        "the marked value went to the script: {stats:?}"
+    );
+    assert_eq!(calls(&stats, "publish"), 0, "{stats:?}");
+}
+
 /// With a waiter of its own process on the key (a watch on the releasing backend's
 /// subscriber), a native release expects the mark: `DELIFEQ` of the plain value, `DELIFEQ`
 /// of the marked one and the `PUBLISH`, in one pipeline, with no script; the waiter is woken.

@@ -288,7 +288,10 @@ mod tests {
     fn one_key_or_many_the_spec_is_its_list_of_keys() {
         let one = LeaseSpec::lock(["a"], None).unwrap();
         assert_eq!(one.keys(), ["a"]);
-        assert_eq!(format!("{one:?}"), r#"LeaseSpec { keys: ["a"], fence: None }"#);
+        assert_eq!(
+            format!("{one:?}"),
+            r#"LeaseSpec { keys: ["a"], fence: None }"#
+        );
         let two = LeaseSpec::lock(["a", "b"], None).unwrap();
         assert_eq!(two.keys(), ["a", "b"]);
         assert_ne!(one, two);
@@ -297,7 +300,10 @@ mod tests {
         assert_eq!(election, same);
         let state = RandomState::new();
         assert_eq!(state.hash_one(&election), state.hash_one(&same));
-        assert_eq!(state.hash_one(["a"].as_slice().to_vec()), state.hash_one(one.keys()));
+        assert_eq!(
+            state.hash_one(["a"].as_slice().to_vec()),
+            state.hash_one(one.keys())
+        );
         assert!(LeaseSpec::lock(Vec::<String>::new(), None).is_err());
         let too_many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
         assert!(matches!(

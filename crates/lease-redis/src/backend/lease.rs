@@ -162,14 +162,20 @@ where
         }
         if let ([key], None) = (spec.keys(), spec.fence_key()) {
             // The plain lock: release_one.lua, the same rule without the prelude, key count,
-            // or term.
+            // or term. Its notice argument is left out where it is the default (standalone,
+            // publishing: the script builds the channel from the key when it publishes).
             let mut notice = NoticeArg::default();
-            let args = [
-                req.owner.as_str().as_bytes(),
-                self.notice_arg_in(&mut notice, key),
-            ];
+            let owner = req.owner.as_str().as_bytes();
+            let (one, both);
+            let args: &[&[u8]] = if self.publish && self.topology != Topology::Cluster {
+                one = [owner];
+                &one
+            } else {
+                both = [owner, self.notice_arg_in(&mut notice, key)];
+                &both
+            };
             let mut conn = self.conn.clone();
-            let v = Call::run_one(&mut conn, &S_RELEASE_ONE, key.as_bytes(), &args).await?;
+            let v = Call::run_one(&mut conn, &S_RELEASE_ONE, key.as_bytes(), args).await?;
             return reply::release(&v);
         }
         let mut call = Call::new();
