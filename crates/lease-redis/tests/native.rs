@@ -316,6 +316,33 @@ async fn other_process(server: &lease_testkit::RedisServer) -> RedisBackend<Conn
         .with_release_notices(ReleaseNotices::new(server.client().expect("client")))
 }
 
+/// `owner` acquires `spec` (free) through `backend`.
+async fn acquired(
+    backend: &RedisBackend<Conn>,
+    spec: &std::sync::Arc<lease_core::LeaseSpec>,
+    owner: &str,
+) {
+    timeout(BOUND, backend.acquire(&acq(spec, owner)))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+}
+
+/// `owner` releases `spec` through `backend`, which it held.
+async fn released(
+    backend: &RedisBackend<Conn>,
+    spec: &std::sync::Arc<lease_core::LeaseSpec>,
+    owner: &str,
+) {
+    assert_eq!(
+        timeout(BOUND, backend.release(&release(spec, owner, None)))
+            .await
+            .expect("bounded")
+            .expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
 /// A contended release still wakes waiters: the contender's failed attempt (another
 /// process's) marks the held value, so the release (the native delete refuses the marked
 /// value, the script deletes it) publishes, and the contender's watch (the subscriber a lock
@@ -326,21 +353,12 @@ async fn a_contended_release_wakes_a_waiter() {
     let native = expect_native(&mut raw).await;
     let waiter = other_process(&server).await;
     let spec = lock(&["native:notice"], None);
-    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
-        .await
-        .expect("bounded")
-        .expect("acquire");
+    acquired(&backend, &spec, "a").await;
     let mut watch = live_watch(&waiter, &spec).await;
     held_by(&waiter, &spec, "b").await;
 
     reset_stats(&mut raw).await;
-    assert_eq!(
-        timeout(BOUND, backend.release(&release(&spec, "a", None)))
-            .await
-            .expect("bounded")
-            .expect("release"),
-        ReleaseOutcome::Released
-    );
+    released(&backend, &spec, "a").await;
     timeout(BOUND, watch.notified())
         .await
         .expect("the waiter is woken within the bound");
@@ -363,20 +381,11 @@ async fn a_backend_without_notices_releases_a_marked_value_silently() {
     let backend = backend.with_publish_releases(false);
     let waiter = other_process(&server).await;
     let spec = lock(&["native:silent"], None);
-    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
-        .await
-        .expect("bounded")
-        .expect("acquire");
+    acquired(&backend, &spec, "a").await;
     held_by(&waiter, &spec, "b").await;
 
     reset_stats(&mut raw).await;
-    assert_eq!(
-        timeout(BOUND, backend.release(&release(&spec, "a", None)))
-            .await
-            .expect("bounded")
-            .expect("release"),
-        ReleaseOutcome::Released
-    );
+    released(&backend, &spec, "a").await;
     assert!(!exists(&mut raw, "native:silent").await);
     let stats = commandstats(&mut raw).await;
     assert!(
@@ -397,20 +406,11 @@ async fn a_release_with_waiters_in_process_needs_one_round_trip() {
     let backend =
         backend.with_release_notices(ReleaseNotices::new(server.client().expect("client")));
     let spec = lock(&["native:inproc"], None);
-    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
-        .await
-        .expect("bounded")
-        .expect("acquire");
+    acquired(&backend, &spec, "a").await;
     let mut watch = live_watch(&backend, &spec).await;
     held_by(&backend, &spec, "b").await;
     reset_stats(&mut raw).await;
-    assert_eq!(
-        timeout(BOUND, backend.release(&release(&spec, "a", None)))
-            .await
-            .expect("bounded")
-            .expect("release"),
-        ReleaseOutcome::Released
-    );
+    released(&backend, &spec, "a").await;
     timeout(BOUND, watch.notified())
         .await
         .expect("the waiter is woken within the bound");
