@@ -2,8 +2,10 @@
 //! by `valgrind --tool=callgrind` (repeatable on a noisy machine; wall time is not), against
 //! the baselines committed in `xtask/perf-baseline.txt`.
 //!
-//! For each measure (`redlease`: a serial lock cycle, obtain + release; `redlease-renew`: a
-//! refresh of a held lock; `redlease-release`: a release) the `cycle_instructions` bench runs
+//! For each measure (`redlease`: a serial lock cycle, obtain + release, over redis-rs's
+//! default connection; `redlease-connect`: the same over `redis::connect`'s self-healing one;
+//! `redlease-renew`: a refresh of a held lock; `redlease-release`: a release) the
+//! `cycle_instructions` bench runs
 //! under callgrind twice, at [`LOW`] and [`HIGH`] operations, against a fresh `redis-server`
 //! on loopback; the difference of the totals over the difference of the counts cancels
 //! start-up and connection costs. A measure more than [`TOLERANCE_PERCENT`] above its baseline
@@ -28,6 +30,10 @@ pub(crate) const TOLERANCE_PERCENT: u64 = 4;
 /// The measures, as the bench's client names, and what each counts.
 const MEASURES: &[(&str, &str)] = &[
     ("redlease", "serial lock cycle (obtain + release)"),
+    (
+        "redlease-connect",
+        "the same over `redis::connect`'s self-healing connection",
+    ),
     ("redlease-renew", "refresh of a held lock"),
     ("redlease-release", "release (after a raw SET)"),
 ];

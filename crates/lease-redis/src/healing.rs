@@ -42,7 +42,7 @@
 //! opened from the same client, not this shared one (see [`crate::replica`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -108,6 +108,52 @@ struct Shared {
     /// One dial at a time.
     dial: SingleFlight<(u64, MultiplexedConnection)>,
     state: Mutex<State>,
+    /// What every reply must tell the silence rule, kept outside the lock: a reply takes
+    /// the lock only while a request is suspect ([`Shared::replied`]).
+    replies: Replies,
+}
+
+/// The silence rule's shared marks, read and written without the state's lock: the
+/// current generation, whether a request of it was abandoned with no reply since
+/// (`state.silence` is suspect), and how many replies it has delivered. A call notes the
+/// count when it sends; abandoned, it counts as unanswered only if the count has not moved
+/// since (a reply after the send proves the path, as a reply's time after the send would).
+struct Replies {
+    /// `state.generation`, mirrored.
+    generation: AtomicU64,
+    /// `state.silence.is_suspect()`, mirrored.
+    suspect: AtomicBool,
+    /// Replies on the current generation.
+    count: AtomicU64,
+}
+
+impl Replies {
+    fn new() -> Replies {
+        Replies {
+            generation: AtomicU64::new(0),
+            suspect: AtomicBool::new(false),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// A new generation (the state is locked by the caller): no suspicion, no reply yet.
+    fn reset(&self, generation: u64) {
+        self.generation.store(generation, Ordering::SeqCst);
+        self.suspect.store(false, Ordering::SeqCst);
+        self.count.store(0, Ordering::SeqCst);
+    }
+
+    /// A reply on `generation` arrived.
+    fn mark(&self, generation: u64) {
+        if self.generation.load(Ordering::Relaxed) == generation {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The count a call sending now notes.
+    fn seen(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
 }
 
 #[derive(Default)]
@@ -270,6 +316,7 @@ impl HealingConnection {
                 silence_ms: AtomicU64::new(DEFAULT_SILENCE.as_millis() as u64),
                 dial: SingleFlight::default(),
                 state: Mutex::new(State::default()),
+                replies: Replies::new(),
             }),
             pinned: None,
         })
@@ -286,6 +333,7 @@ impl HealingConnection {
                 silence_ms: AtomicU64::new(self.shared.silence_ms.load(Ordering::Relaxed)),
                 dial: SingleFlight::default(),
                 state: Mutex::new(State::default()),
+                replies: Replies::new(),
             }),
             pinned: None,
         }
@@ -321,37 +369,41 @@ impl HealingConnection {
         }
     }
 
-    /// The connection to send on, its generation, and the time it was handed out (the call's
-    /// send time): [`HealingConnection::ready`], else a dial.
-    async fn conn(&mut self) -> RedisResult<(u64, MultiplexedConnection, Instant)> {
-        if let Some(ready) = self.ready() {
-            return Ok(ready);
+    /// The connection to send on and its generation: the pinned one, else the shared one
+    /// (unless it has been silent too long), else a dial; pinned from now on. Takes the two
+    /// fields apart so the caller may send on the connection and still reach `shared`.
+    async fn pin<'c>(
+        shared: &Arc<Shared>,
+        pinned: &'c mut Option<(u64, MultiplexedConnection)>,
+    ) -> RedisResult<(u64, &'c mut MultiplexedConnection)> {
+        if pinned.is_none() {
+            let found = match shared.current_unless_silent() {
+                Some(found) => found,
+                None => Shared::dial(shared).await?,
+            };
+            *pinned = Some(found);
         }
-        let dialed = Shared::dial(&self.shared).await?;
-        self.pinned = Some(dialed.clone());
-        Ok((dialed.0, dialed.1, Instant::now()))
+        match pinned {
+            Some((generation, conn)) => Ok((*generation, conn)),
+            // Set just above.
+            None => Err(not_connected("no connection")),
+        }
     }
 
-    /// The connection to send on without waiting (pinned, or the shared one unless it has
-    /// been silent too long), its generation and the send time; `None`: dial.
-    fn ready(&mut self) -> Option<(u64, MultiplexedConnection, Instant)> {
-        let now = Instant::now();
-        if let Some((generation, conn)) = &self.pinned {
-            return Some((*generation, conn.clone(), now));
-        }
-        let (generation, conn) = self.shared.current_unless_silent(now)?;
-        self.pinned = Some((generation, conn.clone()));
-        Some((generation, conn, now))
-    }
-
-    fn after<T>(&mut self, generation: u64, result: &RedisResult<T>) {
+    /// After a call on `generation`: a lost connection is given up (and unpinned); any other
+    /// result, a server's error reply included, proves the path works.
+    fn after<T>(
+        shared: &Shared,
+        pinned: &mut Option<(u64, MultiplexedConnection)>,
+        generation: u64,
+        result: &RedisResult<T>,
+    ) {
         match result {
             Err(e) if lost(e) => {
-                self.pinned = None;
-                self.shared.give_up(generation, &e.to_string());
+                *pinned = None;
+                shared.give_up(generation, &e.to_string());
             }
-            // A reply (a server error reply included) proves the path works.
-            _ => self.shared.replied(generation),
+            _ => shared.replied(generation),
         }
     }
 }
@@ -370,12 +422,16 @@ impl Shared {
         state.conn.clone().map(|c| (state.generation, c))
     }
 
-    /// [`Shared::current`], after giving the connection up if it has been silent at `now`
-    /// (what [`Shared::give_up_if_silent`] does), under one lock: every call asks.
-    fn current_unless_silent(&self, now: Instant) -> Option<(u64, MultiplexedConnection)> {
+    /// [`Shared::current`], after giving the connection up if it has been silent (what
+    /// [`Shared::give_up_if_silent`] does), under one lock: every call asks (the clock only
+    /// while a request is suspect).
+    fn current_unless_silent(&self) -> Option<(u64, MultiplexedConnection)> {
         let silence = self.silence();
         let mut state = self.state();
-        if state.conn.is_some() && state.silence.is_silent(now, silence) {
+        if state.conn.is_some()
+            && state.silence.is_suspect()
+            && state.silence.is_silent(Instant::now(), silence)
+        {
             let cause = format!("no reply for {silence:?} to a request abandoned unanswered");
             self.give_up_locked(&mut state, &cause);
             return None;
@@ -383,22 +439,36 @@ impl Shared {
         state.conn.clone().map(|c| (state.generation, c))
     }
 
+    /// A reply on `generation` arrived. The lock (and the clock) only while a request is
+    /// suspect: the reply counts itself before it reads the flag, and an abandonment raises
+    /// the flag before it reads the count, so one of the two sees the other.
     fn replied(&self, generation: u64) {
-        let mut state = self.state();
-        if state.generation == generation {
-            state.silence.replied(Instant::now());
+        self.replies.mark(generation);
+        if self.replies.suspect.load(Ordering::SeqCst) {
+            let mut state = self.state();
+            if state.generation == generation {
+                state.silence.replied(Instant::now());
+                self.replies.suspect.store(false, Ordering::SeqCst);
+            }
         }
     }
 
-    /// A request sent at `sent` on `generation` was abandoned before its reply.
-    fn abandoned(&self, generation: u64, sent: Instant) {
+    /// A request sent at `sent` on `generation`, when the generation had delivered `seen`
+    /// replies, was abandoned before its reply.
+    fn abandoned(&self, generation: u64, sent: Instant, seen: u64) {
         let now = Instant::now();
         {
             let mut state = self.state();
             if state.generation != generation {
                 return;
             }
-            state.silence.abandoned(sent);
+            self.replies.suspect.store(true, Ordering::SeqCst);
+            if self.replies.seen() == seen {
+                state.silence.abandoned(sent);
+            }
+            self.replies
+                .suspect
+                .store(state.silence.is_suspect(), Ordering::SeqCst);
         }
         self.give_up_if_silent(now);
     }
@@ -438,6 +508,7 @@ impl Shared {
         state.conn = None;
         state.generation += 1;
         state.silence = Silence::default();
+        self.replies.reset(state.generation);
         state.given_up += 1;
     }
 
@@ -475,6 +546,7 @@ impl Shared {
         state.dials += 1;
         state.conn = Some(conn.clone());
         state.silence = Silence::default();
+        self.replies.reset(state.generation);
         Ok((state.generation, conn))
     }
 
@@ -519,7 +591,22 @@ struct Abandoned<'a> {
     shared: &'a Shared,
     generation: u64,
     sent: Instant,
+    /// The generation's replies when the call was sent.
+    seen: u64,
     armed: bool,
+}
+
+impl<'a> Abandoned<'a> {
+    /// Armed for a call sent now on `generation`.
+    fn sending(shared: &'a Shared, generation: u64) -> Abandoned<'a> {
+        Abandoned {
+            shared,
+            generation,
+            sent: Instant::now(),
+            seen: shared.replies.seen(),
+            armed: true,
+        }
+    }
 }
 
 impl Abandoned<'_> {
@@ -531,7 +618,7 @@ impl Abandoned<'_> {
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.shared.abandoned(self.generation, self.sent);
+            self.shared.abandoned(self.generation, self.sent, self.seen);
         }
     }
 }
@@ -539,19 +626,13 @@ impl Drop for Abandoned<'_> {
 impl ConnectionLike for HealingConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (generation, mut conn, sent) = match self.ready() {
-                Some(ready) => ready,
-                None => self.conn().await?,
-            };
-            let guard = Abandoned {
-                shared: &self.shared,
-                generation,
-                sent,
-                armed: true,
-            };
-            let result = conn.req_packed_command(cmd).await;
+            let HealingConnection { shared, pinned } = self;
+            let (generation, conn) = HealingConnection::pin(shared, pinned).await?;
+            let guard = Abandoned::sending(shared, generation);
+            // The inherent call: its future lives in this one box.
+            let result = conn.send_packed_command(cmd).await;
             guard.disarm();
-            self.after(generation, &result);
+            HealingConnection::after(shared, pinned, generation, &result);
             result
         })
     }
@@ -563,19 +644,12 @@ impl ConnectionLike for HealingConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (generation, mut conn, sent) = match self.ready() {
-                Some(ready) => ready,
-                None => self.conn().await?,
-            };
-            let guard = Abandoned {
-                shared: &self.shared,
-                generation,
-                sent,
-                armed: true,
-            };
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            let HealingConnection { shared, pinned } = self;
+            let (generation, conn) = HealingConnection::pin(shared, pinned).await?;
+            let guard = Abandoned::sending(shared, generation);
+            let result = conn.send_packed_commands(pipeline, offset, count).await;
             guard.disarm();
-            self.after(generation, &result);
+            HealingConnection::after(shared, pinned, generation, &result);
             result
         })
     }
@@ -601,6 +675,7 @@ mod tests {
             silence_ms: AtomicU64::new(100),
             dial: SingleFlight::default(),
             state: Mutex::new(State::default()),
+            replies: Replies::new(),
         }
     }
 
@@ -609,6 +684,7 @@ mod tests {
         let mut state = s.state();
         state.generation = 1;
         state.dials = 1;
+        s.replies.reset(1);
     }
 
     #[test]
@@ -616,14 +692,14 @@ mod tests {
         let s = shared();
         fake_connected(&s);
         let t0 = Instant::now();
-        s.abandoned(1, t0);
+        s.abandoned(1, t0, s.replies.seen());
         assert!(s.state().silence.is_suspect());
         // A reply after the send proves the path: not silent.
         s.replied(1);
         assert!(!s.state().silence.is_suspect());
         // A request abandoned after a reply that came before it was sent is suspect again.
         let t1 = Instant::now() + Duration::from_millis(1);
-        s.abandoned(1, t1);
+        s.abandoned(1, t1, s.replies.seen());
         assert!(s.state().silence.is_suspect());
         assert!(
             !s.state()
@@ -640,10 +716,35 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_while_nothing_is_suspect_still_counts_for_an_earlier_send() {
+        let s = shared();
+        fake_connected(&s);
+        let (sent, seen) = (Instant::now(), s.replies.seen());
+        // Nothing suspect: the reply is counted without the lock.
+        s.replied(1);
+        assert_eq!(s.replies.seen(), seen + 1);
+        // The request sent before that reply, abandoned now, proves nothing wrong.
+        s.abandoned(1, sent, seen);
+        assert!(!s.state().silence.is_suspect());
+        assert!(!s.replies.suspect.load(Ordering::SeqCst));
+        // One sent after it does, and the flag says so; a reply clears both.
+        s.abandoned(1, Instant::now(), s.replies.seen());
+        assert!(s.state().silence.is_suspect());
+        assert!(s.replies.suspect.load(Ordering::SeqCst));
+        s.replied(1);
+        assert!(!s.state().silence.is_suspect());
+        assert!(!s.replies.suspect.load(Ordering::SeqCst));
+        // A reply of an older generation counts nothing.
+        let before = s.replies.seen();
+        s.replied(0);
+        assert_eq!(s.replies.seen(), before);
+    }
+
+    #[test]
     fn an_old_generation_does_not_count() {
         let s = shared();
         fake_connected(&s);
-        s.abandoned(0, Instant::now());
+        s.abandoned(0, Instant::now(), 0);
         assert!(!s.state().silence.is_suspect());
     }
 

@@ -1,6 +1,8 @@
 //! redlease against another Redis lock client and raw redis-rs: the serial lock cycle, each
 //! one interleaved with the others in the same run (A, B, C, A, B, C, ...), on the same server,
-//! each over its own multiplexed connection opened with redis-rs's defaults, no retries.
+//! each over its own multiplexed connection opened with redis-rs's defaults, no retries —
+//! and redlease once more over the connection its README opens (`redlease::redis::connect`:
+//! no response timeout of redis-rs's own, each call bounded by the lease's rules alone).
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,8 @@ pub(crate) struct Compare {
     pub(crate) redlease: Duration,
     pub(crate) rslock: Duration,
     pub(crate) raw: Duration,
+    /// redlease over `redlease::redis::connect`.
+    pub(crate) connect: Duration,
 }
 
 const TTL: Duration = Duration::from_secs(10);
@@ -60,8 +64,9 @@ pub(crate) async fn interleaved(env: &Env, n: usize) -> Compare {
     let mut rs = rslock::LockManager::from_clients(vec![client.clone()]);
     rs.set_retry(1, Duration::from_millis(1));
     let mut raw = connect().await;
+    let own = Locker::new(redlease::redis::connect(&url).await.expect("connect"));
     let script = redis::Script::new(RAW_RELEASE);
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..n as u64 + 20 {
         let start = Instant::now();
         let lock = locker
@@ -82,11 +87,20 @@ pub(crate) async fn interleaved(env: &Env, n: usize) -> Compare {
         let start = Instant::now();
         raw_cycle(&mut raw, &script, "bench:cmp:raw", i).await;
         let tc = start.elapsed();
+
+        let start = Instant::now();
+        let lock = own
+            .obtain("bench:cmp:connect", TTL, LockOptions::new())
+            .await
+            .expect("redlease obtain");
+        lock.release().await.expect("redlease release");
+        let td = start.elapsed();
         // The first 20 rounds warm up connections and script caches.
         if i >= 20 {
             a.push(ta);
             b.push(tb);
             c.push(tc);
+            d.push(td);
         }
     }
     Compare {
@@ -94,6 +108,7 @@ pub(crate) async fn interleaved(env: &Env, n: usize) -> Compare {
         redlease: median(a),
         rslock: median(b),
         raw: median(c),
+        connect: median(d),
     }
 }
 
@@ -108,15 +123,19 @@ pub(crate) fn render(c: &Compare) -> String {
     let ratio = |d: Duration| us(d) / us(c.raw).max(f64::MIN_POSITIVE);
     format!(
         "\n## Lock cycle: redlease vs rslock vs raw redis-rs\n\n\
-         Serial lock cycles on server 0, interleaved (redlease, rslock, raw) {} times, each \
-         client on its own multiplexed connection with redis-rs defaults, no retries; medians.\n\n\
+         Serial lock cycles on server 0, interleaved (redlease, rslock, raw, redlease over \
+         `connect`) {} times, each client on its own multiplexed connection with redis-rs \
+         defaults (the last on `redlease::redis::connect`'s), no retries; medians.\n\n\
          | client | lock cycle (median) | vs raw |\n|---|---:|---:|\n\
          | redlease `Locker` obtain + release | {:.1} µs | {:.2}× |\n\
+         | the same over `redlease::redis::connect` | {:.1} µs | {:.2}× |\n\
          | rslock 0.10 `lock` + `unlock` (one server, no retry) | {:.1} µs | {:.2}× |\n\
          | raw redis-rs `SET NX PX` + compare-and-delete script | {:.1} µs | 1.00× |\n",
         c.cycles,
         us(c.redlease),
         ratio(c.redlease),
+        us(c.connect),
+        ratio(c.connect),
         us(c.rslock),
         ratio(c.rslock),
         us(c.raw),
@@ -139,10 +158,10 @@ pub(crate) struct Throughput {
 pub(crate) struct Concurrent {
     pub(crate) tasks: usize,
     pub(crate) window: Duration,
-    /// Per round: redlease, rslock, raw.
-    /// Per round: redlease, rslock, raw, and redlease with native commands off (the scripts
-    /// only; the same as redlease on a server without them).
-    pub(crate) rounds: Vec<[Throughput; 4]>,
+    /// Per round: redlease, rslock, raw, redlease with native commands off (the scripts
+    /// only; the same as redlease on a server without them), and redlease over
+    /// `redlease::redis::connect`.
+    pub(crate) rounds: Vec<[Throughput; 5]>,
 }
 
 #[derive(Clone, Copy)]
@@ -151,6 +170,8 @@ enum Client {
     /// redlease with `with_native_commands(false)`: the scripts even where the server has
     /// `DELIFEQ` / `SET IFEQ`.
     RedleaseScripts,
+    /// redlease over `redlease::redis::connect` (as its README opens a backend).
+    RedleaseConnect,
     Rslock,
     Raw,
 }
@@ -175,6 +196,12 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
     let backend = RedisBackend::new(conn.clone())
         .with_native_commands(!matches!(client, Client::RedleaseScripts));
     let locker = Locker::new(backend);
+    let own = match client {
+        Client::RedleaseConnect => Some(Locker::new(
+            redlease::redis::connect(&url).await.expect("connect"),
+        )),
+        _ => None,
+    };
     let mut manager = rslock::LockManager::from_clients(vec![redis_client.clone()]);
     manager.set_retry(1, Duration::from_millis(1));
     let manager = Arc::new(manager);
@@ -185,7 +212,8 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
     let (measure_from, end) = (start + warm, start + warm + window);
     let mut set = tokio::task::JoinSet::new();
     for t in 0..tasks {
-        let (locker, manager, script) = (locker.clone(), Arc::clone(&manager), script.clone());
+        let (locker, own) = (locker.clone(), own.clone());
+        let (manager, script) = (Arc::clone(&manager), script.clone());
         let (cycles, mut conn) = (Arc::clone(&cycles), conn.clone());
         set.spawn(async move {
             let mut n = 0u64;
@@ -198,6 +226,15 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
                     Client::Redlease | Client::RedleaseScripts => {
                         let key = format!("bench:c:redlease:{t}");
                         let lock = locker
+                            .obtain(key, TTL, LockOptions::new())
+                            .await
+                            .expect("redlease obtain");
+                        lock.release().await.expect("redlease release");
+                    }
+                    Client::RedleaseConnect => {
+                        let key = format!("bench:c:redlease:{t}");
+                        let own = own.as_ref().expect("the connect client's locker");
+                        let lock = own
                             .obtain(key, TTL, LockOptions::new())
                             .await
                             .expect("redlease obtain");
@@ -253,7 +290,8 @@ pub(crate) async fn concurrent(
         let b = concurrent_round(env, Client::Rslock, tasks, window).await;
         let c = concurrent_round(env, Client::Raw, tasks, window).await;
         let d = concurrent_round(env, Client::RedleaseScripts, tasks, window).await;
-        out.rounds.push([a, b, c, d]);
+        let e = concurrent_round(env, Client::RedleaseConnect, tasks, window).await;
+        out.rounds.push([a, b, c, d, e]);
     }
     out
 }
@@ -271,12 +309,13 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
         c.tasks,
         c.window.as_millis()
     );
-    for (i, [a, b, r, d]) in c.rounds.iter().enumerate() {
+    for (i, [a, b, r, d, e]) in c.rounds.iter().enumerate() {
         for (name, t) in [
             ("redlease", a),
             ("rslock 0.10", b),
             ("raw redis-rs", r),
             ("redlease, scripts only", d),
+            ("redlease over `connect`", e),
         ] {
             s.push_str(&format!(
                 "| {} | {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2}× | {:.2} |\n",
