@@ -110,7 +110,7 @@ where
     ///
     /// The drivers bound every call of the backend themselves, so a connection of your own
     /// needs no response timeout: redis-rs's default one (500 ms on a `MultiplexedConnection`)
-    /// is a second timer on every round trip (about 1,900 client instructions per lock cycle,
+    /// is a second timer on every round trip (about 2,200 client instructions per lock cycle,
     /// `docs/benchmarks.md`) and answers a slow reply with an error of unknown effect before
     /// the lease's own bound would. Build it with `AsyncConnectionConfig::set_response_timeout(None)`,
     /// or use [`connect`](fn@crate::connect), which also heals a silent connection.

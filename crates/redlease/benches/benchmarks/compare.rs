@@ -160,8 +160,9 @@ pub(crate) struct Concurrent {
     pub(crate) window: Duration,
     /// Per round: redlease, rslock, raw, redlease with native commands off (the scripts
     /// only; the same as redlease on a server without them), and redlease over
-    /// `redlease::redis::connect`.
-    pub(crate) rounds: Vec<[Throughput; 5]>,
+    /// `redlease::redis::connect`, and redlease over a multiplexed connection without
+    /// redis-rs's response timeout (as `RedisBackend::new` documents).
+    pub(crate) rounds: Vec<[Throughput; 6]>,
 }
 
 #[derive(Clone, Copy)]
@@ -172,6 +173,9 @@ enum Client {
     RedleaseScripts,
     /// redlease over `redlease::redis::connect` (as its README opens a backend).
     RedleaseConnect,
+    /// redlease over a multiplexed connection without redis-rs's response timeout (as
+    /// `RedisBackend::new` documents; otherwise redis-rs's defaults, `TCP_NODELAY` off).
+    RedleaseUntimed,
     Rslock,
     Raw,
 }
@@ -193,8 +197,18 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let backend = RedisBackend::new(conn.clone())
-        .with_native_commands(!matches!(client, Client::RedleaseScripts));
+    let plain = match client {
+        Client::RedleaseUntimed => {
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+            redis_client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .expect("connect")
+        }
+        _ => conn.clone(),
+    };
+    let backend =
+        RedisBackend::new(plain).with_native_commands(!matches!(client, Client::RedleaseScripts));
     let locker = Locker::new(backend);
     let own = match client {
         Client::RedleaseConnect => Some(Locker::new(
@@ -223,7 +237,7 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
                     break;
                 }
                 match client {
-                    Client::Redlease | Client::RedleaseScripts => {
+                    Client::Redlease | Client::RedleaseScripts | Client::RedleaseUntimed => {
                         let key = format!("bench:c:redlease:{t}");
                         let lock = locker
                             .obtain(key, TTL, LockOptions::new())
@@ -291,7 +305,8 @@ pub(crate) async fn concurrent(
         let c = concurrent_round(env, Client::Raw, tasks, window).await;
         let d = concurrent_round(env, Client::RedleaseScripts, tasks, window).await;
         let e = concurrent_round(env, Client::RedleaseConnect, tasks, window).await;
-        out.rounds.push([a, b, c, d, e]);
+        let f = concurrent_round(env, Client::RedleaseUntimed, tasks, window).await;
+        out.rounds.push([a, b, c, d, e, f]);
     }
     out
 }
@@ -309,13 +324,14 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
         c.tasks,
         c.window.as_millis()
     );
-    for (i, [a, b, r, d, e]) in c.rounds.iter().enumerate() {
+    for (i, [a, b, r, d, e, f]) in c.rounds.iter().enumerate() {
         for (name, t) in [
             ("redlease", a),
             ("rslock 0.10", b),
             ("raw redis-rs", r),
             ("redlease, scripts only", d),
             ("redlease over `connect`", e),
+            ("redlease, no response timeout", f),
         ] {
             s.push_str(&format!(
                 "| {} | {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2}× | {:.2} |\n",
