@@ -113,40 +113,54 @@ struct Shared {
     replies: Replies,
 }
 
-/// The silence rule's shared marks, read and written without the state's lock: the
-/// current generation, whether a request of it was abandoned with no reply since
-/// (`state.silence` is suspect), and how many replies it has delivered. A call notes the
-/// count when it sends; abandoned, it counts as unanswered only if the count has not moved
-/// since (a reply after the send proves the path, as a reply's time after the send would).
+/// The silence rule's shared marks, read and written without the state's lock: whether a
+/// request of the current generation was abandoned with no reply since (`state.silence` is
+/// suspect), and how many replies that generation has delivered. A call notes the count when
+/// it sends; abandoned, it counts as unanswered only if the count has not moved since (a reply
+/// after the send proves the path, as a reply's time after the send would).
 struct Replies {
-    /// `state.generation`, mirrored.
-    generation: AtomicU64,
     /// `state.silence.is_suspect()`, mirrored.
     suspect: AtomicBool,
-    /// Replies on the current generation.
+    /// The generation (its low 32 bits, high half) and its replies (low half, wrapping): one
+    /// word, so a late reply of a connection given up can never count for its successor.
     count: AtomicU64,
 }
+
+/// The replies' half of [`Replies::count`].
+const REPLIES: u64 = u32::MAX as u64;
 
 impl Replies {
     fn new() -> Replies {
         Replies {
-            generation: AtomicU64::new(0),
             suspect: AtomicBool::new(false),
             count: AtomicU64::new(0),
         }
     }
 
-    /// A new generation (the state is locked by the caller): no suspicion, no reply yet.
-    fn reset(&self, generation: u64) {
-        self.generation.store(generation, Ordering::SeqCst);
-        self.suspect.store(false, Ordering::SeqCst);
-        self.count.store(0, Ordering::SeqCst);
+    /// `generation`'s half of [`Replies::count`].
+    fn tag(generation: u64) -> u64 {
+        (generation & REPLIES) << 32
     }
 
-    /// A reply on `generation` arrived.
+    /// A new generation (the state is locked by the caller): no suspicion, no reply yet.
+    fn reset(&self, generation: u64) {
+        self.suspect.store(false, Ordering::SeqCst);
+        self.count.store(Replies::tag(generation), Ordering::SeqCst);
+    }
+
+    /// A reply on `generation` arrived: counted if it is still the current one.
     fn mark(&self, generation: u64) {
-        if self.generation.load(Ordering::Relaxed) == generation {
-            self.count.fetch_add(1, Ordering::SeqCst);
+        let tag = Replies::tag(generation);
+        let mut now = self.count.load(Ordering::Relaxed);
+        while now & !REPLIES == tag {
+            let next = tag | (now.wrapping_add(1) & REPLIES);
+            match self
+                .count
+                .compare_exchange_weak(now, next, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => now = seen,
+            }
         }
     }
 
@@ -734,10 +748,22 @@ mod tests {
         s.replied(1);
         assert!(!s.state().silence.is_suspect());
         assert!(!s.replies.suspect.load(Ordering::SeqCst));
-        // A reply of an older generation counts nothing.
+        // A reply of an older generation counts nothing, nor one of a connection given up
+        // whose reply arrives after the next one was opened.
         let before = s.replies.seen();
         s.replied(0);
         assert_eq!(s.replies.seen(), before);
+        s.replies.reset(2);
+        s.replies.mark(1);
+        assert_eq!(s.replies.seen(), Replies::tag(2));
+        s.replies.mark(2);
+        assert_eq!(s.replies.seen(), Replies::tag(2) + 1);
+        // The count wraps within its half, never into the generation's.
+        s.replies
+            .count
+            .store(Replies::tag(2) | REPLIES, Ordering::SeqCst);
+        s.replies.mark(2);
+        assert_eq!(s.replies.seen(), Replies::tag(2));
     }
 
     #[test]
