@@ -42,7 +42,7 @@
 //! opened from the same client, not this shared one (see [`crate::replica`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,13 @@ use redis::io::tcp::{TcpSettings, socket2};
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value};
 
 use crate::CONNECT_TIMEOUT;
+
+mod silence;
+mod single_flight;
+
+use silence::Replies;
+pub(crate) use silence::Silence;
+pub(crate) use single_flight::SingleFlight;
 
 /// How long a connection may stay silent, with a request abandoned unanswered, before it is
 /// given up. Shorter than any lease's renew slack in practice, longer than a reply from a busy
@@ -113,63 +120,6 @@ struct Shared {
     replies: Replies,
 }
 
-/// The silence rule's shared marks, read and written without the state's lock: whether a
-/// request of the current generation was abandoned with no reply since (`state.silence` is
-/// suspect), and how many replies that generation has delivered. A call notes the count when
-/// it sends; abandoned, it counts as unanswered only if the count has not moved since (a reply
-/// after the send proves the path, as a reply's time after the send would).
-struct Replies {
-    /// `state.silence.is_suspect()`, mirrored.
-    suspect: AtomicBool,
-    /// The generation (its low 32 bits, high half) and its replies (low half, wrapping): one
-    /// word, so a late reply of a connection given up can never count for its successor.
-    count: AtomicU64,
-}
-
-/// The replies' half of [`Replies::count`].
-const REPLIES: u64 = u32::MAX as u64;
-
-impl Replies {
-    fn new() -> Replies {
-        Replies {
-            suspect: AtomicBool::new(false),
-            count: AtomicU64::new(0),
-        }
-    }
-
-    /// `generation`'s half of [`Replies::count`].
-    fn tag(generation: u64) -> u64 {
-        (generation & REPLIES) << 32
-    }
-
-    /// A new generation (the state is locked by the caller): no suspicion, no reply yet.
-    fn reset(&self, generation: u64) {
-        self.suspect.store(false, Ordering::SeqCst);
-        self.count.store(Replies::tag(generation), Ordering::SeqCst);
-    }
-
-    /// A reply on `generation` arrived: counted if it is still the current one.
-    fn mark(&self, generation: u64) {
-        let tag = Replies::tag(generation);
-        let mut now = self.count.load(Ordering::Relaxed);
-        while now & !REPLIES == tag {
-            let next = tag | (now.wrapping_add(1) & REPLIES);
-            match self
-                .count
-                .compare_exchange_weak(now, next, Ordering::SeqCst, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(seen) => now = seen,
-            }
-        }
-    }
-
-    /// The count a call sending now notes.
-    fn seen(&self) -> u64 {
-        self.count.load(Ordering::SeqCst)
-    }
-}
-
 #[derive(Default)]
 struct State {
     generation: u64,
@@ -198,94 +148,6 @@ impl fmt::Debug for HealingConnection {
             .field("dials", &state.dials)
             .field("given_up", &state.given_up)
             .finish_non_exhaustive()
-    }
-}
-
-/// The silence rule's bookkeeping for one path (a connection, or one slot of a cluster): when
-/// it last delivered a reply, and the send time of the oldest request abandoned unanswered
-/// with no reply since.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Silence {
-    last_reply: Option<Instant>,
-    silent_since: Option<Instant>,
-}
-
-impl Silence {
-    /// A reply arrived at `now`: the path works.
-    pub(crate) fn replied(&mut self, now: Instant) {
-        self.last_reply = Some(now);
-        self.silent_since = None;
-    }
-
-    /// A request sent at `sent` was abandoned unanswered; it counts unless a reply came after
-    /// it was sent.
-    pub(crate) fn abandoned(&mut self, sent: Instant) {
-        if self.last_reply.is_some_and(|r| r >= sent) {
-            return;
-        }
-        self.silent_since = Some(self.silent_since.map_or(sent, |s| s.min(sent)));
-    }
-
-    /// Whether a request was abandoned with no reply since.
-    #[cfg_attr(not(any(feature = "cluster", test)), allow(dead_code))]
-    pub(crate) fn is_suspect(&self) -> bool {
-        self.silent_since.is_some()
-    }
-
-    /// Whether the path has been silent for `bound` at `now`.
-    pub(crate) fn is_silent(&self, now: Instant, bound: Duration) -> bool {
-        self.silent_since
-            .is_some_and(|since| now.saturating_duration_since(since) >= bound)
-    }
-}
-
-/// One connection attempt at a time, shared by every caller that needs it, and owned by the
-/// connection rather than by a call: the attempt runs as a task, so a caller dropped at its
-/// deadline (shorter than a slow dial) does not cancel it, and callers arriving meanwhile wait
-/// for the same attempt instead of starting (or queueing) their own. At most one task per
-/// connection exists.
-pub(crate) struct SingleFlight<T> {
-    current: Mutex<Option<tokio::sync::watch::Receiver<Option<RedisResult<T>>>>>,
-}
-
-impl<T> Default for SingleFlight<T> {
-    fn default() -> Self {
-        SingleFlight {
-            current: Mutex::new(None),
-        }
-    }
-}
-
-impl<T: Clone + Send + Sync + 'static> SingleFlight<T> {
-    /// Joins the attempt in flight, or starts `start()` as one; its result.
-    pub(crate) async fn run<F, Fut>(&self, start: F) -> RedisResult<T>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = RedisResult<T>> + Send + 'static,
-    {
-        let mut rx = {
-            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-            match &*current {
-                Some(rx) if rx.borrow().is_none() => rx.clone(),
-                _ => {
-                    let (tx, rx) = tokio::sync::watch::channel(None);
-                    let attempt = start();
-                    tokio::spawn(async move {
-                        let _ = tx.send(Some(attempt.await));
-                    });
-                    *current = Some(rx.clone());
-                    rx
-                }
-            }
-        };
-        let outcome = rx.wait_for(Option::is_some).await.map(|done| done.clone());
-        match outcome {
-            Ok(Some(result)) => result,
-            // The task ended without a result (the runtime is shutting down).
-            _ => Err(RedisError::from(std::io::Error::other(
-                "the connection attempt was abandoned",
-            ))),
-        }
     }
 }
 
@@ -679,6 +541,7 @@ impl ConnectionLike for HealingConnection {
 
 #[cfg(test)]
 mod tests {
+    use super::silence::REPLIES;
     use super::*;
 
     fn shared() -> Shared {
