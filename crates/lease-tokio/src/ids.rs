@@ -2,9 +2,13 @@
 //! randomness (`getrandom`; jitter seeds from a per-thread stream seeded by it).
 //!
 //! Owners are the capability to renew and release a lease, so they must not be predictable
-//! from one another: each token is 128 bits read from the OS (one `getrandom` call), never a
-//! stream derived from an earlier value. The sans-IO machines of `lease-core` take their
-//! randomness as seeds from here (and tests pass their own seeds).
+//! from one another: each token is 128 bits read from the OS, never a stream derived from an
+//! earlier value. They are read [`POOL`] bytes at a time into a per-thread pool (one
+//! `getrandom` call per [`POOL`]` / 16` owners instead of one per obtain), each owner's bytes
+//! wiped from the pool as it is drawn. A pool remembers the process it was filled in: a
+//! forked child's copy is discarded unread, so parent and child never draw the same owner.
+//! The sans-IO machines of `lease-core` take their randomness as seeds from here (and tests
+//! pass their own seeds).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +50,58 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Bytes of OS randomness read at once into a thread's owner pool: 64 owners per
+/// `getrandom` call.
+pub(crate) const POOL: usize = 1024;
+
+/// A thread's unread OS randomness for owners ([`POOL`]).
+struct OwnerPool {
+    /// The process the bytes were read in (`std::process::id`): a forked child inherits the
+    /// pool, and must not draw the owners its parent will.
+    pid: u32,
+    /// Bytes read from the OS; those before `next` are drawn and zeroed.
+    bytes: Box<[u8; POOL]>,
+    next: usize,
+}
+
+impl OwnerPool {
+    /// 16 bytes never drawn before in this process; refills from the OS when the pool is
+    /// spent or was filled in another process (a fork's parent).
+    fn draw(&mut self) -> [u8; 16] {
+        let pid = std::process::id();
+        if self.pid != pid || self.next + 16 > POOL {
+            fill(&mut self.bytes[..]);
+            self.pid = pid;
+            self.next = 0;
+        }
+        let mut out = [0u8; 16];
+        let drawn = &mut self.bytes[self.next..self.next + 16];
+        out.copy_from_slice(drawn);
+        drawn.fill(0);
+        self.next += 16;
+        out
+    }
+}
+
+/// 128 bits for one owner, from the calling thread's pool ([`OwnerPool`]).
+fn owner_bytes() -> [u8; 16] {
+    thread_local! {
+        static OWNERS: std::cell::RefCell<OwnerPool> = std::cell::RefCell::new(OwnerPool {
+            pid: 0,
+            bytes: Box::new([0; POOL]),
+            next: POOL,
+        });
+    }
+    // While the thread's storage is torn down (or, never, drawn from re-entrantly), straight
+    // from the OS.
+    let pooled = OWNERS.try_with(|pool| pool.try_borrow_mut().ok().map(|mut p| p.draw()));
+    pooled.ok().flatten().unwrap_or_else(|| {
+        let mut bytes = [0u8; 16];
+        fill(&mut bytes);
+        bytes
+    })
+}
+
 /// A random owner string: 128 bits as 32 lowercase hex digits, read from the operating
 /// system's randomness (no two share state: one observed owner says nothing about any other).
 /// It is what a lock is held under (its [`Owner`](lease_core::Owner)), not a fencing token.
@@ -62,8 +118,7 @@ pub fn random_owner() -> String {
 /// [`random_owner`]'s text on the stack: what an obtain's plan copies into its owner.
 pub(crate) fn random_owner_text() -> OwnerText {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut bytes = [0u8; 16];
-    fill(&mut bytes);
+    let bytes = owner_bytes();
     let mut out = [0u8; 32];
     for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
         pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
@@ -147,6 +202,45 @@ mod tests {
             .join()
             .expect("thread");
         assert!(!tokens.contains(&other));
+    }
+
+    /// A pool drawn to its end refills from the OS; every drawn owner's bytes are wiped
+    /// from it.
+    #[test]
+    fn a_pool_wipes_what_it_draws_and_refills() {
+        let mut pool = super::OwnerPool {
+            pid: std::process::id(),
+            bytes: Box::new([0; super::POOL]),
+            next: super::POOL,
+        };
+        let mut seen = HashSet::new();
+        for _ in 0..3 * super::POOL / 16 {
+            let at = pool.next % super::POOL;
+            let owner = pool.draw();
+            assert_ne!(owner, [0; 16], "drawn from a filled pool");
+            assert!(seen.insert(owner), "no owner drawn twice");
+            assert_eq!(pool.bytes[at..at + 16], [0; 16], "drawn bytes are wiped");
+        }
+    }
+
+    /// A pool filled in another process (what a forked child inherits) is discarded unread:
+    /// the child never draws the owners its parent will.
+    #[test]
+    fn a_pool_inherited_across_a_fork_is_not_drawn_from() {
+        let parent_bytes = Box::new([7u8; super::POOL]);
+        let mut pool = super::OwnerPool {
+            pid: std::process::id().wrapping_add(1),
+            bytes: parent_bytes.clone(),
+            next: 0,
+        };
+        let owner = pool.draw();
+        assert_ne!(owner, [7; 16], "the parent's next owner");
+        assert_eq!(pool.pid, std::process::id());
+        assert_eq!(pool.next, 16);
+        assert!(
+            pool.bytes.iter().filter(|b| **b == 7).count() < super::POOL / 8,
+            "refilled from the OS"
+        );
     }
 
     /// The old name still answers (deprecated, not removed), with an owner of the new kind.
