@@ -4,7 +4,7 @@
 //! Owners are the capability to renew and release a lease, so they must not be predictable
 //! from one another: each token is 128 bits read from the OS, never a stream derived from an
 //! earlier value. They are read [`POOL`] bytes at a time into a per-thread pool (one
-//! `getrandom` call per [`POOL`]` / 16` owners instead of one per obtain), each owner's bytes
+//! `getrandom` call per 64 owners of 16 bytes, instead of one per obtain), each owner's bytes
 //! wiped from the pool as it is drawn. A pool remembers the process it was filled in: a
 //! forked child's copy is discarded unread, so parent and child never draw the same owner.
 //! The sans-IO machines of `lease-core` take their randomness as seeds from here (and tests

@@ -153,7 +153,7 @@ pub(crate) struct Throughput {
 }
 
 /// Rounds of `tasks` concurrent lock cycles, each task on its own key, each client for
-/// `window`, interleaved round by round (redlease, rslock, raw, redlease, ...).
+/// `window`, interleaved round by round, each round starting with the next client.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Concurrent {
     pub(crate) tasks: usize,
@@ -299,14 +299,24 @@ pub(crate) async fn concurrent(
         window,
         rounds: Vec::new(),
     };
-    for _ in 0..rounds {
-        let a = concurrent_round(env, Client::Redlease, tasks, window).await;
-        let b = concurrent_round(env, Client::Rslock, tasks, window).await;
-        let c = concurrent_round(env, Client::Raw, tasks, window).await;
-        let d = concurrent_round(env, Client::RedleaseScripts, tasks, window).await;
-        let e = concurrent_round(env, Client::RedleaseConnect, tasks, window).await;
-        let f = concurrent_round(env, Client::RedleaseUntimed, tasks, window).await;
-        out.rounds.push([a, b, c, d, e, f]);
+    // The report's column order; each round starts one client further along it, so every
+    // client runs in every position of a round as often as the others (a client's place in
+    // the round moved its throughput by several percent here: the first ran slowest).
+    const ORDER: [Client; 6] = [
+        Client::Redlease,
+        Client::Rslock,
+        Client::Raw,
+        Client::RedleaseScripts,
+        Client::RedleaseConnect,
+        Client::RedleaseUntimed,
+    ];
+    for round in 0..rounds {
+        let mut results = [Throughput::default(); 6];
+        for step in 0..ORDER.len() {
+            let slot = (round + step) % ORDER.len();
+            results[slot] = concurrent_round(env, ORDER[slot], tasks, window).await;
+        }
+        out.rounds.push(results);
     }
     out
 }
@@ -317,7 +327,8 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
         "\n## {} concurrent tasks: redlease vs rslock vs raw redis-rs\n\n\
          Each task cycles its own key (obtain + release, no retries) on one multiplexed \
          connection per client, {} ms per client per round (after a 200 ms warm-up), clients \
-         interleaved round by round. CPU per cycle: this process (`/proc/self/task/*/schedstat`) \
+         interleaved round by round, each round starting one client later (every client \
+         takes every place in a round in turn). CPU per cycle: this process (`/proc/self/task/*/schedstat`) \
          and the server (`INFO` `used_cpu_*`).\n\n\
          | round | client | cycles/s | vs raw | vs rslock | client CPU µs/cycle | vs raw | Redis CPU µs/cycle |\n\
          |---|---|---:|---:|---:|---:|---:|---:|\n",

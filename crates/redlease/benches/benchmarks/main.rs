@@ -90,7 +90,7 @@ fn main() {
         // The comparison with other clients only (serial and 64 tasks), for a short run:
         // `REDLEASE_BENCH_COMPARE_ONLY=1 cargo bench -p redlease --bench benchmarks -- none`.
         let compared = rt.block_on(compare::interleaved(&env, 1_500));
-        let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
+        let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 6));
         let contended = rt.block_on(compare::contended(&env, 8, Duration::from_secs(2), 3));
         let mut text = compare::render(&compared);
         text.push_str(&compare::render_concurrent(&concurrent));
@@ -106,7 +106,7 @@ fn main() {
             .block_on(idle::measure(Duration::from_secs(10)))
             .expect("idle measurement");
         let compared = rt.block_on(compare::interleaved(&env, 1_500));
-        let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 3));
+        let concurrent = rt.block_on(compare::concurrent(&env, 64, Duration::from_secs(2), 6));
         let contended = rt.block_on(compare::contended(&env, 8, Duration::from_secs(2), 3));
         let many = rt.block_on(many::measure(&env, 2_000, Duration::from_secs(10), 2));
         let elections = rt.block_on(elections::measure(&env, 1_000, Duration::from_secs(10), 2));
