@@ -444,7 +444,7 @@ impl<B: LeaseBackend> Lock<B> {
             // Whatever happens to this call from here on, the slot is given back.
             let mut slot = SlotGuard { shared, held: true };
             let sent = shared.backend.renew(&req);
-            let reply = tokio::time::timeout_at(shared.clock.to_tokio(order.deadline), sent)
+            let reply = crate::bound::within(shared.clock.to_tokio(order.deadline), sent)
                 .await
                 .unwrap_or(Err(BackendError::Timeout(order.deadline - order.sent_at)));
             slot.held = false;

@@ -358,9 +358,9 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
             self.request
         };
         let reply =
-            tokio::time::timeout_at(clock.to_tokio(deadline), self.backend.acquire(request)).await;
+            crate::bound::within(clock.to_tokio(deadline), self.backend.acquire(request)).await;
         if let Some(mark) = mark
-            && !matches!(reply, Ok(Ok(AcquireOutcome::Acquired { .. })))
+            && !matches!(reply, Some(Ok(AcquireOutcome::Acquired { .. })))
         {
             self.register_watch(clock, mark);
         }

@@ -41,7 +41,7 @@ impl<B: LeaseBackend> Lock<B> {
             return self.hand_off(lines, &waiter, req, bound).await;
         }
         let unanswered = ReleaseGuard { lock: Some(&self) };
-        let result = tokio::time::timeout(bound, shared.backend.release(&req))
+        let result = crate::bound::within_for(bound, shared.backend.release(&req))
             .await
             .unwrap_or(Err(BackendError::Timeout(bound)));
         unanswered.disarm();
@@ -67,7 +67,7 @@ impl<B: LeaseBackend> Lock<B> {
             bound,
             armed: true,
         };
-        let result = tokio::time::timeout(
+        let result = crate::bound::within_for(
             bound,
             shared
                 .backend
