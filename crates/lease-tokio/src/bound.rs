@@ -5,8 +5,9 @@
 //! registered on the call's first poll and removed when it ends. Resetting a timer that is
 //! registered to a later deadline is one atomic update (tokio moves it in the wheel when the
 //! old deadline comes round); a new timer takes the wheel's lock twice, to insert and to
-//! remove. The lock's calls (an obtain's attempt, a release) each carry one bound, so on the
-//! hot path this is a timer registration fewer per round trip.
+//! remove. A lock's calls (an obtain's attempt, a release, a hand-off, a refresh) each carry
+//! one bound, so on the hot path no round trip takes that lock, which every worker thread and
+//! the driver share.
 //!
 //! The rules are `timeout_at`'s: the call is polled first (a reply that is ready wins over a
 //! deadline that has passed), the output is `None` once the deadline passes, and dropping the
@@ -27,8 +28,8 @@ use std::time::Duration;
 use tokio::runtime::{Handle, Id};
 use tokio::time::{Instant, Sleep};
 
-/// The most timers one thread keeps for reuse (the calls one thread has in flight at once,
-/// about; a pooled timer is about 100 bytes).
+/// The most timers one thread keeps for reuse (about the calls one thread has in flight at
+/// once; each pooled timer is one small allocation).
 pub(crate) const POOL_CAP: usize = 128;
 
 /// How many of the most recently pooled timers a call looks through for one it can reuse.
