@@ -222,11 +222,11 @@ where
     /// of ours and publishes the notice when the value was marked.
     async fn release_native(
         &self,
+        conn: &mut C,
         key: &str,
         owner: &str,
     ) -> Result<Option<ReleaseOutcome>, BackendError> {
-        let mut conn = self.conn.clone();
-        let Some(delete) = self.native.delete(&mut conn).await else {
+        let Some(delete) = self.native.delete(conn).await else {
             return Ok(None);
         };
         if self.publish
@@ -236,12 +236,12 @@ where
             notify::push_channel(&mut channel, key, self.topology);
             if notices.has_watches(&channel) {
                 return self
-                    .release_native_marked(&mut conn, delete, key, owner, channel)
+                    .release_native_marked(conn, delete, key, owner, channel)
                     .await;
             }
         }
         let reply: redis::RedisResult<redis::Value> =
-            delete.cmd(key, owner).query_async(&mut conn).await;
+            delete.cmd(key, owner).query_async(conn).await;
         match reply {
             Ok(redis::Value::Int(1)) => Ok(Some(ReleaseOutcome::Released)),
             Ok(redis::Value::Int(0)) => Ok(None),

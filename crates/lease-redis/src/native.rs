@@ -10,8 +10,9 @@
 //! Support is **probed, never guessed from a version string**: the first operation that could
 //! use a native command sends one pipeline of `COMMAND INFO delifeq delex` and a
 //! `SET <scratch> .. IFEQ ..` on a scratch key that cannot match (so it writes nothing; a
-//! server without `IFEQ` answers a syntax error). The answer is cached in the backend and
-//! shared by its clones. A refused probe (an ACL without `COMMAND`, or without the scratch
+//! server without `IFEQ` answers a syntax error); operations that start while it is out run
+//! their scripts rather than probe too. The answer is cached in the backend and shared by its
+//! clones. A refused probe (an ACL without `COMMAND`, or without the scratch
 //! key) counts as "not offered": the scripts run, as on any older server.
 //!
 //! A cached answer can go stale when the connection heals onto another server (a Sentinel
@@ -43,6 +44,9 @@ const DELEX: u8 = 4;
 const SET_IFEQ: u8 = 8;
 /// Native commands switched off by the caller: never probe, always script.
 const OFF: u8 = PROBED | 16;
+/// One operation is probing now: the others run the scripts meanwhile (one probe per backend
+/// however many calls start at once, none of them waiting for it).
+const PROBING: u8 = 32;
 
 /// The compare-and-delete command a server offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,17 +101,30 @@ impl Native {
         self.state.store(PROBED, Ordering::Relaxed);
     }
 
-    /// The state, probing first if this backend has not probed yet. A probe that fails on
-    /// the connection (I/O) is not cached: the next operation probes again.
+    /// The state, probing first if this backend has not probed yet. One call probes at a
+    /// time; the calls that start meanwhile find no native command (their scripts decide, as
+    /// on any server) rather than sending a probe each or waiting. A probe that fails on the
+    /// connection (I/O), or whose call is dropped, is not cached: the next operation probes
+    /// again.
     async fn state<C: ConnectionLike + Send>(&self, conn: &mut C) -> u8 {
         let s = self.state.load(Ordering::Relaxed);
         if s != UNKNOWN {
             return s;
         }
+        if self
+            .state
+            .compare_exchange(UNKNOWN, PROBING, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return PROBED;
+        }
+        let mut turn = ProbeTurn {
+            state: &self.state,
+            found: UNKNOWN,
+        };
         match probe(conn).await {
             Ok(found) => {
-                // Another clone may have probed meanwhile: same answer, same store.
-                self.state.store(found, Ordering::Relaxed);
+                turn.found = found;
                 found
             }
             Err(e) => {
@@ -135,6 +152,22 @@ impl Native {
     /// Whether the server offers `SET .. IFEQ`.
     pub(crate) async fn set_ifeq<C: ConnectionLike + Send>(&self, conn: &mut C) -> bool {
         self.state(conn).await & SET_IFEQ != 0
+    }
+}
+
+/// The probing call's turn: when it ends (answered, failed, or dropped), the answer is
+/// stored, or the state goes back to unknown for the next operation to probe. Only from
+/// [`PROBING`]: a [`Native::disable`] meanwhile stands.
+struct ProbeTurn<'a> {
+    state: &'a AtomicU8,
+    found: u8,
+}
+
+impl Drop for ProbeTurn<'_> {
+    fn drop(&mut self) {
+        let _ =
+            self.state
+                .compare_exchange(PROBING, self.found, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -187,5 +220,73 @@ pub(crate) fn not_offered(e: &RedisError) -> bool {
             d.starts_with("unknown command") || d.starts_with("syntax error")
         }),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use redis::{Cmd, Pipeline, RedisFuture};
+
+    use super::*;
+
+    /// A connection whose replies never come (the probe's turn is all these tests watch).
+    struct Silent;
+
+    impl ConnectionLike for Silent {
+        fn req_packed_command<'a>(&'a mut self, _: &'a Cmd) -> RedisFuture<'a, Value> {
+            Box::pin(std::future::pending())
+        }
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            _: &'a Pipeline,
+            _: usize,
+            _: usize,
+        ) -> RedisFuture<'a, Vec<Value>> {
+            Box::pin(std::future::pending())
+        }
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    #[test]
+    fn one_call_probes_the_others_script_and_a_dropped_probe_is_not_kept() {
+        let native = Native::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut first, mut second) = (Silent, Silent);
+        {
+            let mut probing = pin!(native.state(&mut first));
+            assert!(probing.as_mut().poll(&mut cx).is_pending(), "probing");
+            assert_eq!(native.state.load(Ordering::Relaxed), PROBING);
+            // A call meanwhile finds no native command at once, without a probe of its own.
+            let mut meanwhile = pin!(native.delete(&mut second));
+            assert_eq!(meanwhile.as_mut().poll(&mut cx), Poll::Ready(None));
+        }
+        // The probing call was dropped unanswered: the next operation probes again.
+        assert_eq!(native.state.load(Ordering::Relaxed), UNKNOWN);
+        let mut again = pin!(native.state(&mut first));
+        assert!(again.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(native.state.load(Ordering::Relaxed), PROBING);
+    }
+
+    #[test]
+    fn a_probe_turn_keeps_its_answer_and_never_overwrites_a_settled_state() {
+        let state = AtomicU8::new(PROBING);
+        drop(ProbeTurn {
+            state: &state,
+            found: PROBED | DELIFEQ,
+        });
+        assert_eq!(state.load(Ordering::Relaxed), PROBED | DELIFEQ);
+        // Switched off meanwhile (or settled by another): the turn leaves it alone.
+        let state = AtomicU8::new(OFF);
+        drop(ProbeTurn {
+            state: &state,
+            found: UNKNOWN,
+        });
+        assert_eq!(state.load(Ordering::Relaxed), OFF);
     }
 }

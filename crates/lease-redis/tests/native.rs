@@ -163,6 +163,61 @@ async fn the_plain_lock_runs_no_script_where_the_server_has_native_commands() {
     assert_eq!(calls(&stats, "delifeq") + calls(&stats, "command|info"), 0);
 }
 
+/// However many operations start at once on a fresh backend, one probe goes out: the others
+/// run their scripts meanwhile (no waiting), and every outcome is what it would be either way.
+/// Sixty-four tasks on one connection had each sent a probe of their own.
+#[tokio::test]
+async fn operations_starting_at_once_send_one_probe() {
+    const N: usize = 32;
+    let (_server, backend, mut raw) = setup().await;
+    let keys: Vec<String> = (0..N).map(|i| format!("native:first:{i}")).collect();
+    // Held by "a": a free key is taken by `SET NX PX`, which needs no probe.
+    for key in &keys {
+        let got = timeout(BOUND, backend.acquire(&acq(&lock(&[key], None), "a")))
+            .await
+            .expect("bounded")
+            .expect("acquire");
+        assert!(matches!(got, lease_core::AcquireOutcome::Acquired { .. }));
+    }
+    reset_stats(&mut raw).await;
+    let mut set = tokio::task::JoinSet::new();
+    for key in keys.clone() {
+        let backend = backend.clone();
+        set.spawn(async move {
+            let spec = lock(&[&key], None);
+            timeout(BOUND, backend.release(&release(&spec, "a", None))).await
+        });
+    }
+    while let Some(joined) = timeout(BOUND, set.join_next()).await.expect("bounded") {
+        let released = joined.expect("task").expect("bounded").expect("release");
+        assert_eq!(released, ReleaseOutcome::Released);
+    }
+    for key in &keys {
+        assert!(!exists(&mut raw, key).await, "{key} released");
+    }
+    let stats = commandstats(&mut raw).await;
+    // Redis 6.2 counts `COMMAND INFO` as `command`, later servers as `command|info`.
+    let probes = calls(&stats, "command|info") + calls(&stats, "command");
+    assert_eq!(probes, 1, "one probe for {N} operations at once: {stats:?}");
+    // The probe's answer is kept: the next release runs natively where the server can.
+    let native = expect_native(&mut raw).await;
+    let spec = lock(&["native:first:after"], None);
+    timeout(BOUND, backend.acquire(&acq(&spec, "a")))
+        .await
+        .expect("bounded")
+        .expect("acquire");
+    reset_stats(&mut raw).await;
+    let released = timeout(BOUND, backend.release(&release(&spec, "a", None)))
+        .await
+        .expect("bounded")
+        .expect("release");
+    assert_eq!(released, ReleaseOutcome::Released);
+    let stats = commandstats(&mut raw).await;
+    let ran_native = calls(&stats, "delifeq") + calls(&stats, "delex") == 1;
+    assert_eq!(ran_native, native, "{stats:?}");
+    assert_eq!(calls(&stats, "command|info") + calls(&stats, "command"), 0);
+}
+
 async fn server_conn(server: &lease_testkit::RedisServer) -> Conn {
     timeout(BOUND, server.connection())
         .await

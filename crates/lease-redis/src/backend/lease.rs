@@ -154,9 +154,13 @@ where
     async fn release(&self, req: &ReleaseRequest) -> Result<ReleaseOutcome, BackendError> {
         let spec = &*req.spec;
         self.precheck("release", spec)?;
+        // One clone of the connection for the whole release, native command and script alike.
+        let mut conn = self.conn.clone();
         if self.native_fits(spec)
             && let [key] = spec.keys()
-            && let Some(outcome) = self.release_native(key, req.owner.as_str()).await?
+            && let Some(outcome) = self
+                .release_native(&mut conn, key, req.owner.as_str())
+                .await?
         {
             return Ok(outcome);
         }
@@ -174,7 +178,6 @@ where
                 both = [owner, self.notice_arg_in(&mut notice, key)];
                 &both
             };
-            let mut conn = self.conn.clone();
             let v = Call::run_one(&mut conn, &S_RELEASE_ONE, key.as_bytes(), args).await?;
             return reply::release(&v);
         }
@@ -197,7 +200,6 @@ where
         if let Some(term) = term {
             call.arg(term.to_string());
         }
-        let mut conn = self.conn.clone();
         let v = call.run(&mut conn, &S_RELEASE).await?;
         reply::release(&v)
     }
