@@ -34,7 +34,8 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -181,8 +182,44 @@ struct State<B> {
 #[derive(Debug)]
 pub(crate) struct Lines<B> {
     state: Mutex<State<B>>,
+    /// Whether any obtain is queued (`State::queues` is not empty), as the last guard of
+    /// `state` left it: a release reads it without taking the lock, and claims only when it
+    /// is set. A waiter queued just as a release looks is not lost when the release misses
+    /// it: the release then goes to the store, and the handle's drop ([`Lines::leave`])
+    /// wakes the first waiter under the lock.
+    queued: AtomicBool,
     /// The next obtain's id.
     next: AtomicU64,
+}
+
+/// The lines' lock held: on drop, records whether any obtain is queued (`Lines::queued`).
+struct StateGuard<'a, B> {
+    guard: MutexGuard<'a, State<B>>,
+    queued: &'a AtomicBool,
+}
+
+impl<B> Deref for StateGuard<'_, B> {
+    type Target = State<B>;
+
+    fn deref(&self) -> &State<B> {
+        &self.guard
+    }
+}
+
+impl<B> DerefMut for StateGuard<'_, B> {
+    fn deref_mut(&mut self) -> &mut State<B> {
+        &mut self.guard
+    }
+}
+
+impl<B> Drop for StateGuard<'_, B> {
+    fn drop(&mut self) {
+        let queued = !self.guard.queues.is_empty();
+        // Written only when it changes: the uncontended cycle leaves the line unwritten.
+        if self.queued.load(Ordering::Relaxed) != queued {
+            self.queued.store(queued, Ordering::Release);
+        }
+    }
 }
 
 /// What a queued obtain learns of the turn it waits behind.
@@ -199,13 +236,17 @@ impl<B: LeaseBackend> Lines<B> {
                 holders: Map::default(),
                 queues: Map::default(),
             }),
+            queued: AtomicBool::new(false),
             next: AtomicU64::new(0),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State<B>> {
+    fn state(&self) -> StateGuard<'_, B> {
         // Every change below leaves both maps consistent before it can panic.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        StateGuard {
+            guard: self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            queued: &self.queued,
+        }
     }
 
     /// How many obtains wait in `key`'s queue now.
@@ -248,6 +289,11 @@ impl<B: LeaseBackend> Lines<B> {
     /// being handed to it).
     pub(crate) fn claim(&self, lock: &Shared<B>) -> Option<Arc<Waiter>> {
         let key = lock.renew.spec.keys().first()?;
+        // Nobody queued: the lock is not taken (a lock cycle with nobody waiting takes it
+        // three times, not four).
+        if !self.queued.load(Ordering::Acquire) {
+            return None;
+        }
         let mut st = self.state();
         if st.queues.is_empty() {
             return None;
