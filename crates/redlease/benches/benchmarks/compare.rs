@@ -161,8 +161,10 @@ pub(crate) struct Concurrent {
     /// Per round: redlease, rslock, raw, redlease with native commands off (the scripts
     /// only; the same as redlease on a server without them), and redlease over
     /// `redlease::redis::connect`, and redlease over a multiplexed connection without
-    /// redis-rs's response timeout (as `RedisBackend::new` documents).
-    pub(crate) rounds: Vec<[Throughput; 6]>,
+    /// redis-rs's response timeout (as `RedisBackend::new` documents), and raw redis-rs
+    /// again: the same client twice in a round, a control that shows how far two runs of
+    /// one client differ (a ratio within that spread is not a difference between clients).
+    pub(crate) rounds: Vec<[Throughput; 7]>,
 }
 
 #[derive(Clone, Copy)]
@@ -178,6 +180,8 @@ enum Client {
     RedleaseUntimed,
     Rslock,
     Raw,
+    /// Raw redis-rs a second time in the round (its own keys): the control.
+    RawAgain,
 }
 
 /// `tasks` tasks cycling their own keys with `client` for `window`.
@@ -262,6 +266,9 @@ async fn concurrent_round(env: &Env, client: Client, tasks: usize, window: Durat
                     Client::Raw => {
                         raw_cycle(&mut conn, &script, &format!("bench:c:raw:{t}"), n).await;
                     }
+                    Client::RawAgain => {
+                        raw_cycle(&mut conn, &script, &format!("bench:c:raw2:{t}"), n).await;
+                    }
                 }
                 n += 1;
                 if now >= measure_from {
@@ -302,16 +309,17 @@ pub(crate) async fn concurrent(
     // The report's column order; each round starts one client further along it, so every
     // client runs in every position of a round as often as the others (in an experiment,
     // raw redis-rs run second in each round did 1.07× the same client run first).
-    const ORDER: [Client; 6] = [
+    const ORDER: [Client; 7] = [
         Client::Redlease,
         Client::Rslock,
         Client::Raw,
         Client::RedleaseScripts,
         Client::RedleaseConnect,
         Client::RedleaseUntimed,
+        Client::RawAgain,
     ];
     for round in 0..rounds {
-        let mut results = [Throughput::default(); 6];
+        let mut results = [Throughput::default(); 7];
         for step in 0..ORDER.len() {
             let slot = (round + step) % ORDER.len();
             results[slot] = concurrent_round(env, ORDER[slot], tasks, window).await;
@@ -328,14 +336,15 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
          Each task cycles its own key (obtain + release, no retries) on one multiplexed \
          connection per client, {} ms per client per round (after a 200 ms warm-up), clients \
          interleaved round by round, each round starting one client later (every client \
-         takes every place in a round in turn). CPU per cycle: this process (`/proc/self/task/*/schedstat`) \
+         takes every place in a round in turn). Raw redis-rs runs twice in each round: its \
+         second run is a control, the spread between two runs of one client. CPU per cycle: this process (`/proc/self/task/*/schedstat`) \
          and the server (`INFO` `used_cpu_*`).\n\n\
          | round | client | cycles/s | vs raw | vs rslock | client CPU µs/cycle | vs raw | Redis CPU µs/cycle |\n\
          |---|---|---:|---:|---:|---:|---:|---:|\n",
         c.tasks,
         c.window.as_millis()
     );
-    for (i, [a, b, r, d, e, f]) in c.rounds.iter().enumerate() {
+    for (i, [a, b, r, d, e, f, g]) in c.rounds.iter().enumerate() {
         for (name, t) in [
             ("redlease", a),
             ("rslock 0.10", b),
@@ -343,6 +352,7 @@ pub(crate) fn render_concurrent(c: &Concurrent) -> String {
             ("redlease, scripts only", d),
             ("redlease over `connect`", e),
             ("redlease, no response timeout", f),
+            ("raw redis-rs again (control)", g),
         ] {
             s.push_str(&format!(
                 "| {} | {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2}× | {:.2} |\n",
