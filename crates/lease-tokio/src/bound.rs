@@ -2,22 +2,25 @@
 //!
 //! [`within`] is [`tokio::time::timeout_at`] with one difference: the timer comes from a
 //! small per-thread pool of tokio timers already in the runtime's wheel, instead of a new one
-//! registered on the call's first poll and removed when it ends. Resetting a timer that is
-//! registered to a later deadline is one atomic update (tokio moves it in the wheel when the
-//! old deadline comes round); a new timer takes the wheel's lock twice, to insert and to
-//! remove. A lock's calls (an obtain's attempt, a release, a hand-off, a refresh) each carry
-//! one bound, so on the hot path no round trip takes that lock, which every worker thread and
-//! the driver share.
+//! registered on the call's first poll and removed when it ends. A new timer takes the wheel's
+//! lock twice, to insert and to remove; a pooled one is reused where it is. A lock's calls (an
+//! obtain's attempt, a release, a hand-off, a refresh) each carry one bound, so on the hot path
+//! no round trip takes that lock, which every worker thread and the driver share.
+//!
+//! A pooled timer is reused only for a deadline no earlier than the one it is set to, and it
+//! is not moved to the call's deadline: it may fire early, never late. When it fires before the
+//! call's deadline, it is moved to that deadline then (one reset) and polled again; a call
+//! whose reply comes first never moves it. A timer in steady use is thus reset about once per
+//! bound (when its old deadline comes round), not once per call.
 //!
 //! The rules are `timeout_at`'s: the call is polled first (a reply that is ready wins over a
 //! deadline that has passed), the output is `None` once the deadline passes, and dropping the
 //! future drops the call and puts the timer back. A timer is reused only on the runtime that
-//! made it and only for a deadline no earlier than the one it holds (a pooled timer registered
-//! for later could not wake the call in time); otherwise a new one is made, as `timeout_at`
-//! would. A pooled timer keeps the last call's waker until it is reused or its deadline passes
-//! (then the driver wakes and drops it: at most one spurious wake-up, never a lost one; never
-//! a poll in `Drop`, which would panic on a runtime shutting down), and each thread keeps at
-//! most [`POOL_CAP`] timers.
+//! made it (a pooled timer set later than the call's deadline, or of another runtime, is not
+//! used; a new one is made, as `timeout_at` would). A pooled timer keeps the last call's waker
+//! until it is reused or its deadline passes (then the driver wakes and drops it: at most one
+//! spurious wake-up, never a lost one; never a poll in `Drop`, which would panic on a runtime
+//! shutting down), and each thread keeps at most [`POOL_CAP`] timers.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -79,9 +82,9 @@ struct Lent {
 }
 
 impl Lent {
-    /// A timer for `deadline`: a pooled one of this runtime registered no later than
-    /// `deadline` (reset to it when first polled), else none yet (made on the first poll that
-    /// needs it). Pooled timers of another runtime, one this thread ran before, are let go
+    /// A timer for `deadline`: a pooled one of this runtime set no later than `deadline` (left
+    /// there; moved to `deadline` only if it fires first), else none yet (made on the first
+    /// poll that needs it). Pooled timers of another runtime, one this thread ran before, are let go
     /// here: each holds that runtime's driver (and its file descriptors) open.
     fn take(deadline: Instant) -> Lent {
         let Ok(handle) = Handle::try_current() else {
@@ -122,7 +125,9 @@ impl Lent {
         }
     }
 
-    /// Polls the timer, making it on the first poll when none was pooled.
+    /// Polls the timer, making it on the first poll when none was pooled: ready once
+    /// `deadline` has passed. A timer set earlier (a pooled one, left where it was) that fires
+    /// is moved to `deadline` and polled again.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let deadline = self.deadline;
         let runtime = self.runtime;
@@ -131,10 +136,17 @@ impl Lent {
             // Registered in the wheel on its first poll, just below.
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
         });
-        if slot.sleep.deadline() != deadline {
+        loop {
+            if slot.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if slot.sleep.deadline() >= deadline {
+                return Poll::Ready(());
+            }
+            // Fired early (set for an earlier call): on to this call's deadline. A reset
+            // timer is pending until then, so this loops at most twice.
             slot.sleep.as_mut().reset(deadline);
         }
-        slot.sleep.as_mut().poll(cx)
     }
 }
 
@@ -191,7 +203,8 @@ mod tests {
             within(start + Duration::from_millis(10), done).await,
             Some(())
         );
-        // Reused (moved to +100 ms without leaving the wheel): not woken at +10 ms.
+        // Reused, left at +10 ms: it fires there, early, and is moved on to +100 ms; the call
+        // is not timed out at +10 ms.
         let late = start + Duration::from_millis(100);
         assert_eq!(within(late, std::future::pending::<()>()).await, None);
         assert!(
@@ -204,6 +217,34 @@ mod tests {
             1,
             "the one timer was reused"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reused_timer_is_not_moved_when_the_call_ends_first() {
+        let start = Instant::now();
+        let first = start + Duration::from_millis(100);
+        let done = tokio::time::sleep_until(start + Duration::from_millis(5));
+        assert_eq!(within(first, done).await, Some(()));
+        // Reused for later deadlines by calls that end before +100 ms: never reset.
+        for i in 1..=3u64 {
+            let deadline = first + Duration::from_millis(10 * i);
+            let done = tokio::time::sleep_until(start + Duration::from_millis(20 * i));
+            assert_eq!(within(deadline, done).await, Some(()));
+        }
+        let deadlines: Vec<Instant> =
+            POOL.with(|p| p.borrow().iter().map(|s| s.sleep.deadline()).collect());
+        assert_eq!(
+            deadlines,
+            vec![first],
+            "one timer, still set for the first call"
+        );
+        // A call still in flight when it fires moves it to its own deadline.
+        let late = first + Duration::from_millis(50);
+        let done = tokio::time::sleep_until(first + Duration::from_millis(20));
+        assert_eq!(within(late, done).await, Some(()));
+        let deadlines: Vec<Instant> =
+            POOL.with(|p| p.borrow().iter().map(|s| s.sleep.deadline()).collect());
+        assert_eq!(deadlines, vec![late]);
     }
 
     #[test]
