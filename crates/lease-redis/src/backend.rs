@@ -11,11 +11,10 @@ use lease_core::{
 use redis::aio::ConnectionLike;
 
 use crate::fence::{DEFAULT_FENCE_TIMEOUT, RedisFencer};
+use crate::lend::{Clones, Lane, Lent};
 use crate::native::{self, Native};
 use crate::notify::{self, ReleaseNotices};
-use crate::replica::{
-    AckConnections, AckLane, DEFAULT_ACK_CONNECTIONS, MAX_ACK_CONNECTIONS, ReplicaAck,
-};
+use crate::replica::{AckConnections, DEFAULT_ACK_CONNECTIONS, MAX_ACK_CONNECTIONS, ReplicaAck};
 use crate::reply;
 use crate::scripts::{Call, S_RAISE};
 use crate::slot::{self, SlotError};
@@ -69,6 +68,8 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 #[derive(Clone)]
 pub struct RedisBackend<C> {
     conn: C,
+    /// Clones of `conn` kept for the calls, per thread (see `lend.rs`).
+    clones: Clones<C>,
     topology: Topology,
     fence_timeout: Duration,
     scheme: TokenScheme,
@@ -131,6 +132,7 @@ where
     pub fn with_topology(conn: C, topology: Topology) -> RedisBackend<C> {
         RedisBackend {
             conn,
+            clones: Clones::default(),
             topology,
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
             scheme: TokenScheme::default(),
@@ -220,9 +222,9 @@ where
     /// notice. `Ok(None)`: the native command did not delete (or is not offered) and changed
     /// nothing, so the script must decide: it deletes a marked value (or one with metadata)
     /// of ours and publishes the notice when the value was marked.
-    async fn release_native(
+    async fn release_native<K: ConnectionLike + Send>(
         &self,
-        conn: &mut C,
+        conn: &mut K,
         key: &str,
         owner: &str,
     ) -> Result<Option<ReleaseOutcome>, BackendError> {
@@ -266,9 +268,9 @@ where
     /// and then the script. The `PUBLISH` goes out even if neither delete applied (a wasted
     /// attempt for one woken waiter, never a lost wake-up: the script then runs and
     /// publishes again if it deletes). `Ok(None)`: nothing deleted, the script decides.
-    async fn release_native_marked(
+    async fn release_native_marked<K: ConnectionLike + Send>(
         &self,
-        conn: &mut C,
+        conn: &mut K,
         delete: native::NativeDelete,
         key: &str,
         owner: &str,
@@ -438,14 +440,19 @@ where
 
     /// The connection of an operation that may `WAIT`: a dedicated one with a replica ack
     /// (see [`crate::replica`]), the shared one otherwise.
-    async fn lane(&self) -> AckLane<C> {
+    async fn lane(&self) -> Lane<'_, C> {
         if self.replica_ack.is_some()
             && let Some(acks) = &self.acks
             && let Some(lane) = acks.lane().await
         {
-            return lane;
+            return Lane::Acked(lane);
         }
-        AckLane::shared(self.conn.clone())
+        Lane::Shared(self.lend())
+    }
+
+    /// A clone of the shared connection for one call, kept for the next when it ends.
+    fn lend(&self) -> Lent<'_, C> {
+        self.clones.lend(&self.conn)
     }
 
     /// The replica acknowledgement, if any.

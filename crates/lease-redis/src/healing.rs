@@ -130,6 +130,14 @@ struct State {
     given_up: u64,
 }
 
+impl HealingConnection {
+    /// Forgets the connection this clone pinned: its next call looks at the shared one, as a
+    /// new clone's first call does (a backend keeps clones for its calls, `lend.rs`).
+    pub(crate) fn unpin(&mut self) {
+        self.pinned = None;
+    }
+}
+
 impl Clone for HealingConnection {
     fn clone(&self) -> HealingConnection {
         HealingConnection {

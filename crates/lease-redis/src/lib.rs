@@ -83,6 +83,7 @@ pub mod healing;
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub mod healing_cluster;
+mod lend;
 mod native;
 pub mod notify;
 mod preflight;

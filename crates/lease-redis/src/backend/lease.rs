@@ -155,7 +155,7 @@ where
         let spec = &*req.spec;
         self.precheck("release", spec)?;
         // One clone of the connection for the whole release, native command and script alike.
-        let mut conn = self.conn.clone();
+        let mut conn = self.lend();
         if self.native_fits(spec)
             && let [key] = spec.keys()
             && let Some(outcome) = self
@@ -291,7 +291,7 @@ where
             call.key(k);
         }
         call.arg(owner.as_str());
-        let mut conn = self.conn.clone();
+        let mut conn = self.lend();
         let v = call.run(&mut conn, &S_PTTL).await?;
         reply::remaining(&v)
     }
@@ -473,7 +473,7 @@ where
         if mark {
             call.arg("w");
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.lend();
         let v = call.run(&mut conn, &S_INSPECT).await?;
         reply::inspect(&v, spec.fence_key().is_some())
     }

@@ -196,7 +196,7 @@ impl<B: LeaseBackend> Locker<B> {
         let obtained = ObtainRun {
             // The clock's origin is this obtain's start: no reading needed for it.
             obtain: Obtain::new(&plan, jitter_seed(), lease_core::Instant::ZERO),
-            backend: Arc::clone(&self.backend),
+            backend: &self.backend,
             request: &plan.request,
             watch,
             lazy,
@@ -241,7 +241,9 @@ impl<B: LeaseBackend> Locker<B> {
 /// its locker's lines (see `handoff.rs`).
 struct ObtainRun<'a, B: LeaseBackend> {
     obtain: Obtain,
-    backend: Arc<B>,
+    /// Borrowed, not cloned: a count every obtain of every task would touch (cloned only for
+    /// a cleanup that outlives the obtain).
+    backend: &'a Arc<B>,
     request: &'a AcquireRequest,
     watch: Option<ReleaseWatch>,
     /// Whether the watch is registered only after an attempt that did not win (the backend
@@ -468,7 +470,7 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
                     // Not waiting for it (never the case: deliveries are taken between
                     // attempts): the key handed over goes back.
                     spawn_release(
-                        Arc::clone(&self.backend),
+                        Arc::clone(self.backend),
                         release_request(&self.request.spec, &self.request.owner),
                         self.obtain.cleanup_bound(),
                     );
@@ -494,11 +496,11 @@ impl<B: LeaseBackend> ObtainRun<'_, B> {
 impl<B: LeaseBackend> Drop for ObtainRun<'_, B> {
     fn drop(&mut self) {
         if let Some(seat) = self.seat.as_mut() {
-            seat.abandon(&self.backend, self.obtain.cleanup_bound());
+            seat.abandon(self.backend, self.obtain.cleanup_bound());
         }
         if self.obtain.needs_cleanup() {
             spawn_release(
-                Arc::clone(&self.backend),
+                Arc::clone(self.backend),
                 release_request(&self.request.spec, &self.request.owner),
                 self.obtain.cleanup_bound(),
             );
