@@ -131,10 +131,17 @@ struct State {
 }
 
 impl HealingConnection {
-    /// Forgets the connection this clone pinned: its next call looks at the shared one, as a
-    /// new clone's first call does (a backend keeps clones for its calls, `lend.rs`).
-    pub(crate) fn unpin(&mut self) {
-        self.pinned = None;
+    /// Makes a clone that served calls what a new clone is (a backend keeps clones for its
+    /// calls, `lend.rs`): the connection it pinned is kept only while a new clone's first
+    /// call would get that same one, that is while it is still the current generation and no
+    /// request is suspect (two atomic loads, no lock); otherwise it is forgotten, and the next
+    /// call looks at the shared state as a new clone's does.
+    pub(crate) fn refresh(&mut self) {
+        if let Some((generation, _)) = &self.pinned
+            && !self.shared.replies.is_current_and_calm(*generation)
+        {
+            self.pinned = None;
+        }
     }
 }
 

@@ -74,7 +74,7 @@ pub(crate) struct Clones<C> {
 
 /// Whether a clone of a `C` that served calls serves the next one exactly as a new clone
 /// would: redis-rs's multiplexed connection and connection manager (clones share everything),
-/// and the crate's [`HealingConnection`], whose kept clones are unpinned ([`as_fresh`]). Any
+/// and the crate's [`HealingConnection`], whose kept clones are refreshed as they are lent ([`refresh`]). Any
 /// other type (one of yours, or a wrapper) is cloned for every call, as it always was.
 fn kept_as_fresh<C: 'static>() -> bool {
     let id = TypeId::of::<C>();
@@ -83,11 +83,12 @@ fn kept_as_fresh<C: 'static>() -> bool {
         || id == TypeId::of::<HealingConnection>()
 }
 
-/// Makes a kept clone what a new clone is: a [`HealingConnection`] forgets the connection it
-/// pinned (its next call looks at the shared one, as a new clone's first call does).
-fn as_fresh<C: 'static>(conn: &mut C) {
+/// Makes a kept clone what a new clone is, as it is lent again: a [`HealingConnection`]
+/// keeps the connection it pinned only while that is still the one a new clone would get
+/// ([`HealingConnection::refresh`]).
+fn refresh<C: 'static>(conn: &mut C) {
     if let Some(healing) = (conn as &mut dyn Any).downcast_mut::<HealingConnection>() {
-        healing.unpin();
+        healing.refresh();
     }
 }
 
@@ -116,9 +117,16 @@ impl<C: Clone + 'static> Clones<C> {
     /// A clone of `conn` for one call: one this thread's slot kept, else a new one.
     pub(crate) fn lend<'a>(&'a self, conn: &C) -> Lent<'a, C> {
         let kept = self.slot().and_then(|slot| slot.0.try_lock().ok()?.pop());
+        let conn = match kept {
+            Some(mut kept) => {
+                refresh(&mut kept);
+                kept
+            }
+            None => conn.clone(),
+        };
         Lent {
             home: self,
-            conn: Some(kept.unwrap_or_else(|| conn.clone())),
+            conn: Some(conn),
         }
     }
 
@@ -132,7 +140,7 @@ impl<C: Clone + 'static> Clones<C> {
     }
 
     /// Keeps `conn` in the calling thread's slot if it has room (else drops it).
-    fn keep(&self, mut conn: C) {
+    fn keep(&self, conn: C) {
         let Some(slot) = self.slot() else {
             return;
         };
@@ -140,7 +148,6 @@ impl<C: Clone + 'static> Clones<C> {
             return;
         };
         if idle.len() < PER_SLOT {
-            as_fresh(&mut conn);
             idle.push(conn);
         }
     }

@@ -572,35 +572,32 @@ async fn standalone_backends_accept_untagged_names() {
 /// A backend keeps clones of its connection for its calls (`src/lend.rs`). A kept clone of a
 /// `HealingConnection` must not stay on a connection given up meanwhile (here by another
 /// clone's silence rule): once that connection is closed, the backend's next call runs on the
-/// current one. Negative control: with `lend.rs`'s `as_fresh` not unpinning, the call below
+/// current one. Negative control: with `lend.rs`'s `refresh` not unpinning a stale clone, the call below
 /// goes to the killed connection and fails.
 #[tokio::test]
 async fn a_kept_healing_clone_follows_a_connection_given_up_meanwhile() {
-    let bound = Duration::from_secs(5);
-    let server = RedisServer::start().await.expect("redis server");
-    let healing = HealingConnection::connect(server.client().expect("client"))
+    let server = bounded(RedisServer::start()).await.expect("redis server");
+    let healing = bounded(HealingConnection::connect(server.client().expect("client")))
         .await
         .expect("connect")
         .with_silence(Duration::from_millis(200));
     let backend = RedisBackend::new(healing.clone());
     let spec = lock(&["kept"], None);
     // The backend's calls leave a clone on the first connection in its thread's slot.
-    let got = backend.acquire(&acq(&spec, "a")).await;
+    let got = bounded(backend.acquire(&acq(&spec, "a"))).await;
     assert!(
         matches!(got, Ok(AcquireOutcome::Acquired { .. })),
         "{got:?}"
     );
-    let released = backend.release(&release(&spec, "a", None)).await;
+    let released = bounded(backend.release(&release(&spec, "a", None))).await;
     assert_eq!(released.ok(), Some(ReleaseOutcome::Released));
     let mut other = healing.clone();
-    let first: i64 = redis::cmd("CLIENT")
-        .arg("ID")
-        .query_async(&mut other)
+    let first: i64 = bounded(redis::cmd("CLIENT").arg("ID").query_async(&mut other))
         .await
         .expect("CLIENT ID");
     // A request abandoned while the server is frozen, and no reply for longer than the
     // silence bound: the next call of a new clone gives the connection up and dials again.
-    server.pause().await.expect("pause");
+    bounded(server.pause()).await.expect("pause");
     let abandoned = tokio::time::timeout(
         Duration::from_millis(100),
         redis::cmd("PING").query_async::<String>(&mut other),
@@ -612,11 +609,10 @@ async fn a_kept_healing_clone_follows_a_connection_given_up_meanwhile() {
     );
     // The silence rule is a duration with no event to wait for.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    server.resume().await.expect("resume");
+    bounded(server.resume()).await.expect("resume");
     let mut fresh = healing.clone();
-    let pong: String = tokio::time::timeout(bound, redis::cmd("PING").query_async(&mut fresh))
+    let pong: String = bounded(redis::cmd("PING").query_async(&mut fresh))
         .await
-        .expect("bounded")
         .expect("PING on a new connection");
     assert_eq!(pong, "PONG");
     assert_eq!(
@@ -625,19 +621,26 @@ async fn a_kept_healing_clone_follows_a_connection_given_up_meanwhile() {
         "the silent connection was given up"
     );
     // The connection given up is closed at the server.
-    let mut raw = server.connection().await.expect("raw");
-    let _: () = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(first)
-        .query_async(&mut raw)
-        .await
-        .expect("CLIENT KILL");
-    let got = tokio::time::timeout(bound, backend.acquire(&acq(&spec, "b")))
-        .await
-        .expect("bounded");
+    let mut raw = bounded(server.connection()).await.expect("raw");
+    let _: () = bounded(
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(first)
+            .query_async(&mut raw),
+    )
+    .await
+    .expect("CLIENT KILL");
+    let got = bounded(backend.acquire(&acq(&spec, "b"))).await;
     assert!(
         matches!(got, Ok(AcquireOutcome::Acquired { .. })),
         "the backend's kept clone used the connection given up: {got:?}"
     );
+}
+
+/// `f`, failing the test if it takes more than five seconds.
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), f)
+        .await
+        .expect("no answer within 5 s")
 }

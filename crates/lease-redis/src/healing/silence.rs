@@ -102,4 +102,11 @@ impl Replies {
     pub(super) fn seen(&self) -> u64 {
         self.count.load(Ordering::SeqCst)
     }
+
+    /// Whether `generation` is still the current one and no request is suspect: what a new
+    /// clone's first call would find (it would pin that generation's connection).
+    pub(super) fn is_current_and_calm(&self, generation: u64) -> bool {
+        !self.suspect.load(Ordering::SeqCst)
+            && self.count.load(Ordering::SeqCst) & !REPLIES == Replies::tag(generation)
+    }
 }

@@ -29,7 +29,8 @@
 //!   owner, takes the key over if it was applied). A waiter that gave up (its obtain future
 //!   dropped) while the key was being handed to it has the key released for it.
 //! - **Bounded.** One entry per key a lock of the locker holds, one per queued obtain; both
-//!   go with the lock's handle and the obtain's future.
+//!   go with the lock's handle and the obtain's future. The lines are sharded by key
+//!   ([`Lines`], [`lines::SHARDS`] shards, made at the first obtain that can be handed off).
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -48,8 +49,10 @@ use lease_core::{
 use crate::lock::handle::Shared;
 use crate::lock::task::spawn_release;
 
+mod lines;
 mod seat;
 
+pub(crate) use lines::Lines;
 pub(crate) use seat::WaitSeat;
 
 /// A key of the lines: the lease's spec, compared by its (one) key.
@@ -182,21 +185,23 @@ struct State<B> {
     queues: Map<VecDeque<Arc<Waiter>>>,
 }
 
-/// The lines of one locker (and its clones). See the [module docs](self).
+/// One shard of a locker's lines ([`Lines`]): the keys whose hash falls on it. On a cache line
+/// of its own. See the [module docs](self) for the rules.
 #[derive(Debug)]
-pub(crate) struct Lines<B> {
+#[repr(align(128))]
+pub(crate) struct Shard<B> {
     state: Mutex<State<B>>,
     /// Whether any obtain is queued (`State::queues` is not empty), as the last guard of
     /// `state` left it: a release reads it without taking the lock, and claims only when it
     /// is set. A waiter queued just as a release looks is not lost when the release misses
-    /// it: the release then goes to the store, and the handle's drop ([`Lines::leave`])
+    /// it: the release then goes to the store, and the handle's drop ([`Shard::leave`])
     /// wakes the first waiter under the lock.
     queued: AtomicBool,
     /// The next obtain's id.
     next: AtomicU64,
 }
 
-/// The lines' lock held: on drop, records whether any obtain is queued (`Lines::queued`).
+/// The lines' lock held: on drop, records whether any obtain is queued (`Shard::queued`).
 struct StateGuard<'a, B> {
     guard: MutexGuard<'a, State<B>>,
     queued: &'a AtomicBool,
@@ -233,9 +238,9 @@ pub(crate) struct LocalHold {
     pub(crate) until: Option<tokio::time::Instant>,
 }
 
-impl<B: LeaseBackend> Lines<B> {
+impl<B: LeaseBackend> Shard<B> {
     pub(crate) fn new() -> Self {
-        Lines {
+        Shard {
             state: Mutex::new(State {
                 holders: Map::default(),
                 queues: Map::default(),
@@ -314,7 +319,7 @@ impl<B: LeaseBackend> Lines<B> {
         Some(waiter)
     }
 
-    /// Settles the hand-off to `waiter` (claimed by [`Lines::claim`]) sent at `sent_at`:
+    /// Settles the hand-off to `waiter` (claimed by [`Shard::claim`]) sent at `sent_at`:
     /// tells the waiter (without the key, it is the locker's contender at the store now),
     /// or, when its obtain is gone, releases what may have been handed to it and gives the
     /// turn to the next waiter.
@@ -489,7 +494,7 @@ impl<B: LeaseBackend> Lines<B> {
     }
 }
 
-/// What [`Lines::local_hold`] found.
+/// What [`Shard::local_hold`] found.
 enum Found<B> {
     /// Another obtain has the key's turn.
     Turn,

@@ -201,7 +201,7 @@ impl<B: LeaseBackend> Locker<B> {
             watch,
             lazy,
             contending: true,
-            seat: lines.map(|lines| WaitSeat::new(lines, &plan.request)),
+            seat: lines.map(|lines| lines.seat(&plan.request)),
             replied_at: None,
         }
         .drive(clock)

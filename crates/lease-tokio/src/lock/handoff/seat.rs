@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use lease_core::{AcquireRequest, LeaseBackend};
 
-use super::{Delivery, Lines, LocalHold, Seat, Waiter, unqueue_locked};
+use super::{Delivery, LocalHold, Seat, Shard, Waiter, unqueue_locked};
 
 /// An obtain's place in the lines: its acquire, and its waiter once it queued (the request
 /// is copied only then: an obtain that never waits behind a lock of its locker costs one
 /// lookup).
 pub(crate) struct WaitSeat<'a, B> {
-    pub(super) lines: &'a Lines<B>,
+    /// The shard of the lines that holds the obtain's key.
+    pub(super) lines: &'a Shard<B>,
     pub(super) request: &'a AcquireRequest,
     /// Which obtain this is, in the lines (an owner may be the caller's, shared by several).
     pub(super) id: u64,
@@ -24,7 +25,7 @@ pub(crate) struct WaitSeat<'a, B> {
 }
 
 impl<'a, B: LeaseBackend> WaitSeat<'a, B> {
-    pub(crate) fn new(lines: &'a Lines<B>, request: &'a AcquireRequest) -> Self {
+    pub(crate) fn new(lines: &'a Shard<B>, request: &'a AcquireRequest) -> Self {
         WaitSeat {
             lines,
             request,
@@ -39,7 +40,7 @@ impl<'a, B: LeaseBackend> WaitSeat<'a, B> {
         self.won = true;
     }
 
-    /// [`Lines::local_hold`] for this seat.
+    /// [`Shard::local_hold`] for this seat.
     pub(crate) fn local_hold(&mut self) -> Option<LocalHold> {
         self.lines.local_hold(self)
     }
@@ -61,7 +62,7 @@ impl<'a, B: LeaseBackend> WaitSeat<'a, B> {
         true
     }
 
-    /// [`Lines::abandon`] for this seat.
+    /// [`Shard::abandon`] for this seat.
     pub(crate) fn abandon(&mut self, backend: &Arc<B>, bound: Duration) {
         self.lines.abandon(backend, self, bound);
     }
