@@ -10,11 +10,12 @@
 //!
 //! The rules:
 //!
-//! - **A clone is as good as a new one.** Every connection type the crate builds or documents
-//!   (`MultiplexedConnection`, `ConnectionManager`, the cluster connection, and the crate's
-//!   healing and Sentinel connections, which re-pin a clone whose connection was given up or
-//!   replaced) keeps nothing of a call in the clone, so a clone that served a call, even one
-//!   whose future was dropped mid-request, serves the next as a fresh one would.
+//! - **A kept clone is as good as a new one.** Clones are kept only for the types known to
+//!   keep nothing of a call in a clone ([`kept_as_fresh`]: `MultiplexedConnection`,
+//!   `ConnectionManager`, and [`HealingConnection`], refreshed as it is lent again), so a
+//!   clone that served a call, even one whose future was dropped mid-request, serves the next
+//!   as a new one would. Every other type (the cluster and Sentinel connections, a wrapper of
+//!   yours) is cloned for each call, as before.
 //! - **Bounded.** At most [`PER_SLOT`] idle clones per slot, [`SLOTS`] slots per backend
 //!   (threads share slots beyond that); a clone given back to a full slot is dropped. All go
 //!   with the backend.
