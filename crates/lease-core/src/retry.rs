@@ -11,10 +11,12 @@ use std::time::Duration;
 use crate::config::{ConfigError, check_interval};
 use crate::rng::SplitMix64;
 
-/// How much a jittered retry delay may be shortened: a delay `d` becomes a uniform draw in
-/// `[d − 50 % · d, d]` ("equal jitter"), never longer, so waiters that saw the same release do
-/// not retry in lockstep and the wait deadline rules are unchanged.
-pub const RETRY_JITTER_PERCENT: u32 = 50;
+/// How much a jittered retry delay may be lengthened: a delay `d` becomes a uniform draw in
+/// `[d, d + 25 % · d]`, so waiters that saw the same release do not retry in lockstep — and
+/// never shorter, so a retry never runs before the strategy says (three 50 ms retries outlast
+/// a holder with 100 ms left, as the caller wrote them to). The wait deadline still stops
+/// every obtain: a lengthened retry that would start after it is not made.
+pub const RETRY_JITTER_PERCENT: u32 = 25;
 
 /// How to space retries of a contended acquisition.
 ///
@@ -119,7 +121,7 @@ impl RetryStrategy {
     }
 
     /// A fresh sequence for one acquisition whose delays are jittered from `seed`: each is a
-    /// draw in `[d − RETRY_JITTER_PERCENT % · d, d]`, never longer than the exact delay.
+    /// draw in `[d, d + RETRY_JITTER_PERCENT % · d]`, never shorter than the exact delay.
     /// Drivers use this, with a random seed per acquisition.
     ///
     /// ```
@@ -127,7 +129,7 @@ impl RetryStrategy {
     /// use lease_core::RetryStrategy;
     /// let s = RetryStrategy::linear(Duration::from_millis(100))?;
     /// let d = s.jittered_sequence(7).next_delay().unwrap();
-    /// assert!(d >= Duration::from_millis(50) && d <= Duration::from_millis(100));
+    /// assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(125));
     /// # Ok::<(), lease_core::ConfigError>(())
     /// ```
     pub fn jittered_sequence(&self, seed: u64) -> RetrySequence {
@@ -143,8 +145,8 @@ impl RetryStrategy {
         self.kind.delay(k)
     }
 
-    /// The longest delay this strategy ever waits between two attempts (jitter only shortens
-    /// it), or `None` when it never retries. A fair lock's waiter heartbeats at least this
+    /// The longest exact delay this strategy waits between two attempts (jitter lengthens a
+    /// delay by at most [`RETRY_JITTER_PERCENT`] %), or `None` when it never retries. A fair lock's waiter heartbeats at least this
     /// often (see [`crate::fair`]).
     ///
     /// ```
@@ -203,7 +205,7 @@ impl RetrySequence {
         let d = self.strategy.delay(self.retries)?;
         self.retries = self.retries.saturating_add(1);
         Some(match self.jitter.as_mut() {
-            Some(rng) => rng.jitter_down(d, RETRY_JITTER_PERCENT),
+            Some(rng) => rng.jitter_up(d, RETRY_JITTER_PERCENT),
             None => d,
         })
     }

@@ -316,17 +316,18 @@ fn exponential_examples_at_the_edges() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
-    /// Jittered sequences: each delay within `[d − 50 % · d, d]` of the exact one (never
-    /// longer, so deadlines are unchanged), and as many as the exact sequence.
+    /// Jittered sequences: each delay within `[d, d + 25 % · d]` of the exact one (never
+    /// shorter: a retry never runs before the strategy says), and as many as the exact
+    /// sequence.
     #[test]
-    fn jittered_delays_stay_within_half_of_the_exact_delay((_, s) in strategy(), seed in any::<u64>()) {
+    fn jittered_delays_stay_within_a_quarter_above_the_exact_delay((_, s) in strategy(), seed in any::<u64>()) {
         let mut exact = s.sequence();
         let mut jittered = s.jittered_sequence(seed);
         for _ in 0..40 {
             match (exact.next_delay(), jittered.next_delay()) {
                 (Some(d), Some(j)) => {
-                    prop_assert!(j <= d, "{:?} > {:?}", j, d);
-                    prop_assert!(j >= d / 2, "{:?} < {:?} / 2", j, d);
+                    prop_assert!(j >= d, "{:?} < {:?}", j, d);
+                    prop_assert!(j <= d.saturating_add(d / 4), "{:?} > 1.25 × {:?}", j, d);
                 }
                 (None, None) => break,
                 (e, j) => prop_assert!(false, "exact {:?} vs jittered {:?}", e, j),

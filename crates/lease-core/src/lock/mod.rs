@@ -56,6 +56,9 @@
 //!   held by another of the caller's handles);
 //! - permanent errors end an obtain or refresh at once, transient ones are retried per the
 //!   caller's [`RetryStrategy`] within the wait (obtain) or the lock's deadline (refresh);
+//! - a retry never runs before the strategy says: a wake-up (a release notice, a hand-off
+//!   line, the holder's expiry) may make an attempt earlier, and if that attempt finds the
+//!   lock still held it is no retry — the strategy's next retry stays where it was;
 //! - a lock is dated from the instant its request was sent: `sent + ttl − margin`;
 //! - one TTL-changing request (renewal or refresh) is in flight at a time, so replies arrive
 //!   in the order the store applied them and the last reply tells what the store was last

@@ -31,10 +31,18 @@ pub struct Obtained {
 
 #[derive(Debug)]
 enum State {
-    /// The next attempt is due at this instant.
-    Due(Instant),
-    /// An attempt is in flight.
-    InFlight { sent_at: Instant },
+    /// Waiting for the next attempt, made at `at`. `next` is the strategy's word on it:
+    /// `At(due)`, a retry that counts when it is made at or after `due` (`at` is earlier only
+    /// when something may have freed the lock: a notice, a hand-off line, the holder's
+    /// expiry), or the end the obtain comes to if an attempt woken past the strategy's end
+    /// fails.
+    Due { at: Instant, next: NextAttempt },
+    /// An attempt is in flight. `early`: it was made before the strategy's due instant (a
+    /// wake-up, not a retry), and what stands if it finds the lock held.
+    InFlight {
+        sent_at: Instant,
+        early: Option<NextAttempt>,
+    },
     /// Finished; the outcome not yet taken.
     Done(Option<Result<Obtained, LockError>>),
 }
@@ -71,6 +79,10 @@ pub struct Obtain {
     notice_pending: bool,
     /// Release notices are arriving (the driver's watch is live).
     notices_live: bool,
+    /// While the strategy's retries before a holder's expiry are skipped (a wake-up is
+    /// expected sooner): the first of them and the schedule from just after it, to make them
+    /// after all if no wake-up can come.
+    skipped: Option<(Instant, ObtainSchedule)>,
     state: State,
 }
 
@@ -86,7 +98,11 @@ impl Obtain {
             armed: false,
             notice_pending: false,
             notices_live: false,
-            state: State::Due(now),
+            skipped: None,
+            state: State::Due {
+                at: now,
+                next: NextAttempt::At(now),
+            },
         }
     }
 
@@ -97,8 +113,11 @@ impl Obtain {
     /// started just before the wait deadline is not cut short into an unknown outcome.
     pub fn poll_request(&mut self, now: Instant) -> Option<Attempt> {
         match self.state {
-            State::Due(at) if now >= at => {
-                self.state = State::InFlight { sent_at: now };
+            State::Due { at, next } if now >= at => {
+                self.state = State::InFlight {
+                    sent_at: now,
+                    early: early(next, now),
+                };
                 // Abandoned from here on, the attempt may win.
                 self.armed = self.private_token;
                 Some(Attempt {
@@ -118,7 +137,7 @@ impl Obtain {
     /// at the store; the next attempt (same token) takes it over, and if there is none the
     /// obtain cleans up.
     pub fn handle_reply(&mut self, now: Instant, reply: Result<AcquireOutcome, BackendError>) {
-        let State::InFlight { sent_at } = self.state else {
+        let State::InFlight { sent_at, early } = self.state else {
             return;
         };
         let last = match reply {
@@ -136,7 +155,7 @@ impl Obtain {
                 self.unknown = false;
                 let last = LockError::NotObtained { holder };
                 let expiry = remaining.map(|r| now + r);
-                return self.after_failure_until(now, last, expiry);
+                return self.after_failure(now, last, (sent_at, early), expiry);
             }
             Err(e) => {
                 self.unknown |= e.is_outcome_unknown();
@@ -149,7 +168,7 @@ impl Obtain {
                 LockError::from_backend(e)
             }
         };
-        self.after_failure(now, last);
+        self.after_failure(now, last, (sent_at, early), None);
     }
 
     /// The attempt in flight was answered by the driver's own process instead of the store:
@@ -161,21 +180,24 @@ impl Obtain {
     /// (out of retries or past the wait): the attempt stays in flight, and the driver sends it
     /// to the store.
     pub fn handle_local_hold(&mut self, now: Instant, until: Option<Instant>) -> bool {
-        if !matches!(self.state, State::InFlight { .. }) {
-            return false;
-        }
-        let mut schedule = self.schedule.clone();
-        let next = match until {
-            Some(until) => schedule.after_failure_until(now, until),
-            None => schedule.after_failure(now),
-        };
-        let NextAttempt::At(at) = next else {
+        let State::InFlight { sent_at, early } = self.state else {
             return false;
         };
-        self.schedule = schedule;
+        // The holder of this process wakes this obtain when it lets the key go: retries
+        // before its deadline are skipped as with live notices.
+        let (schedule, skipped) = (self.schedule.clone(), self.skipped.clone());
+        let next = self.next_after_failure(now, (sent_at, early), until, true);
+        let NextAttempt::At(due) = next else {
+            self.schedule = schedule;
+            self.skipped = skipped;
+            return false;
+        };
         self.armed = self.private_token && self.unknown;
         self.notice_pending = false;
-        self.state = State::Due(at);
+        self.state = State::Due {
+            at: wake_at(now, due, until),
+            next,
+        };
         true
     }
 
@@ -190,10 +212,13 @@ impl Obtain {
         sent_at: Instant,
         reply: Result<AcquireOutcome, BackendError>,
     ) -> bool {
-        if !matches!(self.state, State::Due(_)) {
+        let State::Due { next, .. } = self.state else {
             return false;
-        }
-        self.state = State::InFlight { sent_at };
+        };
+        self.state = State::InFlight {
+            sent_at,
+            early: early(next, sent_at),
+        };
         self.armed = self.private_token;
         self.handle_reply(now, reply);
         true
@@ -212,8 +237,8 @@ impl Obtain {
                 self.notice_pending = true;
                 false
             }
-            State::Due(at) if at > now => {
-                self.state = State::Due(now);
+            State::Due { at, next } if at > now => {
+                self.state = State::Due { at: now, next };
                 true
             }
             _ => false,
@@ -223,7 +248,7 @@ impl Obtain {
     /// When the next attempt is due, while waiting for it.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
-            State::Due(at) => Some(at),
+            State::Due { at, .. } => Some(at),
             _ => None,
         }
     }
@@ -264,23 +289,32 @@ impl Obtain {
         self.notices_live = live;
     }
 
-    fn after_failure(&mut self, now: Instant, last: LockError) {
-        self.after_failure_until(now, last, None);
-    }
-
-    /// After a failed attempt at `now`; `expiry`: when the holder's key expires, if known.
-    fn after_failure_until(&mut self, now: Instant, last: LockError, expiry: Option<Instant>) {
+    /// After the attempt `(sent_at, early)` failed at `now`; `expiry`: when the holder's key
+    /// expires, if known.
+    fn after_failure(
+        &mut self,
+        now: Instant,
+        last: LockError,
+        attempt: (Instant, Option<NextAttempt>),
+        expiry: Option<Instant>,
+    ) {
         self.armed = self.private_token && self.unknown;
         let notice = std::mem::take(&mut self.notice_pending);
-        let next = match expiry {
-            Some(e) if self.notices_live && !notice => self.schedule.after_failure_until(now, e),
-            _ => self.schedule.after_failure(now),
-        };
+        // While notices arrive, nothing is worth trying before the holder's key expires: a
+        // release wakes the waiter sooner.
+        let until = expiry.filter(|_| self.notices_live && !notice);
+        let next = self.next_after_failure(now, attempt, until, self.notices_live);
         match next {
-            NextAttempt::At(_) if notice => self.state = State::Due(now),
-            NextAttempt::At(t) => self.state = State::Due(t),
+            NextAttempt::At(due) => {
+                let at = if notice {
+                    now
+                } else {
+                    wake_at(now, due, until)
+                };
+                self.state = State::Due { at, next };
+            }
             NextAttempt::DeadlineExceeded if notice && now <= self.schedule.deadline() => {
-                self.state = State::Due(now);
+                self.state = State::Due { at: now, next };
             }
             NextAttempt::DeadlineExceeded => {
                 let last = self.give_up(last);
@@ -293,6 +327,46 @@ impl Obtain {
                 self.finish(Err(err));
             }
         }
+    }
+
+    /// The strategy's word on the next attempt after the attempt `(sent_at, early)` found the
+    /// lock held (or failed) at `now`. An attempt made before its due instant (woken by a
+    /// notice, a hand-off line or the holder's expiry) is no retry: the schedule stays where
+    /// it was. A retry that was due counts; with `until`, the retries before it are skipped
+    /// (each still counts) because a wake-up (`wakes`) will come sooner if the lock is let go.
+    /// When no wake-up can come any more, skipped retries are made after all.
+    fn next_after_failure(
+        &mut self,
+        now: Instant,
+        (sent_at, early): (Instant, Option<NextAttempt>),
+        until: Option<Instant>,
+        wakes: bool,
+    ) -> NextAttempt {
+        if let Some(next) = early {
+            match self.skipped.take() {
+                Some((first, schedule)) if !wakes => {
+                    self.schedule = schedule;
+                    if sent_at < first {
+                        return NextAttempt::At(first);
+                    }
+                }
+                skipped => {
+                    self.skipped = skipped;
+                    return next;
+                }
+            }
+        }
+        self.skipped = None;
+        let Some(until) = until.filter(|_| wakes) else {
+            return self.schedule.after_failure(now);
+        };
+        let mut plain = self.schedule.clone();
+        let first = plain.after_failure(now);
+        let next = self.schedule.after_failure_until(now, until);
+        if let (NextAttempt::At(first), true) = (first, next != first) {
+            self.skipped = Some((first, plain));
+        }
+        next
     }
 
     fn finish(&mut self, outcome: Result<Obtained, LockError>) {
@@ -311,6 +385,24 @@ impl Obtain {
         LockError::OutcomeUnknown(BackendError::OutcomeUnknown(
             format!("an earlier attempt got no answer, and no later answer settled it ({last}); cleanup started").into(),
         ))
+    }
+}
+
+/// Whether an attempt made at `now` comes before the strategy's `next` one: then it is no
+/// retry, and `next` stands if it fails.
+fn early(next: NextAttempt, now: Instant) -> Option<NextAttempt> {
+    match next {
+        NextAttempt::At(due) if now >= due => None,
+        other => Some(other),
+    }
+}
+
+/// When to make the attempt due at `due`: at the holder's expiry `until` when that is sooner
+/// (and still ahead), so a crashed holder is not waited on beyond its key.
+fn wake_at(now: Instant, due: Instant, until: Option<Instant>) -> Instant {
+    match until {
+        Some(until) if until > now => due.min(until),
+        _ => due,
     }
 }
 

@@ -76,9 +76,11 @@ impl ObtainSchedule {
     /// Like [`after_failure`](Self::after_failure), when nothing is worth trying before
     /// `until` (the holder's key expires then, and release notices will wake the waiter
     /// sooner if it is released): the scheduled attempts before `until` are skipped — each
-    /// still counts against the strategy — and the next one is made at `until`. The give-up
-    /// time never moves later than the strategy's schedule and the wait deadline say: when
-    /// the strategy (or the deadline) ends before `until`, the last attempt it allows is kept.
+    /// still counts against the strategy — and the first one at or after `until` is returned
+    /// (a driver may try at `until` itself: that is a wake-up, not a retry; see
+    /// [`Obtain`](crate::lock::Obtain)). The give-up time never moves later than the
+    /// strategy's schedule and the wait deadline say: when the strategy (or the deadline) ends
+    /// before `until`, the last attempt it allows is kept.
     ///
     /// ```
     /// use std::time::Duration;
@@ -86,9 +88,9 @@ impl ObtainSchedule {
     /// use lease_core::lock::{NextAttempt, ObtainSchedule};
     /// let ms = Duration::from_millis;
     /// let t0 = Instant::ZERO;
-    /// // Unlimited 100 ms retries, wait 10 s, the holder expires in 2 s: poll at 2 s.
-    /// let mut s = ObtainSchedule::new(RetryStrategy::linear(ms(100))?.sequence(), t0 + ms(10_000));
-    /// assert_eq!(s.after_failure_until(t0, t0 + ms(2_000)), NextAttempt::At(t0 + ms(2_000)));
+    /// // Unlimited 300 ms retries, wait 10 s, the holder expires in 2 s: the retry at 2.1 s.
+    /// let mut s = ObtainSchedule::new(RetryStrategy::linear(ms(300))?.sequence(), t0 + ms(10_000));
+    /// assert_eq!(s.after_failure_until(t0, t0 + ms(2_000)), NextAttempt::At(t0 + ms(2_100)));
     /// // Two retries 5 ms apart: the last is at 10 ms, then "not obtained", whatever the expiry.
     /// let limited = RetryStrategy::limit(2, RetryStrategy::linear(ms(5))?);
     /// let mut s = ObtainSchedule::new(limited.sequence(), t0 + ms(10_000));
@@ -105,7 +107,7 @@ impl ObtainSchedule {
         };
         for _ in 0..MAX_SKIPPED {
             if at >= until {
-                return NextAttempt::At(at.min(until.max(now)));
+                return NextAttempt::At(at);
             }
             let before = self.sequence.clone();
             match self.sequence.next_delay() {
