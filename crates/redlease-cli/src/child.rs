@@ -45,6 +45,9 @@ pub(crate) const EXEC_CMD_ARG: &str = "__redlease-exec-cmd";
 /// The hidden first argument that ends the trampoline by the signal that killed CMD.
 pub(crate) const EXIT_BY_SIGNAL_ARG: &str = "__redlease-exit-by-signal";
 
+/// The variable CMD never inherits (see [`Cmd::spawn`]).
+pub(crate) const NESTED_UNSET: &str = "REDLEASE_INSTANCE_ID";
+
 /// The program to run and its arguments.
 #[derive(Clone, Debug)]
 pub(crate) struct Cmd {
@@ -108,8 +111,8 @@ impl Cmd {
         }
     }
 
-    /// Starts CMD (through the trampoline) with `env` added to the environment, stdout and
-    /// stderr inherited, stdin `/dev/null` unless `stdin`, in a new process group.
+    /// Starts CMD (through the trampoline) with `env` added to the environment and
+    /// `REDLEASE_INSTANCE_ID` removed from it, stdout and stderr inherited, stdin `/dev/null` unless `stdin`, in a new process group.
     pub(crate) fn spawn(&self, env: &[(&str, String)], stdin: bool) -> Result<Child, Failure> {
         if self.argv.is_empty() {
             return Err(Failure::new(NOT_FOUND, "no command given"));
@@ -128,6 +131,11 @@ impl Cmd {
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // A nested `redlease run` must not take its parent's term by accident: with the
+        // parent's instance id (and the inherited REDLEASE_NAME) it would re-take the term as
+        // its owner, then free it. CMD never inherits REDLEASE_INSTANCE_ID (`run` passes the
+        // id as REDLEASE_LEADER_ID); a nested command that is given it explicitly may.
+        cmd.env_remove(NESTED_UNSET);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -410,9 +418,12 @@ impl Child {
             return Ok(s);
         }
         let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
+        // Reaped and unlisted under the list's lock: [`forward`] never signals a group id
+        // that is no longer ours.
+        let mut own = own();
         let status = self.inner.wait()?;
         self.status = Some(status);
-        own().retain(|p| *p != self.pid.as_raw_pid());
+        own.retain(|p| *p != self.pid.as_raw_pid());
         Ok(status)
     }
 
@@ -473,8 +484,9 @@ impl Drop for Child {
     fn drop(&mut self) {
         if self.status.is_none() {
             let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
+            let mut own = own();
             let _ = self.inner.wait();
-            own().retain(|p| *p != self.pid.as_raw_pid());
+            own.retain(|p| *p != self.pid.as_raw_pid());
         }
     }
 }
@@ -518,6 +530,16 @@ static OWN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 fn own() -> std::sync::MutexGuard<'static, Vec<i32>> {
     OWN.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends `signal` to the process group of every CMD this process runs (each still unreaped,
+/// so its group id is still CMD's): a signal redlease forwards. Returns how many groups got it.
+pub(crate) fn forward(signal: Signal) -> usize {
+    own()
+        .iter()
+        .filter_map(|&pid| Pid::from_raw(pid))
+        .filter(|&pid| rustix::process::kill_process_group(pid, signal).is_ok())
+        .count()
 }
 
 /// As PID 1 (a container's init), orphans are reparented to redlease: reaps every child that

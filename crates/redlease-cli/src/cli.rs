@@ -8,6 +8,13 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::duration;
 
+/// How every boolean option reads its environment variable: `1/0`, `yes/no`, `true/false`,
+/// `on/off`, `y/n`, `t/f`, in any case (clap's `BoolishValueParser`); anything else is a usage
+/// error (exit 2), never silently false.
+fn boolish() -> clap::builder::BoolishValueParser {
+    clap::builder::BoolishValueParser::new()
+}
+
 /// The default Redis URL.
 pub(crate) const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -21,7 +28,7 @@ like `flock`, across machines. `redlease fence` performs fenced writes (refused 
 term exists), `redlease status` shows who leads, and `redlease demo` tells the whole failover
 story on an in-memory store (no Redis needed).
 
-Progress goes to stderr (JSON lines with --json); results to stdout.";
+Progress goes to stderr (JSON lines with --json); results to stdout. Boolean variables (REDLEASE_POLL_ONLY, ...) take 1/0, yes/no, true/false.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,7 +61,7 @@ pub(crate) struct Cli {
     /// --redis lists the seed URLs (comma-separated) of a Redis Cluster (run, lock, status,
     /// fence); an election's or lock's keys must share a slot: give a hash-tagged name such as
     /// '{jobs}'
-    #[arg(long, global = true, env = "REDLEASE_CLUSTER", conflicts_with_all = ["sentinel", "redlock"])]
+    #[arg(long, global = true, env = "REDLEASE_CLUSTER", conflicts_with_all = ["sentinel", "redlock"], value_parser = boolish())]
     pub(crate) cluster: bool,
 
     /// Find the primary through these sentinels (HOST:PORT, redis:// or rediss:// URLs,
@@ -81,7 +88,7 @@ pub(crate) struct Cli {
 
     /// Export the Redis URL to CMD with its password (REDLEASE_REDIS_URL); by default CMD
     /// gets it without the password
-    #[arg(long, global = true, env = "REDLEASE_EXPORT_REDIS_PASSWORD")]
+    #[arg(long, global = true, env = "REDLEASE_EXPORT_REDIS_PASSWORD", value_parser = boolish())]
     pub(crate) export_redis_password: bool,
 
     /// Show the libraries' log events: -v info, -vv debug, -vvv trace (warnings are always
@@ -95,7 +102,7 @@ pub(crate) struct Cli {
 
     /// Do not subscribe to release notices (for an ACL without pub/sub): followers, lock
     /// waiters and `status --watch` see a release at their next poll instead of at once
-    #[arg(long, global = true, env = "REDLEASE_POLL_ONLY")]
+    #[arg(long, global = true, env = "REDLEASE_POLL_ONLY", value_parser = boolish())]
     pub(crate) poll_only: bool,
 
     #[command(subcommand)]
@@ -131,16 +138,19 @@ pub(crate) enum Command {
 }
 
 const RUN_HELP: &str = "\
-CMD gets REDLEASE_TOKEN (the term's fencing token), REDLEASE_NAME, REDLEASE_INSTANCE_ID and
-REDLEASE_REDIS_URL (without its password unless --export-redis-password) in its environment,
+CMD gets REDLEASE_TOKEN (the term's fencing token), REDLEASE_NAME, REDLEASE_LEADER_ID (this
+instance's id) and REDLEASE_REDIS_URL (without its password unless --export-redis-password) in
+its environment, never REDLEASE_INSTANCE_ID (a `redlease run` inside CMD contends under its own
+id instead of re-taking this term; pass --instance-id to act as the parent on purpose),
 stdin /dev/null (unless --stdin), and runs in its own process group; if redlease dies, the
 whole group is killed at once. CMD is stopped before the lease can pass to anyone else: when renewals fail and only
 --grace (default TTL/3) is left of the lease, the group gets SIGTERM; at the lease's deadline,
 or when the lease is found held by another, SIGKILL; redlease then exits with 72 (or contends
 again with --keep-running). When CMD exits, what it left in its group is stopped, the lease is
 released and redlease exits with CMD's status (or contends again with --keep-running). On
-SIGINT/SIGTERM/SIGHUP, CMD gets SIGTERM, then SIGKILL after --grace, the lease is released,
-and redlease exits with 130/143/129 (SIGQUIT: SIGKILL at once, 131; SIGTSTP is ignored).
+SIGINT/SIGTERM, CMD gets SIGTERM, then SIGKILL after --grace, the lease is released, and
+redlease exits with 130/143 (SIGQUIT: SIGKILL at once, 131; SIGTSTP is ignored). SIGHUP,
+SIGUSR1, SIGUSR2, SIGWINCH and SIGALRM are forwarded to CMD's process group.
 A paused supervisor cannot stop CMD: fence its writes with REDLEASE_TOKEN. See docs/cli.md.
 
 With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (an IP
@@ -167,7 +177,11 @@ the counter <KEY>:fence and passed as REDLEASE_TOKEN (fenced writes check the ma
 <KEY>:fence:applied). CMD also gets REDLEASE_LOCK_KEY and REDLEASE_REDIS_URL (without its
 password). When renewals fail and only --grace (default TTL/3) is left, CMD's group gets
 SIGTERM; at the lock's deadline, or when it is found held by another, SIGKILL; redlease exits
-with 72. If the lock is not obtained within --wait, it exits with 71 (--wait 0: one attempt).
+with 72. If the lock is not obtained within --wait, it exits with 71, or the status -E chose
+(--wait 0: one attempt; -w 2.5: seconds, as flock; --wait forever: until obtained). The
+default wait is 30s, not forever as with flock: a waiter also retries through a Redis outage,
+and cron runs would pile up silently behind one (docs/cli.md). SIGHUP, SIGUSR1, SIGUSR2,
+SIGWINCH and SIGALRM are forwarded to CMD's process group; -q keeps only what went wrong.
 
 With --health-addr ADDR (or REDLEASE_HEALTH_ADDR), redlease serves HTTP on ADDR (port 0
 picks a free port, printed on stderr): GET /healthz (200 while obtaining or holding the
@@ -181,6 +195,7 @@ Sentinel are woken by the holder's release notice; on Redlock they poll).
 
 Example:
   redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh
+  redlease lock -q -w forever deploy -- ./deploy.sh
 
 Exit codes: see `redlease --help`.";
 
@@ -215,15 +230,20 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "REDLEASE_GRACE", value_parser = duration::parse)]
     pub(crate) grace: Option<Duration>,
     /// Contend again after CMD exits or leadership is lost, instead of exiting
-    #[arg(long, env = "REDLEASE_KEEP_RUNNING")]
+    #[arg(long, env = "REDLEASE_KEEP_RUNNING", value_parser = boolish())]
     pub(crate) keep_running: bool,
     /// Refuse to contend when the server's settings let the fence keys be evicted or lost
     /// (no persistence, an allkeys eviction policy, a replica): exit 78
-    #[arg(long, env = "REDLEASE_REQUIRE_DURABLE_STORE")]
+    #[arg(long, env = "REDLEASE_REQUIRE_DURABLE_STORE", value_parser = boolish())]
     pub(crate) require_durable_store: bool,
     /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
     #[arg(long)]
     pub(crate) stdin: bool,
+    /// Quiet: no progress lines on stderr, only those that say something went wrong (CMD
+    /// stopped or killed, the lease lost, a failed release, a retried Redis error) and the
+    /// final error; the libraries' warnings are left out too (unless -v); for cron jobs
+    #[arg(short, long, env = "REDLEASE_QUIET", value_parser = boolish())]
+    pub(crate) quiet: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
@@ -240,12 +260,31 @@ pub(crate) struct LockArgs {
     /// Lock TTL (renewed every TTL/3 while CMD runs)
     #[arg(long, env = "REDLEASE_LOCK_TTL", default_value = "10s", value_parser = duration::parse)]
     pub(crate) ttl: Duration,
-    /// How long to wait for the lock (0: one attempt)
-    #[arg(long, env = "REDLEASE_LOCK_WAIT", default_value = "30s", value_parser = duration::parse)]
-    pub(crate) wait: Duration,
+    /// How long to wait for the lock: seconds (`-w 2.5`, as flock), a duration (500ms, 2m),
+    /// `forever` (until obtained, as flock without -w; also through a Redis outage), or 0 (one
+    /// attempt). The default is 30s, not forever: see docs/cli.md
+    #[arg(
+        short = 'w',
+        long,
+        env = "REDLEASE_LOCK_WAIT",
+        default_value = "30s",
+        value_parser = duration::parse_wait,
+        value_name = "SECS|DURATION|forever"
+    )]
+    pub(crate) wait: duration::Wait,
+    /// The exit status when the lock is not obtained within --wait (flock's -E; default 71)
+    #[arg(
+        short = 'E',
+        long,
+        env = "REDLEASE_LOCK_CONFLICT_EXIT_CODE",
+        default_value_t = crate::exit::NOT_OBTAINED,
+        value_name = "N"
+    )]
+    pub(crate) conflict_exit_code: u8,
     #[arg(
         long,
         env = "REDLEASE_LOCK_FENCE",
+        value_parser = boolish(),
         help = "Mint a fencing token (counter <KEY>:fence) and pass it as REDLEASE_TOKEN"
     )]
     pub(crate) fence: bool,
@@ -257,6 +296,11 @@ pub(crate) struct LockArgs {
     /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
     #[arg(long)]
     pub(crate) stdin: bool,
+    /// Quiet: no progress lines on stderr, only those that say something went wrong (CMD
+    /// stopped or killed, the lease lost, a failed release, a retried Redis error) and the
+    /// final error; the libraries' warnings are left out too (unless -v); for cron jobs
+    #[arg(short, long, env = "REDLEASE_QUIET", value_parser = boolish())]
+    pub(crate) quiet: bool,
     /// A semaphore instead of a lock: at most N holders of KEY at once (like `consul lock -n`),
     /// each permit fenced (REDLEASE_TOKEN) and expiring with its TTL if its holder dies. Every
     /// holder of KEY must use the same N (another N exits 64)
@@ -270,13 +314,13 @@ pub(crate) struct LockArgs {
     /// A fair lock instead of a plain one: waiters get KEY in arrival order across processes,
     /// each release waking the next waiter alone; fenced (REDLEASE_TOKEN, counter
     /// <KEY>:fence). Every holder of KEY must use --fair (a plain `lock` barges past the queue)
-    #[arg(long, env = "REDLEASE_LOCK_FAIR", conflicts_with = "permits")]
+    #[arg(long, env = "REDLEASE_LOCK_FAIR", conflicts_with = "permits", value_parser = boolish())]
     pub(crate) fair: bool,
     /// A reader's hold instead of the lock: any number of `--shared` holders of KEY at once,
     /// none beside a plain `lock` of KEY, the writer (like `flock -s` beside `flock -x`).
     /// Writer-preferring. Always fenced (counter <KEY>:fence, REDLEASE_TOKEN); give writers
     /// --fence to order their tokens against readers'
-    #[arg(long, env = "REDLEASE_LOCK_SHARED", conflicts_with_all = ["permits", "fair"])]
+    #[arg(long, env = "REDLEASE_LOCK_SHARED", conflicts_with_all = ["permits", "fair"], value_parser = boolish())]
     pub(crate) shared: bool,
     /// Serve GET /healthz, /leader and /metrics on ADDR (IP:PORT; port 0 picks a free port,
     /// printed on stderr)

@@ -84,6 +84,55 @@ pub(crate) fn parse(input: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(ms))
 }
 
+/// How long `lock` waits for the lock: a duration, or until obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Give up after this long (zero: a single attempt).
+    For(Duration),
+    /// Block until obtained (`forever`), like `flock` without `-w`.
+    Forever,
+}
+
+/// The wait handed to the library for `forever`: ten years, which no attempt outlives (the
+/// library's deadlines saturate, so it cannot overflow either).
+pub(crate) const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+impl Wait {
+    /// The library's wait.
+    pub(crate) fn duration(self) -> Duration {
+        match self {
+            Wait::For(d) => d,
+            Wait::Forever => FOREVER,
+        }
+    }
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wait::For(d) => f.write_str(&show(*d)),
+            Wait::Forever => f.write_str("forever"),
+        }
+    }
+}
+
+/// Parses `lock --wait`: `forever` (block until obtained), a bare number of seconds as
+/// `flock -w` takes it (`2`, `2.5`, `0`), or a duration as [`parse`] reads it (`500ms`, `1m`).
+pub(crate) fn parse_wait(input: &str) -> Result<Wait, String> {
+    let s = input.trim();
+    if s.eq_ignore_ascii_case("forever") {
+        return Ok(Wait::Forever);
+    }
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return parse(&format!("{s}s")).map(Wait::For).map_err(|e| {
+            format!("--wait {input:?}: {e} (seconds, a duration such as 500ms, or forever)")
+        });
+    }
+    parse(s)
+        .map(Wait::For)
+        .map_err(|e| format!("{e}, or forever"))
+}
+
 /// A duration for humans: `1.5s`, `250ms`, `2m`.
 pub(crate) fn show(d: Duration) -> String {
     let ms = d.as_millis();
@@ -140,6 +189,25 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
         assert!(parse("5").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
+    fn waits_take_seconds_durations_and_forever() {
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("FOREVER"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("2"), Ok(Wait::For(ms(2_000))));
+        assert_eq!(parse_wait("2.5"), Ok(Wait::For(ms(2_500))));
+        assert_eq!(parse_wait(".25"), Ok(Wait::For(ms(250))));
+        assert_eq!(parse_wait("0"), Ok(Wait::For(ms(0))));
+        assert_eq!(parse_wait("0.0"), Ok(Wait::For(ms(0))));
+        assert_eq!(parse_wait("300ms"), Ok(Wait::For(ms(300))));
+        assert_eq!(parse_wait("1m30s"), Ok(Wait::For(ms(90_000))));
+        for bad in ["", "-1", "2.0005", "1..2", "never", "5x", "inf"] {
+            assert!(parse_wait(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert_eq!(Wait::Forever.duration(), FOREVER);
+        assert_eq!(Wait::Forever.to_string(), "forever");
+        assert_eq!(Wait::For(ms(2_500)).to_string(), "2.500s");
     }
 
     #[test]

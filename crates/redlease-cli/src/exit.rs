@@ -25,9 +25,11 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 /// Redis answered with an error or an unexpected reply (authentication, WRONGTYPE, script
 /// error), or another internal failure.
 pub(crate) const SOFTWARE: u8 = 70;
-/// `lock`: the lock was not obtained within `--wait` (someone else holds it).
+/// `lock`: the lock was not obtained within `--wait` (someone else holds it); the default of
+/// `-E/--conflict-exit-code`. Not sysexits' `EX_OSERR`, whose number it shares.
 pub(crate) const NOT_OBTAINED: u8 = 71;
-/// `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped.
+/// `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped. Not sysexits'
+/// `EX_OSFILE`, whose number it shares.
 pub(crate) const LOST: u8 = 72;
 /// `run`/`lock --health-addr`: the address cannot be bound (in use, not an address of this
 /// host, a privileged port).
@@ -63,7 +65,8 @@ Exit codes:
            TLS failed (unknown CA, expired certificate, wrong host name, client
            certificate required, not a TLS port)
   70       Redis error or unexpected reply (authentication, WRONGTYPE, script error)
-  71       lock: not obtained within --wait (held by someone else)
+  71       lock: not obtained within --wait (held by someone else); choose another status
+           with -E/--conflict-exit-code N
   72       run/lock: leadership or the lock was lost while CMD ran; CMD was stopped
   74       run/lock: --health-addr cannot be bound (in use, not local, privileged port)
   75       outcome unknown: the request may have reached Redis but no reply was seen (fence:
@@ -72,12 +75,16 @@ Exit codes:
            keys be evicted or lost
   126      CMD could not be executed (permission denied)
   127      CMD not found
-  129, 130, 131, 143
-           redlease itself got SIGHUP / SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once
-           on SIGQUIT) and the lease released
+  130, 131, 143
+           redlease itself got SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once on
+           SIGQUIT) and the lease released (SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM are
+           forwarded to CMD: a CMD they kill gives 128+N as its own status)
 
-The CLI's own codes (2, 3, 64-72, 74, 75, 78, 126, 127) overlap with statuses CMD may return; with --json
-the final `exit` event on stderr says which it was (`\"cause\"`).";
+69, 70, 74, 75 and 78 mean what BSD's sysexits.h says (EX_UNAVAILABLE, EX_SOFTWARE,
+EX_IOERR, EX_TEMPFAIL, EX_CONFIG), 64 (EX_USAGE) marks a refused value; 71 and 72 are
+redlease's own (not EX_OSERR / EX_OSFILE). The CLI's own codes (2, 3, 64-72, 74, 75, 78, 126,
+127) overlap with statuses CMD may return; with --json the final `exit` event on stderr says
+which it was (`\"cause\"`).";
 
 /// A failure: an exit code and one line for stderr.
 #[derive(Debug)]
@@ -194,9 +201,12 @@ pub(crate) fn signal_name(sig: i32) -> &'static str {
         3 => "SIGQUIT",
         6 => "SIGABRT",
         9 => "SIGKILL",
+        10 => "SIGUSR1",
+        12 => "SIGUSR2",
         13 => "SIGPIPE",
         14 => "SIGALRM",
         15 => "SIGTERM",
+        28 => "SIGWINCH",
         _ => "signal",
     }
 }

@@ -23,9 +23,10 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         argv: args.cmd.clone(),
     }
     .check()?;
-    let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
+    let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr).quiet(args.quiet));
     let view = health::LockSource::new(args.key.clone());
     let signals = Signals::watch(Arc::clone(&progress), Arc::clone(&view))?;
+    crate::supervise::forward_signals(&progress)?;
     crate::child::reap_orphans_as_init();
 
     // Renew every TTL/3, in whole milliseconds (the library refuses zero and > TTL/2).
@@ -41,7 +42,7 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let max = (args.ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
     let retry = RetryStrategy::exponential(Duration::from_millis(25), max)
         .map_err(|e| Failure::config(&e))?;
-    options = options.retry(retry).wait(args.wait);
+    options = options.retry(retry).wait(args.wait.duration());
     let fence_key = format!("{}:fence", args.key);
     if args.fence || args.shared {
         options = options.fence_key(fence_key.clone());
@@ -114,7 +115,7 @@ async fn lock_on<B: LeaseBackend + 'static>(
             "obtaining {what}{}ttl {}, wait {})",
             if args.permits.is_some() { ", " } else { "" },
             duration::show(args.ttl),
-            duration::show(args.wait)
+            args.wait
         ),
         &[("key", Json::from(args.key.as_str()))],
     );
@@ -124,8 +125,16 @@ async fn lock_on<B: LeaseBackend + 'static>(
         signals,
         grace,
     };
-    let failed =
-        |e: LockError| not_obtained(args, &e).unwrap_or_else(|| Failure::lock(&args.key, &e));
+    let failed = |e: LockError| {
+        not_obtained(args, &e).unwrap_or_else(|| {
+            let mut f = Failure::lock(&args.key, &e);
+            if f.code == exit::NOT_OBTAINED {
+                // Not obtained, whoever holds it: the chosen code (-E).
+                f.code = args.conflict_exit_code;
+            }
+            f
+        })
+    };
     match args.permits {
         None if args.fair => {
             let fair = locker.fair(args.key.clone()).map_err(failed)?;
@@ -315,7 +324,7 @@ fn report_stopped(progress: &Progress, status: std::io::Result<std::process::Exi
     }
 }
 
-/// redlease's own signals while `lock` runs: the first SIGINT/SIGTERM/SIGHUP stops CMD
+/// redlease's own signals while `lock` runs: the first SIGINT/SIGTERM stops CMD
 /// (SIGTERM, SIGKILL after the grace), SIGQUIT or a second signal kills it at once; SIGTSTP
 /// is ignored.
 struct Signals {
@@ -346,7 +355,6 @@ impl Signals {
                 let n: u8 = tokio::select! {
                     _ = sigint.recv() => 2,
                     _ = sigterm.recv() => 15,
-                    _ = other.hup.recv() => 1,
                     _ = other.quit.recv() => 3,
                     _ = other.tstp.recv() => {
                         other.tstp_ignored(&progress);
@@ -391,10 +399,10 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
         },
         _ => return None,
     };
-    let within = if args.wait.is_zero() {
-        "at the first attempt (--wait 0)".to_owned()
-    } else {
-        format!("within {}", duration::show(args.wait))
+    let within = match args.wait {
+        duration::Wait::For(d) if d.is_zero() => "at the first attempt (--wait 0)".to_owned(),
+        duration::Wait::For(d) => format!("within {}", duration::show(d)),
+        duration::Wait::Forever => "(--wait forever)".to_owned(),
     };
     let message = match args.permits {
         Some(n) => format!(
@@ -416,5 +424,5 @@ fn not_obtained(args: &LockArgs, e: &LockError) -> Option<Failure> {
             holder.as_deref().unwrap_or("readers or another owner")
         ),
     };
-    Some(Failure::new(exit::NOT_OBTAINED, message))
+    Some(Failure::new(args.conflict_exit_code, message))
 }

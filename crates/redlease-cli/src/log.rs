@@ -19,9 +19,10 @@ use tracing_subscriber::{EnvFilter, Registry};
 
 use crate::output::{self, Json};
 
-/// The default filter for a `-v` count.
-fn default_filter(verbose: u8) -> &'static str {
+/// The default filter for a `-v` count (`-q` without `-v`: errors only).
+fn default_filter(verbose: u8, quiet: bool) -> &'static str {
     match verbose {
+        0 if quiet => "error",
         0 => "warn,lease_tokio::elector::run=error",
         1 => "info",
         2 => "debug",
@@ -29,10 +30,10 @@ fn default_filter(verbose: u8) -> &'static str {
     }
 }
 
-/// Installs the subscriber (once, before the runtime starts). A malformed `RUST_LOG` is
+/// Installs the subscriber (once, before the runtime starts); `quiet` is `run`/`lock -q`. A malformed `RUST_LOG` is
 /// reported and the `-v` default used.
-pub(crate) fn install(verbose: u8, json: bool) {
-    let fallback = default_filter(verbose);
+pub(crate) fn install(verbose: u8, quiet: bool, json: bool) {
+    let fallback = default_filter(verbose, quiet);
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).unwrap_or_else(|e| {
             output::stderr_line(&format!(

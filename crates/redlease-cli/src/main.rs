@@ -7,9 +7,9 @@
 //!          [--cluster | --sentinel ADDRS --service NAME | --redlock URL,URL,URL] <command>
 //!
 //!   run    --name NAME [--ttl 5s] [--instance-id ID] [--grace TTL/3] [--keep-running]
-//!          [--require-durable-store] [--stdin] [--health-addr ADDR] -- CMD [ARGS...]
-//!   lock   KEY [--ttl 10s] [--wait 30s] [--fence] [--grace TTL/3] [--stdin]
-//!          [--health-addr ADDR] -- CMD [ARGS...]
+//!          [--require-durable-store] [--stdin] [-q] [--health-addr ADDR] -- CMD [ARGS...]
+//!   lock   KEY [--ttl 10s] [-w 30s|SECS|forever] [-E 71] [--fence] [--grace TTL/3] [--stdin]
+//!          [-q] [--health-addr ADDR] -- CMD [ARGS...]
 //!   status --name NAME
 //!   fence  set|hset|del --name NAME --token T ARGS...
 //!   demo   [--redis URL]
@@ -32,18 +32,20 @@
 //! - Progress is printed on stderr (`redlease +1.234s: ...`), as JSON lines with `--json`;
 //!   results (`status`, `fence`) go to stdout, as one JSON object with `--json`.
 //! - `run`: while elected leader of NAME, CMD runs with `REDLEASE_TOKEN` (the term's fencing
-//!   token), `REDLEASE_NAME`, `REDLEASE_INSTANCE_ID` and `REDLEASE_REDIS_URL` in its
-//!   environment (the URL without its password unless `--export-redis-password`), stdin
+//!   token), `REDLEASE_NAME`, `REDLEASE_LEADER_ID` and `REDLEASE_REDIS_URL` in its
+//!   environment, never `REDLEASE_INSTANCE_ID` (a nested `run` must not re-take the term) (the URL without its password unless `--export-redis-password`), stdin
 //!   `/dev/null` unless `--stdin`, in its own process group under a trampoline that kills the
 //!   whole group if redlease dies. Renewals
 //!   failing with only `--grace` (default TTL/3) left: SIGTERM to the group; at the lease's
 //!   deadline, or when it is found held by another: SIGKILL; exit 72 (or contend again with
 //!   `--keep-running`). CMD exited: its leftovers stopped, release, exit with its status (or
-//!   contend again with `--keep-running`). SIGINT/SIGTERM/SIGHUP: stop CMD, release, exit
-//!   130/143/129. Guarantees and limits: `docs/cli.md`.
+//!   contend again with `--keep-running`). SIGINT/SIGTERM: stop CMD, release, exit 130/143;
+//!   SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM: forwarded to CMD's group. `-q`: only what
+//!   went wrong on stderr. Guarantees and limits: `docs/cli.md`.
 //! - `lock`: CMD runs under the lock KEY, renewed every TTL/3; with `--fence` a token is minted
 //!   from `<KEY>:fence` and passed as `REDLEASE_TOKEN`. Lost while CMD runs: CMD is stopped,
-//!   exit 72. Not obtained within `--wait`: exit 71.
+//!   exit 72. Not obtained within `--wait` (`-w 2.5` seconds, a duration, `forever`; default
+//!   30 s): exit 71, or `-E N`.
 //! - `run`/`lock --health-addr ADDR` (or `REDLEASE_HEALTH_ADDR`): the sidecar endpoint,
 //!   `GET /healthz`, `/leader` and `/metrics` (see `health.rs` and `docs/production.md`).
 //! - `fence`: a fenced `SET`/`HSET`/`DEL` against the election's mark `<NAME>:fence:applied`.
@@ -62,14 +64,14 @@
 //! | 64 | invalid value: name/key/instance id empty, too long or with NUL; TTL or interval out of range; token not in 1..=2^53; malformed Redis URL; an unusable TLS file, `--tls-cert` without `--tls-key` (or the reverse), a `--tls-*` option with `redis://`; a subcommand a topology cannot offer (`fence` with `--redlock`); a key outside the election's slot on a cluster |
 //! | 69 | Redis unreachable (refused, timed out after ~1 s, unknown host, no reply), or TLS failed (unknown CA, expired certificate, wrong host name, client certificate required, not a TLS port) |
 //! | 70 | Redis error or unexpected reply (authentication, WRONGTYPE, script error) |
-//! | 71 | `lock`: not obtained within `--wait` |
-//! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped |
+//! | 71 | `lock`: not obtained within `--wait` (another status with `-E N`); not sysexits' `EX_OSERR` |
+//! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped; not sysexits' `EX_OSFILE` |
 //! | 74 | `run`/`lock`: `--health-addr` cannot be bound (in use, not local, privileged port) |
 //! | 75 | outcome unknown: the request may have reached Redis and no reply was seen (`fence`: the write may have been applied; `lock`: it may be held until its TTL) |
 //! | 78 | `status --check`, `run --require-durable-store`: the server's settings let the fence keys be evicted or lost |
 //! | 126 | CMD could not be executed |
 //! | 127 | CMD not found |
-//! | 129, 130, 131, 143 | redlease got SIGHUP / SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once on SIGQUIT) and the lease released |
+//! | 130, 131, 143 | redlease got SIGINT / SIGQUIT / SIGTERM: CMD was stopped (at once on SIGQUIT) and the lease released (SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM are forwarded to CMD) |
 //!
 //! Every failure is reported as exactly one line on stderr (`redlease: ...`).
 
@@ -167,7 +169,13 @@ fn supervisor_main() -> ExitCode {
         Err(f) => return fail(&f, cli.json),
     };
     output::set_json(cli.json);
-    log::install(cli.verbose, cli.json);
+    // `run`/`lock -q`: the libraries' warnings too are left out (errors still print).
+    let quiet = match &cli.command {
+        Command::Run(args) => args.quiet,
+        Command::Lock(args) => args.quiet,
+        _ => false,
+    };
+    log::install(cli.verbose, quiet, cli.json);
     let redis_url = cli
         .redis
         .clone()

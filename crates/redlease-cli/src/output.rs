@@ -276,7 +276,23 @@ pub(crate) struct Progress {
     start: Instant,
     json: bool,
     sink: Sink,
+    /// `-q`: only the events in [`KEPT_WHEN_QUIET`] are written.
+    quiet: bool,
 }
+
+/// The events `-q` keeps: the ones that say something went wrong (CMD stopped or killed, the
+/// lease lost, a failed release or start, a retried Redis error) and the bound health address
+/// (asked for, and unknowable otherwise with port 0). The final failure line of a command is
+/// not an event and is always written.
+pub(crate) const KEPT_WHEN_QUIET: [&str; 7] = [
+    "error",
+    "expiring",
+    "killing",
+    "lost",
+    "release_failed",
+    "spawn_failed",
+    "health_listening",
+];
 
 impl Progress {
     pub(crate) fn new(json: bool, sink: Sink) -> Progress {
@@ -284,7 +300,14 @@ impl Progress {
             start: Instant::now(),
             json,
             sink,
+            quiet: false,
         }
+    }
+
+    /// `-q`: write only the events that say something went wrong ([`KEPT_WHEN_QUIET`]).
+    pub(crate) fn quiet(mut self, quiet: bool) -> Progress {
+        self.quiet = quiet;
+        self
     }
 
     pub(crate) fn json(&self) -> bool {
@@ -297,6 +320,9 @@ impl Progress {
 
     /// One event: a human line (`text`) or a JSON line (`event` plus `fields`).
     pub(crate) fn event(&self, event: &str, text: &str, fields: &[(&str, Json)]) {
+        if self.quiet && !KEPT_WHEN_QUIET.contains(&event) {
+            return;
+        }
         let t = self.elapsed_secs();
         let line = if self.json {
             let mut all = vec![("t", Json::Num(t)), ("event", Json::from(event))];
@@ -313,7 +339,7 @@ impl Progress {
 
     /// A plain line (human mode only; ignored with `--json`).
     pub(crate) fn say(&self, text: &str) {
-        if !self.json {
+        if !self.json && !self.quiet {
             self.write_line(text);
         }
     }

@@ -45,7 +45,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
         argv: args.cmd.clone(),
     }
     .check()?;
-    let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr));
+    let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr).quiet(args.quiet));
     // Signals are watched from the start: a Ctrl-C while connecting or contending still
     // releases what was taken.
     let sigint = signal(SignalKind::interrupt())
@@ -53,6 +53,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8, Failure> {
     let sigterm = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGTERM: {e}")))?;
     let other = OtherSignals::new()?;
+    crate::supervise::forward_signals(&progress)?;
     crate::child::reap_orphans_as_init();
 
     // The health address is checked and bound before connecting: a bad one fails fast.
@@ -219,7 +220,6 @@ async fn run_on<B: LeaseBackend + 'static>(
             },
             _ = sigint.recv() => on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
             _ = sigterm.recv() => on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
-            _ = other.hup.recv() => on_signal(1, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
             _ = other.quit.recv() => {
                 on_signal(3, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
                 hurry.cancel();
@@ -275,13 +275,13 @@ fn on_signal(
 
 use crate::supervise::millis;
 
-/// The signals besides SIGINT/SIGTERM with a policy (see `docs/cli.md`): SIGHUP stops CMD
-/// like SIGTERM (exit 129: the session that started redlease is gone), SIGQUIT kills CMD at
-/// once (exit 131), SIGTSTP is ignored (a stopped supervisor cannot renew while CMD runs on).
+/// The signals besides SIGINT/SIGTERM with a policy of their own (see `docs/cli.md`): SIGQUIT
+/// kills CMD at once (exit 131), SIGTSTP is ignored (a stopped supervisor cannot renew while
+/// CMD runs on). SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH and SIGALRM are forwarded to CMD's group
+/// ([`crate::supervise::forward_signals`]).
 /// SIGCONT needs nothing: CMD runs in its own process group and never gets the terminal's
 /// SIGTSTP.
 pub(crate) struct OtherSignals {
-    pub(crate) hup: tokio::signal::unix::Signal,
     pub(crate) quit: tokio::signal::unix::Signal,
     pub(crate) tstp: tokio::signal::unix::Signal,
 }
@@ -293,7 +293,6 @@ impl OtherSignals {
                 .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch {name}: {e}")))
         };
         Ok(OtherSignals {
-            hup: watch(SignalKind::hangup(), "SIGHUP")?,
             quit: watch(SignalKind::quit(), "SIGQUIT")?,
             tstp: watch(
                 SignalKind::from_raw(rustix::process::Signal::TSTP.as_raw()),
@@ -348,7 +347,9 @@ impl<B: LeaseBackend> Work<B> {
         let env = [
             ("REDLEASE_TOKEN", token.to_string()),
             ("REDLEASE_NAME", self.name.clone()),
-            ("REDLEASE_INSTANCE_ID", self.instance_id.clone()),
+            // Not REDLEASE_INSTANCE_ID: a `redlease run` inside CMD would take it up and
+            // re-take this very term (see `Cmd::spawn`).
+            ("REDLEASE_LEADER_ID", self.instance_id.clone()),
             ("REDLEASE_REDIS_URL", self.redis_url.clone()),
         ];
         let mut child = match self.cmd.spawn(&env, self.stdin) {

@@ -129,6 +129,51 @@ async fn lost(child: &mut Child, progress: &Progress, why: &str) -> Ended {
     Ended::Lost(child.kill().await)
 }
 
+/// The signals redlease passes on to CMD's process group instead of acting on them (as tini
+/// and dumb-init do): SIGHUP (reload), SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM. SIGINT and SIGTERM
+/// stop CMD and release; SIGQUIT kills CMD at once (see `docs/cli.md`).
+pub(crate) const FORWARDED: [rustix::process::Signal; 5] = [
+    rustix::process::Signal::HUP,
+    rustix::process::Signal::USR1,
+    rustix::process::Signal::USR2,
+    rustix::process::Signal::WINCH,
+    rustix::process::Signal::ALARM,
+];
+
+/// Installs the handlers of [`FORWARDED`] (so none of them ends redlease by its default
+/// action) and forwards each to CMD's process group while CMD runs; with no CMD running (not
+/// leader, waiting for the lock), it is dropped and said so.
+pub(crate) fn forward_signals(
+    progress: &std::sync::Arc<Progress>,
+) -> Result<(), crate::exit::Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    for sig in FORWARDED {
+        let name = crate::exit::signal_name(sig.as_raw());
+        let mut stream = signal(SignalKind::from_raw(sig.as_raw())).map_err(|e| {
+            crate::exit::Failure::new(crate::exit::SOFTWARE, format!("cannot watch {name}: {e}"))
+        })?;
+        let progress = std::sync::Arc::clone(progress);
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if crate::child::forward(sig) > 0 {
+                    progress.event(
+                        "signal_forwarded",
+                        &format!("{name} forwarded to CMD's process group"),
+                        &[("signal", Json::from(name))],
+                    );
+                } else {
+                    progress.event(
+                        "signal",
+                        &format!("{name}: no CMD running, nothing to forward it to (ignored)"),
+                        &[("signal", Json::from(name))],
+                    );
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
 /// Whole milliseconds, saturating.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

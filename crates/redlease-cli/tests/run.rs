@@ -185,7 +185,7 @@ async fn cmd_status_passes_through_and_the_lease_is_released() {
 
     let out = output({
         let mut c = redlease(&url, d);
-        c.args(["run", "--name", "exit5", "--", "sh", "-c", "test -n \"$REDLEASE_TOKEN\" && test \"$REDLEASE_NAME\" = exit5 && test -n \"$REDLEASE_INSTANCE_ID\" && test -n \"$REDLEASE_REDIS_URL\" && exit 5"]);
+        c.args(["run", "--name", "exit5", "--", "sh", "-c", "test -n \"$REDLEASE_TOKEN\" && test \"$REDLEASE_NAME\" = exit5 && test -n \"$REDLEASE_LEADER_ID\" && test -z \"$REDLEASE_INSTANCE_ID\" && test -n \"$REDLEASE_REDIS_URL\" && exit 5"]);
         c
     })
     .await;
