@@ -60,6 +60,10 @@ pub(crate) const COMPAT_SUITE: &[(&str, &str)] = &[
         "Redis Cluster: elections (SPUBLISH notices on 7.0+)",
     ),
     ("locks_cluster", "Redis Cluster: locks"),
+    (
+        "at_most_once",
+        "each request sent at most once (single server and Cluster behind proxies)",
+    ),
     ("sentinel", "Sentinel: discovery and failover"),
     ("tls", "TLS (only on servers built with TLS)"),
 ];

@@ -50,8 +50,10 @@ pub const TRANSIENT_CODES: &[&str] = &[
 ///
 /// Limits: a `ConnectionManager` reports a failed reconnect (for example a connect timeout)
 /// as the request's error, so such a request, never sent, is reported as unknown (the safe
-/// side). The cluster client re-sends a request after some I/O errors by itself; build it with
-/// `ClusterClientBuilder::retries(0)` if a fenced Lua body must not run twice.
+/// side). A redis-rs cluster client built by hand re-sends a request after some I/O errors by
+/// itself (16 times by default), after the server may have run it: build it with
+/// `ClusterClientBuilder::retries(0)`, as every connection this crate builds is
+/// (`connect_cluster`, `HealingCluster`).
 pub fn backend_error(e: RedisError) -> BackendError {
     let code = e.code();
     if code == Some(TOKEN_EXHAUSTED) {

@@ -104,11 +104,17 @@ impl fmt::Debug for HealingCluster {
 
 impl HealingCluster {
     /// Builds the client from `builder` with this crate's [`tcp_settings`] (keepalive,
-    /// `TCP_USER_TIMEOUT`) and a [`CONNECT_TIMEOUT`] per node connection, and opens the first
-    /// cluster connection, so wrong seeds or a wrong password are reported here.
+    /// `TCP_USER_TIMEOUT`), a [`CONNECT_TIMEOUT`] per node connection and **no retries**, and
+    /// opens the first cluster connection, so wrong seeds or a wrong password are reported
+    /// here.
     ///
-    /// Everything else of the builder is kept: credentials, TLS, and its retries (set
-    /// `retries(0)` if a fenced Lua body must never run twice; see [`crate::error`]).
+    /// Every request is sent at most once: redis-rs's cluster client would otherwise re-send
+    /// a request whose connection broke after the server ran it (a release that succeeded
+    /// then reads "not held", an acquire becomes a takeover with a skipped token, a fenced
+    /// body runs twice). A lost reply is [`OutcomeUnknown`](lease_core::BackendError::OutcomeUnknown)
+    /// instead, and a redirection (`MOVED`, `ASK`) or `TRYAGAIN` is a transient "not applied"
+    /// that the lease's own rules retry (the slot map is refreshed meanwhile). Everything else
+    /// of the builder is kept: credentials, TLS.
     pub async fn connect(builder: ClusterClientBuilder) -> RedisResult<HealingCluster> {
         let conn = HealingCluster::lazy(builder)?;
         Shared::build_raw(&conn.shared).await?;
@@ -120,6 +126,7 @@ impl HealingCluster {
         let client = builder
             .tcp_settings(tcp_settings())
             .connection_timeout(CONNECT_TIMEOUT)
+            .retries(0)
             .build()?;
         Ok(HealingCluster {
             shared: Arc::new(Shared {

@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::mode::ServerMode;
 use crate::poll::{Look, poll_until};
 use crate::process::{describe_output, display_command, require_program, run_with_timeout_async};
+use crate::proxy::FaultProxy;
 use crate::redis::{RedisOptions, RedisServer};
 use crate::resp::{self, Reply};
 use crate::tls::{ClientCert, ServerCert};
@@ -152,6 +153,26 @@ impl RedisClusterBuilder {
     }
 }
 
+/// The node ports named by a `CLUSTER SLOTS` reply: each slot range is `[start, end, [ip,
+/// port, id, ...], ...]`.
+fn slot_ports(reply: &Reply, out: &mut Vec<i64>) {
+    let Reply::Array(Some(ranges)) = reply else {
+        return;
+    };
+    for range in ranges {
+        let Reply::Array(Some(items)) = range else {
+            continue;
+        };
+        for node in items.iter().skip(2) {
+            if let Reply::Array(Some(fields)) = node
+                && let Some(Reply::Int(port)) = fields.get(1)
+            {
+                out.push(*port);
+            }
+        }
+    }
+}
+
 fn path_str(p: &std::path::Path) -> Result<String> {
     p.to_str()
         .map(str::to_owned)
@@ -210,6 +231,64 @@ impl RedisCluster {
     /// A new async cluster connection.
     pub async fn connection(&self) -> Result<redis::cluster_async::ClusterConnection> {
         Ok(self.client()?.get_async_connection().await?)
+    }
+
+    /// Puts a [`FaultProxy`] in front of every node and makes each node announce its proxy's
+    /// port to clients (`cluster-announce-port`; the cluster bus keeps the nodes' own ports),
+    /// so a cluster client seeded with the proxies' URLs reaches every node through them:
+    /// per-node faults (lost replies, resets) for a cluster client. Waits until every node's
+    /// `CLUSTER SLOTS` names proxy ports only. The proxies come in the nodes' order; the
+    /// announcement stays when they are dropped (the cluster is the test's own).
+    pub async fn behind_proxies(&self) -> Result<Vec<FaultProxy>> {
+        let mut proxies = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let proxy = FaultProxy::start(node.addr()).await?;
+            let port = proxy.addr().port().to_string();
+            let reply = resp::probe(
+                node.addr(),
+                &node.probe_auth(),
+                &["CONFIG", "SET", "cluster-announce-port", &port],
+                Duration::from_secs(2),
+            )
+            .await
+            .map_err(|e| Error::InvalidState(format!("{}: {e}", node.addr())))?;
+            if let Reply::Error(e) = reply {
+                return Err(Error::InvalidState(format!(
+                    "{}: CONFIG SET cluster-announce-port: {e}",
+                    node.addr()
+                )));
+            }
+            proxies.push(proxy);
+        }
+        let ports: Vec<i64> = proxies.iter().map(|p| i64::from(p.addr().port())).collect();
+        let ports = &ports;
+        poll_until(
+            CLUSTER_DEADLINE,
+            "cluster nodes announcing their proxies",
+            || async move {
+                for node in &self.nodes {
+                    let reply = match resp::probe(
+                        node.addr(),
+                        &node.probe_auth(),
+                        &["CLUSTER", "SLOTS"],
+                        Duration::from_secs(2),
+                    )
+                    .await
+                    {
+                        Ok(reply) => reply,
+                        Err(e) => return Look::NotYet(format!("{}: {e}", node.addr())),
+                    };
+                    let mut seen = Vec::new();
+                    slot_ports(&reply, &mut seen);
+                    if seen.is_empty() || seen.iter().any(|p| !ports.contains(p)) {
+                        return Look::NotYet(format!("{} announces ports {seen:?}", node.addr()));
+                    }
+                }
+                Look::Done(())
+            },
+        )
+        .await?;
+        Ok(proxies)
     }
 
     /// Waits until every node reports `cluster_state:ok`, all slots ok and knows
