@@ -26,12 +26,16 @@
 //!   lock's same-owner takeover), and `K` expires with its last entry.
 //! - **acquire** (the plain lock, [`LeaseBackend::acquire`], the writer): on a `K` holding
 //!   current readers it is `Held` (holder `None`; remaining: the first reader's remaining
-//!   hold, at most half the writer's TTL, so a waiting writer comes back before its mark
-//!   lapses), and it sets the mark to lapse one writer's TTL from now (never earlier than it
+//!   hold, at most half its mark's life, so a waiting writer comes back before its mark
+//!   lapses), and it sets the mark to lapse its request's
+//!   [`writer_mark`](crate::AcquireRequest::writer_mark) from now (never earlier than it
 //!   did), so readers are refused from then on; when the last reader leaves, the next attempt
-//!   of any writer takes `K` (the mark goes with the set). A writer that stops trying stops
-//!   blocking readers within one TTL. Its fast path is unchanged: a free `K` is taken with one
-//!   `SET NX PX`, which fails while readers hold `K`.
+//!   of any writer takes `K` (the mark goes with the set). A lock's writer marks for
+//!   [`writer_mark`]`(retry, wait, ttl)`: none at all when it will not try again (no retries,
+//!   or a zero wait), else `min(ttl, wait, 3 × its longest retry delay)` — so a writer that
+//!   gives up stops blocking readers within three of its retry delays, not one TTL. Its fast
+//!   path is unchanged: a free `K` is taken with one `SET NX PX`, which fails while readers
+//!   hold `K`.
 //! - **renew shared** ([`LeaseBackend::renew_shared`]): a current reader's hold expires one TTL
 //!   from now (a waiting writer does not stop it); otherwise nothing changes ("not held").
 //! - **release shared** ([`LeaseBackend::release_shared`]): removes expired entries and the
@@ -90,6 +94,7 @@ use crate::backend::{
 use crate::config::Ttl;
 use crate::notify::{ReleaseWatch, WatchRole};
 use crate::preflight::StoreReport;
+use crate::retry::RetryStrategy;
 use crate::semaphore::PermitHolder;
 use crate::token::{FenceMark, Token};
 
@@ -110,9 +115,46 @@ pub fn check_shared_spec(spec: &LeaseSpec) -> Result<(), BackendError> {
 }
 
 /// How long a writer blocked by readers may stay away before trying again: the first reader's
-/// remaining hold, at most half the writer's TTL (its mark lapses one TTL after it is set).
-pub fn writer_retry_within(first_reader: Duration, writer_ttl: Duration) -> Duration {
-    first_reader.min(writer_ttl / 2)
+/// remaining hold, at most half its mark's life (the mark lapses that long after it is set;
+/// `mark` is the writer's [`AcquireRequest::writer_mark`](crate::AcquireRequest::writer_mark),
+/// or its TTL when it sets none).
+pub fn writer_retry_within(first_reader: Duration, mark: Duration) -> Duration {
+    first_reader.min(mark / 2)
+}
+
+/// How many of a writer's longest retry delays its waiting mark outlives: a writer that keeps
+/// trying renews the mark long before it lapses (a jittered delay is at most 1.25 × the
+/// longest), and one that gave up stops blocking readers that much later at most.
+pub const WRITER_MARK_RETRIES: u32 = 3;
+
+/// The life of the waiting-writer mark of a writer with `retry`, `wait` and `ttl` (what
+/// [`LockOptions::plan`](crate::lock::LockOptions::plan) puts in its acquire request):
+/// `None` — no mark — when it will never try again (no retries, or no wait), else
+/// `min(ttl, wait, WRITER_MARK_RETRIES × the longest retry delay)`.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::RetryStrategy;
+/// use lease_core::rwlock::writer_mark;
+/// let s = Duration::from_secs;
+/// let ms = Duration::from_millis;
+/// assert_eq!(writer_mark(&RetryStrategy::none(), s(60), s(60)), None);
+/// let linear = RetryStrategy::linear(ms(100))?;
+/// assert_eq!(writer_mark(&linear, Duration::ZERO, s(60)), None);
+/// assert_eq!(writer_mark(&linear, s(60), s(60)), Some(ms(300)));
+/// assert_eq!(writer_mark(&linear, s(60), ms(200)), Some(ms(200)));
+/// # Ok::<(), lease_core::ConfigError>(())
+/// ```
+pub fn writer_mark(retry: &RetryStrategy, wait: Duration, ttl: Duration) -> Option<Duration> {
+    if wait.is_zero() {
+        return None;
+    }
+    let longest = retry.longest_delay()?;
+    Some(
+        ttl.min(wait)
+            .min(longest.saturating_mul(WRITER_MARK_RETRIES))
+            .max(Duration::from_millis(1)),
+    )
 }
 
 /// What [`LeaseBackend::inspect_shared`] found. An adapter builds it from

@@ -28,9 +28,11 @@
 //!
 //! Seeds: `RW_SIM_SEEDS` (default 150) from 0; `RW_SIM_SEED=<n>` replays one.
 //!
-//! Negative control (`a_reader_beside_a_writer_is_caught`): the same worlds over a broken
+//! Negative controls: `a_reader_beside_a_writer_is_caught`, the same worlds over a broken
 //! store whose readers are kept where a writer cannot see them (another key): the checkers
-//! must report a writer beside a reader in nearly every world.
+//! must report a writer beside a reader in nearly every world; and
+//! `writers_without_a_mark_starve_and_are_caught`: writers that set no waiting mark are kept
+//! out past the preference bound in a quarter of the worlds or more.
 
 #[path = "common/world.rs"]
 mod world;
@@ -97,6 +99,8 @@ struct Report {
 struct RwLock {
     writers: usize,
     broken: bool,
+    /// Negative control of writer preference: writers set no waiting mark.
+    no_mark: bool,
     ttl: Duration,
     spec: Arc<LeaseSpec>,
     shadow: Arc<LeaseSpec>,
@@ -168,7 +172,9 @@ impl Kind for RwLock {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, BackendError> {
         let before = store.inspect_shared_now(self.reader_spec())?;
-        let got = if self.writes(node) {
+        let got = if self.writes(node) && self.no_mark {
+            store.acquire_now(&req.clone().with_writer_mark(None))?
+        } else if self.writes(node) {
             store.acquire_now(req)?
         } else {
             store.acquire_shared_now(&self.reader_req(req))?
@@ -261,7 +267,7 @@ impl Kind for RwLock {
                     ));
                 }
                 self.waiting_since = None;
-            } else if info.writer_waiting.is_none() && !self.broken {
+            } else if info.writer_waiting.is_none() && !self.broken && !self.no_mark {
                 self.report.lapsed += 1;
                 self.waiting_since = None;
             }
@@ -298,12 +304,17 @@ impl Kind for RwLock {
 
 /// Runs world `seed`, then checks the belief intervals: a writer's overlaps no other's.
 fn run(seed: u64, broken: bool) -> Report {
+    run_with(seed, broken, false)
+}
+
+fn run_with(seed: u64, broken: bool, no_mark: bool) -> Report {
     let mut rng = SplitMix64::new(seed);
     let p = Params::draw(&mut rng);
     let ttl = p.net.ttl;
     let kind = RwLock {
         writers: p.writers,
         broken,
+        no_mark,
         ttl,
         spec: Arc::new(LeaseSpec::lock([KEY], Some(FENCE.into())).expect("spec")),
         shadow: Arc::new(LeaseSpec::lock([SHADOW], Some(FENCE.into())).expect("spec")),
@@ -391,4 +402,24 @@ fn a_reader_beside_a_writer_is_caught() {
     let nearly = total as usize * 9 / 10;
     assert!(store >= nearly, "caught at the store in {store} of {total}");
     assert!(belief >= nearly, "caught in beliefs in {belief} of {total}");
+}
+
+/// Negative control of writer preference: writers that set no waiting mark (as one that will
+/// not try again does, issue 54) are kept out by the stream of readers beyond the bound, and
+/// the checker says so: the mark is what makes preference hold.
+#[test]
+fn writers_without_a_mark_starve_and_are_caught() {
+    let total: u64 = 40;
+    let mut caught: u64 = 0;
+    for seed in 0..total {
+        let report = run_with(seed, false, true);
+        caught += u64::from(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("refused for readers") && v.contains("TTLs")),
+        );
+    }
+    eprintln!("writers without a mark starved past the bound in {caught} of {total} worlds");
+    assert!(caught * 4 >= total, "caught in only {caught} of {total}");
 }

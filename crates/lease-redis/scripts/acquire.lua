@@ -5,7 +5,8 @@ KEYS[n+1]   fence counter key         (only when fenced)
 KEYS[n+2]   applied-mark key          (only when fenced)
 KEYS[n+3]   fence-epoch key           (only when fenced)
 ARGV[1]     stored value: the owner (never contains NUL), or owner .. "\0" .. metadata
-ARGV[2]     TTL in whole milliseconds (>= 1)
+ARGV[2]     TTL in whole milliseconds (>= 1), or '<ttl>:<mark>': the waiting-writer mark's
+            life in ms when it is not the TTL ('0': set no mark)
 ARGV[3]     only when fenced: '<scheme>:<floor>', scheme 'clock' (floor tokens by TIME in µs)
             or 'counter', floor a token to mint above ('0': none). The lease is fenced iff
             ARGV[3] is given (then n = #KEYS - 3).
@@ -18,7 +19,8 @@ Every lock key is checked before any key is changed (all-or-nothing). A key hold
 whose owner part (the text before the first NUL) differs from ARGV[1] means "held": nothing is
 changed but the waiter mark on that key's value (prelude.lua), so that its release publishes. A key holding a read-write lock's readers (a sorted set, see prelude.lua) with a
 current reader means "held" too: the writer's mark (WRITER_WAITING) is set to lapse at TIME +
-ttl (never earlier than it did), the key lives at least that long, and nothing else changes;
+its life (never earlier than it did; no mark for life '0'), the key lives at least that long,
+and nothing else changes;
 a sorted set with no current reader is free (the SET below replaces it). Otherwise, when fenced, the next token is max(counter, mark, floor) + 1 (the mark and
 the floor heal a counter that went back), and under 'clock' at least the server's TIME in µs;
 it is checked against 2^53 before anything is written and stored in counter and mark. The
@@ -31,8 +33,8 @@ Returns
   {0, holder, pttl, now, epoch}   held: the holder's owner part, its PTTL in ms (-1: no expiry),
                                   max(counter, mark) and the epoch ('' when absent); held by
                                   readers: holder '', pttl the first reader's remaining ms, at
-                                  most half the TTL (a waiting writer comes back before its
-                                  mark lapses)
+                                  most half the mark's life (the TTL without a mark: a waiting
+                                  writer comes back before its mark lapses)
 Errors (nothing changed)
   TOKEN_EXHAUSTED ... the next token would exceed 2^53
   CORRUPT <key> ...   the counter or the mark is not a decimal integer in 0..2^53, or the
@@ -41,8 +43,15 @@ Errors (nothing changed)
   ERR ...             the floor is not a decimal integer, or the TTL not in 1..2^53 ms
   WRONGTYPE ...       a key holds a value that is neither a string nor a sorted set
 ]]
-local value, ttl = ARGV[1], ttl_ms(ARGV[2])
+local ttl_arg, life_arg = string.match(ARGV[2] or '', '^(%d+):(%d+)$')
+local value, ttl = ARGV[1], ttl_ms(ttl_arg or ARGV[2])
 if not ttl or not value then return redis.error_reply(BAD_TTL) end
+-- The waiting-writer mark's life: the TTL unless given; false for '0' (no mark).
+local life = ttl
+if life_arg then
+  life = life_arg ~= '0' and ttl_ms(life_arg)
+  if life == nil then return redis.error_reply(BAD_TTL) end
+end
 local owner = owner_of(value)
 local fenced = #ARGV == 3
 local n = #KEYS
@@ -87,14 +96,17 @@ for i = 1, n do
     if first then
       local counter, epoch = fence_state()
       if not counter then return epoch end
-      local lapse = ms + tonumber(ttl)
-      local mark = redis.call('ZSCORE', KEYS[i], WRITER_WAITING)
-      if not mark or tonumber(mark) < lapse then
-        redis.call('ZADD', KEYS[i], lapse, WRITER_WAITING)
+      if life then
+        local lapse = ms + tonumber(life)
+        local mark = redis.call('ZSCORE', KEYS[i], WRITER_WAITING)
+        if not mark or tonumber(mark) < lapse then
+          redis.call('ZADD', KEYS[i], lapse, WRITER_WAITING)
+        end
+        if redis.call('PTTL', KEYS[i]) < tonumber(life) then redis.call('PEXPIRE', KEYS[i], life) end
       end
-      if redis.call('PTTL', KEYS[i]) < tonumber(ttl) then redis.call('PEXPIRE', KEYS[i], ttl) end
+      local half = math.floor(tonumber(life or ttl) / 2)
       local wait = tonumber(first) - ms
-      if wait > math.floor(tonumber(ttl) / 2) then wait = math.floor(tonumber(ttl) / 2) end
+      if wait > half then wait = half end
       return {0, '', wait, counter, epoch}
     end
   end

@@ -285,7 +285,9 @@ pub mod core {
         wake_key,
     };
     // Read-write locks: the readers' view the lock machines drive reader holds through.
-    pub use lease_core::rwlock::{SharedBackend, WRITER_WAITING, check_shared_spec};
+    pub use lease_core::rwlock::{
+        SharedBackend, WRITER_MARK_RETRIES, WRITER_WAITING, check_shared_spec, writer_mark,
+    };
     // The store's preflight report.
     pub use lease_core::preflight::{
         CLOCK_SKEW_LIMIT, ClockSkew, Eviction, Persistence, Replication, ServerInfo, Setting,

@@ -428,3 +428,108 @@ async fn auto_renewed_readers_are_renewed_in_batches() {
         let _ = bounded("release", r.release()).await;
     }
 }
+
+/// Issue 54: a writer that will not try again sets no waiting mark. With readers holding the
+/// key, one obtain without retries (`NotObtained` at once), and one with retries but a zero
+/// wait, leave the key as they found it: a new reader gets in on its first attempt. Before,
+/// the mark stood for the writer's whole TTL (60 s here).
+#[tokio::test]
+async fn a_writer_that_will_not_retry_leaves_no_mark() {
+    let server = common::redis().await;
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let mut raw = server.connection().await.expect("raw");
+    let r1 = bounded(
+        "r1",
+        a.shared("gave-up")
+            .expect("readers")
+            .acquire(ms(10_000), LockOptions::new()),
+    )
+    .await
+    .expect("r1");
+    for (case, options) in [
+        ("no retries", LockOptions::new()),
+        (
+            "a zero wait",
+            LockOptions::new().retry(linear(50)).wait(Duration::ZERO),
+        ),
+    ] {
+        let err = bounded("writer", b.obtain("gave-up", ms(60_000), options))
+            .await
+            .unwrap_err();
+        assert!(err.is_not_obtained(), "{case}: {err:?}");
+        let mark: Option<f64> = redis::cmd("ZSCORE")
+            .arg("gave-up")
+            .arg(redlease::core::WRITER_WAITING)
+            .query_async(&mut raw)
+            .await
+            .expect("ZSCORE");
+        assert_eq!(mark, None, "{case}: no waiting-writer mark");
+        // A reader that tries once gets in.
+        let r = bounded(
+            "a new reader",
+            a.shared("gave-up")
+                .expect("readers")
+                .acquire(ms(10_000), LockOptions::new()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{case}: a new reader is admitted at once: {e}"));
+        r.release().await.expect("release");
+    }
+    r1.release().await.expect("release");
+}
+
+/// Issue 54: a writer that retries marks for three of its longest retry delays, not its TTL.
+/// Once it gives up (two retries 100 ms apart, against readers it cannot outwait), a reader
+/// that waited behind its mark gets in within that bound of the writer's last attempt; while
+/// the writer still tries, readers stay out (the control: writer preference holds).
+#[tokio::test]
+async fn a_writer_that_gave_up_stops_blocking_readers_within_three_retry_delays() {
+    let server = common::redis().await;
+    let (a, b, c) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let r1 = bounded(
+        "r1",
+        a.shared("gave-up")
+            .expect("readers")
+            .acquire(ms(30_000), LockOptions::new()),
+    )
+    .await
+    .expect("r1");
+    let writer = LockOptions::new().retry(redlease::RetryStrategy::limit(2, linear(100)));
+    let err = bounded("writer", b.obtain("gave-up", ms(60_000), writer))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_obtained(), "{err:?}");
+    let gave_up = Instant::now();
+    // The control: right after its last attempt the mark still stands (a reader that tries
+    // once is refused); a reader that waits gets in once the mark lapses (at most 3 × 125 ms
+    // after the writer's last attempt, jitter included), not after the writer's 60 s TTL.
+    let refused = bounded(
+        "a reader that tries once",
+        c.shared("gave-up")
+            .expect("readers")
+            .acquire(ms(10_000), LockOptions::new()),
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.is_not_obtained(), "the mark stands: {refused:?}");
+    let r2 = bounded(
+        "a reader that waits",
+        c.shared("gave-up").expect("readers").acquire(
+            ms(10_000),
+            LockOptions::new().retry(linear(20)).wait(ms(5_000)),
+        ),
+    )
+    .await
+    .expect("a reader gets in once the writer's mark lapsed");
+    let waited = gave_up.elapsed();
+    assert!(
+        waited < ms(1_500),
+        "the mark lapsed {waited:?} after the writer gave up"
+    );
+    r2.release().await.expect("release");
+    r1.release().await.expect("release");
+}

@@ -45,6 +45,11 @@ pub struct AcquireRequest {
     /// mark, see `docs/handover.md`) records them with the new holder, since they will not
     /// attempt (and so not announce themselves) until woken. `false` by default.
     pub waiters: bool,
+    /// How long this acquire, finding a read-write lock's key held by readers, keeps new
+    /// readers out: the life of the waiting-writer mark it sets (see [`crate::rwlock`]).
+    /// `None`: it sets none (a writer that will not try again must not block anyone). The
+    /// TTL by default; a lock's plan sets [`crate::rwlock::writer_mark`].
+    pub writer_mark: Option<Duration>,
 }
 
 /// Extend a lease this owner holds. Built with [`RenewRequest::new`].
@@ -83,6 +88,7 @@ impl AcquireRequest {
             metadata: Metadata::default(),
             floor: None,
             waiters: false,
+            writer_mark: Some(ttl.get()),
         }
     }
 
@@ -102,6 +108,13 @@ impl AcquireRequest {
     /// [`AcquireRequest::waiters`]).
     pub fn with_waiters(mut self, waiters: bool) -> AcquireRequest {
         self.waiters = waiters;
+        self
+    }
+
+    /// With the waiting-writer mark's life (see [`AcquireRequest::writer_mark`]; `None`: no
+    /// mark), at most the TTL.
+    pub fn with_writer_mark(mut self, mark: Option<Duration>) -> AcquireRequest {
+        self.writer_mark = mark.map(|m| m.min(self.ttl.get()));
         self
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::{AcquireRequest, LeaseSpec, Metadata, Owner};
 use crate::config::{ConfigError, Ttl, check_operation_timeout, check_renew_interval};
 use crate::retry::RetryStrategy;
+use crate::rwlock::writer_mark;
 use crate::token::Token;
 
 /// Auto-renewal settings.
@@ -165,11 +166,13 @@ impl LockOptions {
         if let Some(t) = self.operation_timeout {
             check_operation_timeout(t)?;
         }
+        let wait = self.wait.unwrap_or(ttl.get());
         Ok(ObtainPlan {
             request: AcquireRequest::new(spec, owner, ttl)
                 .with_metadata(metadata)
-                .with_floor(self.fence_floor),
-            wait: self.wait.unwrap_or(ttl.get()),
+                .with_floor(self.fence_floor)
+                .with_writer_mark(writer_mark(&self.retry, wait, ttl.get())),
+            wait,
             operation_timeout: self.operation_timeout,
             auto_renew: self.auto_renew,
             retry: self.retry.clone(),

@@ -74,8 +74,8 @@ impl Store {
         );
     }
 
-    /// A writer found readers at `key`: the mark lapses one writer's `ttl` from now, never
-    /// earlier than it did.
+    /// A writer found readers at `key`: the mark lapses `ttl` (the writer's mark life) from
+    /// now, never earlier than it did.
     pub(super) fn mark_writer_waiting(
         &mut self,
         key: &str,

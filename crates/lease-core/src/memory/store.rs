@@ -320,14 +320,19 @@ impl Store {
                         fence,
                     });
                 }
-                // Readers hold it (see crate::rwlock): held, and a writer waits from now on.
+                // Readers hold it (see crate::rwlock): held, and a writer that will try again
+                // waits from now on (its mark keeps new readers out for its life).
                 LockValue::Readers(m) => {
                     if let Some(first) = first_reader(&m, now) {
-                        self.mark_writer_waiting(k, m, req.ttl.get(), now);
+                        let mark = req.writer_mark;
+                        if let Some(mark) = mark {
+                            self.mark_writer_waiting(k, m, mark, now);
+                        }
                         let fence = self.fence_state(&req.spec, now)?;
+                        let within = mark.unwrap_or(req.ttl.get());
                         return Ok(AcquireOutcome::Held {
                             holder: None,
-                            remaining: Some(writer_retry_within(first - now, req.ttl.get())),
+                            remaining: Some(writer_retry_within(first - now, within)),
                             fence,
                         });
                     }

@@ -77,7 +77,16 @@ where
                 .key(mark_key_of(fence))
                 .key(epoch_key_of(fence));
         }
-        call.arg(stored_value(req)).arg(req.ttl.as_millis());
+        call.arg(stored_value(req));
+        match req.writer_mark {
+            // The usual case (an election, a lock that retries as long as its TTL): the TTL.
+            Some(life) if life == req.ttl.get() => call.arg(req.ttl.as_millis()),
+            life => call.arg(format!(
+                "{}:{}",
+                req.ttl.as_millis(),
+                life.map_or(0, |l| l.as_millis().max(1))
+            )),
+        };
         if spec.fence_key().is_some() {
             call.arg(self.mint_arg(req.floor));
         }
