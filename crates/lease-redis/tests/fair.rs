@@ -389,10 +389,17 @@ async fn a_full_queue_refuses_a_new_waiter() {
     assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
     assert_eq!(norm_acquire(&r), norm_acquire(&m));
     let info = backend.inspect_fair(&spec).await;
-    assert_eq!(norm_inspect(&info), norm_inspect(&mem.inspect_fair_now(&spec)));
+    assert_eq!(
+        norm_inspect(&info),
+        norm_inspect(&mem.inspect_fair_now(&spec))
+    );
     let info = info.expect("inspect");
     assert_eq!(info.waiting, MAX_WAITERS);
-    assert_eq!(info.waiters.len(), INSPECT_SHOWN, "the inspection is bounded");
+    assert_eq!(
+        info.waiters.len(),
+        INSPECT_SHOWN,
+        "the inspection is bounded"
+    );
     // One leaves: the next new waiter is queued.
     let w = owner(&waiters[7]);
     let (r, m) = (
@@ -464,7 +471,10 @@ async fn mass_expiry_is_dropped_a_bounded_batch_per_call() {
     assert_eq!(norm_acquire(&r), norm_acquire(&m));
     assert_eq!(stored(&mut raw).await, crashed + 1 - PRUNE_PER_CALL);
     let info = backend.inspect_fair(&spec).await;
-    assert_eq!(norm_inspect(&info), norm_inspect(&mem.inspect_fair_now(&spec)));
+    assert_eq!(
+        norm_inspect(&info),
+        norm_inspect(&mem.inspect_fair_now(&spec))
+    );
     assert_eq!(info.expect("inspect").waiting, 1, "only z is live");
     // The next drops the rest and finds z first in line.
     let r = backend.acquire_fair(&req).await;

@@ -540,7 +540,10 @@ where
         call(i).await;
     }
     let (u, info) = usage(raw).await;
-    assert_eq!(u.calls, calls as u64, "one script call per operation: {info}");
+    assert_eq!(
+        u.calls, calls as u64,
+        "one script call per operation: {info}"
+    );
     u.usec_per_call
 }
 
@@ -703,11 +706,16 @@ async fn scale_run(server: &RedisServer, n: usize, calls: usize, load: Duration)
         let r = b.acquire_fair(&req).await;
         assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
     }
-    assert!(started.elapsed() < place, "queued before the first place lapsed");
+    assert!(
+        started.elapsed() < place,
+        "queued before the first place lapsed"
+    );
     let z = owner(&redlease::random_owner());
     assert!(!fair_attempt(b, &crash, &z).await);
+    let filled = std::time::Instant::now();
     fair_release(b, &crash, &h).await;
-    tokio::time::sleep(place.saturating_sub(started.elapsed()) + Duration::from_millis(100)).await;
+    // Every crashed place set by `filled` has lapsed.
+    tokio::time::sleep((place + Duration::from_millis(100)).saturating_sub(filled.elapsed())).await;
     reset_stats(&mut raw).await;
     let mut granted = false;
     for _ in 0..(n / redlease::core::PRUNE_PER_CALL + 2) {
@@ -716,7 +724,10 @@ async fn scale_run(server: &RedisServer, n: usize, calls: usize, load: Duration)
             break;
         }
     }
-    assert!(granted, "the live waiter is granted once the crashed are dropped");
+    assert!(
+        granted,
+        "the live waiter is granted once the crashed are dropped"
+    );
     let (u, _) = usage(&mut raw).await;
     let slow = slowlog(&mut raw).await;
     let _ = redis::cmd("FLUSHALL").query_async::<()>(&mut raw).await;
@@ -755,7 +766,10 @@ fn scale_section(
         .collect();
     let (_, load_after) = rt.block_on(conditions(&server));
     let cores = std::thread::available_parallelism().map_or(0, |c| c.get());
-    let _ = writeln!(s, "## Fair locks at scale: server time per call by queue length\n");
+    let _ = writeln!(
+        s,
+        "## Fair locks at scale: server time per call by queue length\n"
+    );
     let _ = writeln!(
         s,
         "Redis {version} ({} mode, loopback); one held fair lock with N waiters (places long \
@@ -803,6 +817,19 @@ fn scale_section(
             f.crashed,
             f.crash_usec_per_call,
             scripts.len(),
+        );
+    }
+    for f in &figures {
+        let all: Vec<String> = f.slow.iter().map(|(c, us)| format!("{c} {us}")).collect();
+        let _ = writeln!(
+            s,
+            "\nSlow log at {} waiters (command, µs; every command, not only scripts): {}",
+            f.waiters,
+            if all.is_empty() {
+                "none".to_owned()
+            } else {
+                all.join(", ")
+            }
         );
     }
     if let (Some(first), Some(last)) = (figures.first(), figures.last()) {
