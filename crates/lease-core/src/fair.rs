@@ -66,7 +66,8 @@
 //!   attempts at least once per longest delay (the fair view never lets it sleep until the
 //!   holder's expiry), so a live waiter keeps its place with two heartbeats to spare, and a
 //!   crashed one blocks a free lock at most one place TTL (after which the next waiter gets it
-//!   at its next heartbeat or wake).
+//!   at its next heartbeat or wake; when k > [`PRUNE_PER_CALL`] waiters crashed at once,
+//!   ⌈k / [`PRUNE_PER_CALL`]⌉ operations after their places lapsed).
 //! - **No herd**: a release wakes the next waiter only; no other waiter attempts because of it.
 //!
 //! A plain `obtain(F)` is not fair: it sees only `F`, so it takes a free `F` past the queue
