@@ -6,7 +6,8 @@
 //!
 //! - `F` — the lock itself: the holder's owner (and metadata) with a TTL, exactly as a plain
 //!   lock's key, so renewals, `remaining` and `inspect` are a plain lock's;
-//! - `F:queue` — the waiters in arrival order (on Redis a list);
+//! - `F:queue` — the waiters in arrival order (on Redis a sorted set: owner → arrival
+//!   sequence, one above the last entry's);
 //! - `F:places` — each waiter's **place**: owner → the instant its place expires, judged by
 //!   the store's clock (on Redis a sorted set, owner → expiry in ms of the server's `TIME`);
 //! - `F:fence`, `F:fence:applied`, `F:fence:epoch` — the fence counter, mark and epoch (the
@@ -16,8 +17,20 @@
 //! (`{jobs}`); a backend refuses a name that breaks it before any round trip
 //! ([`LeaseBackend::check_fair`]).
 //!
-//! Every operation first drops the places that have expired (and their queue entries); the
-//! **head** is then the first queued waiter.
+//! # Bounded work per call
+//!
+//! No operation reads the whole queue: each costs O(log n) in its length n on Redis. Every
+//! operation first drops **at most [`PRUNE_PER_CALL`] entries**: the places that have
+//! expired, earliest expiry first (ties by owner), then, from the queue's front, the entries
+//! without a live place, until it finds the first queued waiter with a live place: the
+//! **head**. When the budget runs out before a head is found (more than [`PRUNE_PER_CALL`]
+//! waiters crashed at once), the head is unknown for this operation: a free lock is granted
+//! to nobody and nobody is woken; the next operations drop the rest (every waiter's heartbeat
+//! is one), so crashed waiters are still skipped, a few heartbeats later.
+//!
+//! The queue holds at most [`MAX_WAITERS`] live places: an attempt that would queue a new
+//! waiter past it is refused with [`BackendError::QueueFull`] (nothing changed); a waiter
+//! already queued keeps heartbeating.
 //!
 //! - **acquire** ([`LeaseBackend::acquire_fair`]): the owner gets the lock when `F` holds it
 //!   already (a takeover, like a lock's), or when `F` is free and the queue is empty or the
@@ -36,7 +49,9 @@
 //!   woken as after a release.
 //! - **inspect** ([`LeaseBackend::inspect_fair`]) only reads: the holder of `F` and its
 //!   remaining TTL, the live waiters in queue order (a waiter whose place expired is not
-//!   shown) each with the time its place has left, and the fence counter and mark.
+//!   shown) each with the time its place has left — at most [`INSPECT_SHOWN`] of them, found
+//!   among the first [`INSPECT_SCAN`] queue entries — the count of all live waiters, and the
+//!   fence counter and mark.
 //!
 //! The queue and places keys expire with the last place, so an abandoned queue leaves nothing.
 //!
@@ -45,13 +60,14 @@
 //! - **One holder**: `F` is a lock's key; a fair acquire grants only when it is free or ours.
 //! - **FIFO among live waiters**: places are never reordered; a free lock goes only to the
 //!   head. A waiter whose place expired is skipped, and when it comes back it queues again at
-//!   the back.
+//!   the back (even when its entry was not dropped yet).
 //! - **The heartbeat bound**: a waiter's place lives [`PLACE_HEARTBEATS`] times the longest
 //!   delay of its retry strategy ([`place_ttl`]). Each attempt refreshes it, and a waiter
 //!   attempts at least once per longest delay (the fair view never lets it sleep until the
 //!   holder's expiry), so a live waiter keeps its place with two heartbeats to spare, and a
 //!   crashed one blocks a free lock at most one place TTL (after which the next waiter gets it
-//!   at its next heartbeat or wake).
+//!   at its next heartbeat or wake; when k > [`PRUNE_PER_CALL`] waiters crashed at once,
+//!   ⌈k / [`PRUNE_PER_CALL`]⌉ operations after their places lapsed).
 //! - **No herd**: a release wakes the next waiter only; no other waiter attempts because of it.
 //!
 //! A plain `obtain(F)` is not fair: it sees only `F`, so it takes a free `F` past the queue
@@ -92,6 +108,17 @@ pub const PLACES_SUFFIX: &str = ":places";
 pub const WAKE_INFIX: &str = ":wake:";
 /// How many of its longest retry delays a waiter's place outlives its last heartbeat.
 pub const PLACE_HEARTBEATS: u32 = 3;
+/// The bound on a fair lock's queue: live waiters at most. A new waiter past it is refused
+/// with [`BackendError::QueueFull`]. (`FAIR_MAX` in `lease-redis`'s `fair.lua`.)
+pub const MAX_WAITERS: usize = 10_000;
+/// The entries (expired places, then dead entries at the queue's front) one fair operation
+/// drops at most: its work is bounded whatever the queue's length. (`FAIR_PRUNE` in
+/// `fair.lua`.)
+pub const PRUNE_PER_CALL: usize = 64;
+/// The live waiters an inspection lists at most ([`FairInfo::waiters`]; `FAIR_SHOWN`).
+pub const INSPECT_SHOWN: usize = 32;
+/// The queue entries an inspection reads at most, from the front (`FAIR_SCAN`).
+pub const INSPECT_SCAN: usize = 128;
 
 /// The queue and places keys of fair lock `name`.
 ///
@@ -206,8 +233,11 @@ pub struct FairInfo {
     /// The holder of the lock's key (its owner) and its remaining TTL, while one holds it.
     pub holder: Option<PermitHolder>,
     /// The live waiters, first in line first, each with the time its place has left (a place
-    /// lapses unless its waiter heartbeats: see [`place_ttl`]).
+    /// lapses unless its waiter heartbeats: see [`place_ttl`]): at most [`INSPECT_SHOWN`], the
+    /// live ones among the first [`INSPECT_SCAN`] queue entries.
     pub waiters: Vec<PermitHolder>,
+    /// How many waiters have a live place, listed or not.
+    pub waiting: usize,
     /// The fence counter: the latest token minted (the holder's, while the lock is held: every
     /// fair hold mints).
     pub counter: Option<Token>,

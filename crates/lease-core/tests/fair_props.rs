@@ -21,6 +21,11 @@
 //! check is not vacuous); `a_broken_queue_order_is_caught` is the negative control: the
 //! same checker over a lock without the queue rule (the plain lock, which lets a late comer
 //! take a free lock past the head) fails.
+//!
+//! `the_queue_is_bounded` (a new waiter past `MAX_WAITERS` refused with `QueueFull`, nothing
+//! changed) and `crashed_waiters_are_dropped_a_bounded_batch_per_call` (at most
+//! `PRUNE_PER_CALL` entries dropped per operation, the head unknown meanwhile) pin the
+//! specification's bounds; `lease-redis/tests/fair.rs` runs both against a real server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -376,4 +381,91 @@ fn a_broken_queue_order_is_caught() {
         found > 8,
         "only {found} of 64 histories caught a lock that ignores the queue"
     );
+}
+
+fn attempt(mem: &MemoryBackend, spec: &Arc<LeaseSpec>, who: &str, place_ms: u64) -> String {
+    let req = FairRequest::new(
+        AcquireRequest::new(
+            Arc::clone(spec),
+            Owner::new(who).expect("owner"),
+            Ttl::new(Duration::from_secs(600)).expect("ttl"),
+        ),
+        Some(Ttl::new(Duration::from_millis(place_ms)).expect("place")),
+    );
+    match mem.acquire_fair_now(&req) {
+        Ok(AcquireOutcome::Acquired { .. }) => "acquired".to_owned(),
+        Ok(AcquireOutcome::Held { holder, .. }) => format!("held {holder:?}"),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => format!("err {e}"),
+    }
+}
+
+/// The queue's bound: with `MAX_WAITERS` live places a new waiter is refused with
+/// `QueueFull` and nothing changes; a queued waiter still heartbeats; the inspection is
+/// bounded and counts every live waiter.
+#[test]
+fn the_queue_is_bounded() {
+    use lease_core::BackendError;
+    use lease_core::fair::{INSPECT_SHOWN, MAX_WAITERS};
+    let mem = MemoryBackend::new(ManualClock::new());
+    let spec = Arc::new(fair_spec("{bound}", None).expect("spec"));
+    assert_eq!(attempt(&mem, &spec, "h", 600_000), "acquired");
+    for i in 0..MAX_WAITERS {
+        assert_eq!(
+            attempt(&mem, &spec, &format!("w{i}"), 600_000),
+            "held Some(\"h\")"
+        );
+    }
+    let req = FairRequest::new(
+        AcquireRequest::new(
+            Arc::clone(&spec),
+            Owner::new("late").expect("owner"),
+            Ttl::new(Duration::from_secs(600)).expect("ttl"),
+        ),
+        Some(Ttl::new(Duration::from_secs(600)).expect("place")),
+    );
+    let refused = mem.acquire_fair_now(&req);
+    assert!(
+        matches!(refused, Err(BackendError::QueueFull { ref name, limit }) if name == "{bound}" && limit == MAX_WAITERS),
+        "{refused:?}"
+    );
+    let queue = mem.fair_queue_now(&spec).expect("queue");
+    assert_eq!(queue.len(), MAX_WAITERS, "nothing queued");
+    assert!(!queue.iter().any(|o| o == "late"));
+    assert_eq!(attempt(&mem, &spec, "w7", 600_000), "held Some(\"h\")");
+    let info = mem.inspect_fair_now(&spec).expect("inspect");
+    assert_eq!(
+        (info.waiting, info.waiters.len()),
+        (MAX_WAITERS, INSPECT_SHOWN)
+    );
+    assert_eq!(info.waiters[0].owner, "w0");
+}
+
+/// More waiters crash at once than one operation drops (`PRUNE_PER_CALL`): the first
+/// operation after their places lapsed drops that many and, with no live head found within
+/// its budget, grants the free lock to nobody; the next drops the rest and the live waiter
+/// behind them, now first, is granted. With fewer crashed than the budget, one operation.
+#[test]
+fn crashed_waiters_are_dropped_a_bounded_batch_per_call() {
+    use lease_core::fair::PRUNE_PER_CALL;
+    for (crashed, calls) in [(PRUNE_PER_CALL - 1, 1), (PRUNE_PER_CALL + 5, 2)] {
+        let clock = ManualClock::new();
+        let mem = MemoryBackend::new(clock.clone());
+        let spec = Arc::new(fair_spec("{crash}", None).expect("spec"));
+        assert_eq!(attempt(&mem, &spec, "h", 600_000), "acquired");
+        for i in 0..crashed {
+            attempt(&mem, &spec, &format!("c{i:03}"), 100);
+        }
+        attempt(&mem, &spec, "z", 600_000);
+        let h = ReleaseRequest::new(Arc::clone(&spec), Owner::new("h").expect("owner"));
+        assert!(matches!(
+            mem.release_fair_now(&h),
+            Ok(ReleaseOutcome::Released)
+        ));
+        clock.advance(Duration::from_millis(200));
+        for _ in 1..calls {
+            assert_eq!(attempt(&mem, &spec, "z", 600_000), "held None", "{crashed}");
+        }
+        assert_eq!(attempt(&mem, &spec, "z", 600_000), "acquired", "{crashed}");
+    }
 }

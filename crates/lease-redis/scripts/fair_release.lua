@@ -2,7 +2,7 @@
 next waiter alone.
 
 KEYS[1]  F
-KEYS[2]  F:queue
+KEYS[2]  F:queue   (sorted set: owner -> arrival sequence)
 KEYS[3]  F:places
 KEYS[4]  fence counter key (only when a term is checked)
 ARGV[1]  owner
@@ -10,7 +10,8 @@ ARGV[2]  '<mode>:<term>:<notice>': mode 'r' (release) or 'l' (leave: never touch
          the token of the term being released ('' when none; given iff KEYS[4] is); notice
          '' or 'p:'/'s:' and the wake channel without the owner
 
-Drops expired places as fair_acquire.lua does. Release: when F holds the owner (and the
+Drops expired places as fair_acquire.lua does (read_fair, the owner aside when finding the
+head: it is removed). Release: when F holds the owner (and the
 counter equals the term, when given), F is deleted. Either mode removes the owner's place.
 The queue and places keys then expire with the last place. When F is free and the lock was
 just released or the head changed, the head alone is woken on its channel.
@@ -29,20 +30,21 @@ if not owner or not mode or ((term ~= '') ~= (#KEYS == 4)) then
   return redis.error_reply('ERR malformed release')
 end
 local now = now_ms()
-local f = read_fair(now)
+local f = read_fair(now, owner)
 local held = mode == 'r' and f.holder == owner
 if held and term ~= '' then
   local counter = read_token(KEYS[4])
   if not counter then return corrupt(KEYS[4], NOT_A_TOKEN) end
   if counter ~= canon(term) then held = false end
 end
-write_prune(f, now)
+local had = has_place(f, owner, now)
+write_prune(f)
 if held then
   redis.call('DEL', KEYS[1])
   f.holder = nil
 end
-local had = remove(f, owner)
-settle(f, now)
+remove(owner)
+settle(now)
 wake(f, held, notice, nil)
 if (mode == 'l' and had) or held then return 1 end
 return 0

@@ -551,7 +551,7 @@ mod tests {
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
     const PINNED_SHA1: [(&str, &str); 12] = [
-        ("acquire.lua", "8891501027873290f9030b500b3d697501c56890"),
+        ("acquire.lua", "a4eae7dc1bb16f83b89492cac41ccb418d82d7ab"),
         ("renew.lua", "68745ccf39dfb26e1d26d18423f2318587844ce4"),
         ("renew_many.lua", "3f2e92cc1e1723056f4f482ce29e1a1b498e6504"),
         ("release.lua", "b0e8c7e2355c1ac9774c1332f577446d9918412b"),

@@ -198,6 +198,82 @@ async fn untagged_and_cross_slot_requests_are_refused_without_a_round_trip() {
     assert!(counting.calls() > 0);
 }
 
+/// A hash-tagged fair lock on the cluster: the queue and places keys (sorted sets) go to the
+/// name's slot with it; FIFO hand-over, the bounded inspection's count, and the queue keys
+/// deleted when nobody waits. A name without a tag is refused before any round trip.
+#[tokio::test]
+async fn a_hash_tagged_fair_lock_works_end_to_end() {
+    use lease_core::fair::{FairRequest, fair_keys, fair_spec};
+    use std::sync::Arc;
+    let (_c, conn) = cluster().await;
+    let mut raw = conn.clone();
+    let b = RedisBackend::cluster(conn).with_token_scheme(TokenScheme::Counter);
+    let spec = Arc::new(fair_spec("{fairq}", None).expect("spec"));
+    let long = ttl_ms(60_000);
+    let attempt = |who: &str| FairRequest::new(acq(&spec, who), Some(long));
+    assert!(matches!(
+        b.acquire_fair(&attempt("a")).await,
+        Ok(AcquireOutcome::Acquired { .. })
+    ));
+    for who in ["b", "c"] {
+        let r = b.acquire_fair(&attempt(who)).await;
+        assert!(
+            matches!(r, Ok(AcquireOutcome::Held { holder: Some(ref h), .. }) if h == "a"),
+            "{r:?}"
+        );
+    }
+    let [queue, places] = fair_keys("{fairq}");
+    for k in [&queue, &places] {
+        assert_eq!(key_slot(k.as_bytes()), key_slot(b"{fairq}"));
+        let n: usize = redis::cmd("ZCARD")
+            .arg(k.as_str())
+            .query_async(&mut raw)
+            .await
+            .expect("ZCARD");
+        assert_eq!(n, 2, "{k}");
+    }
+    let info = b.inspect_fair(&spec).await.expect("inspect");
+    assert_eq!(info.waiting, 2);
+    assert_eq!(
+        info.waiters
+            .iter()
+            .map(|w| w.owner.as_str())
+            .collect::<Vec<_>>(),
+        ["b", "c"]
+    );
+    let r = b.release_fair(&release(&spec, "a", None)).await;
+    assert!(matches!(r, Ok(ReleaseOutcome::Released)), "{r:?}");
+    let r = b.acquire_fair(&attempt("c")).await;
+    assert!(
+        matches!(r, Ok(AcquireOutcome::Held { holder: Some(ref h), .. }) if h == "b"),
+        "kept for b: {r:?}"
+    );
+    assert!(matches!(
+        b.acquire_fair(&attempt("b")).await,
+        Ok(AcquireOutcome::Acquired { .. })
+    ));
+    assert!(matches!(
+        b.release_fair(&release(&spec, "b", None)).await,
+        Ok(ReleaseOutcome::Released)
+    ));
+    assert!(matches!(
+        b.acquire_fair(&attempt("c")).await,
+        Ok(AcquireOutcome::Acquired { .. })
+    ));
+    let left: usize = redis::cmd("EXISTS")
+        .arg(queue.as_str())
+        .arg(places.as_str())
+        .query_async(&mut raw)
+        .await
+        .expect("EXISTS");
+    assert_eq!(left, 0, "nobody waits: the queue keys are gone");
+    let untagged = fair_spec("jobs", None).expect("spec");
+    assert!(matches!(
+        b.check_fair(&untagged),
+        Err(BackendError::Invalid(_))
+    ));
+}
+
 #[tokio::test]
 async fn script_flush_on_every_node_is_survived() {
     let (c, conn) = cluster().await;

@@ -11,6 +11,10 @@
 //! - `a_lapsed_place_is_not_inspected`: the inspection lists the live waiters in queue order,
 //!   each with its place's remaining time by the server's clock, and leaves out a place that
 //!   lapsed while still stored (as the specification does);
+//! - `a_full_queue_refuses_a_new_waiter`: past `MAX_WAITERS` live places a new waiter is
+//!   refused with `QueueFull` (nothing changed), as the specification refuses it;
+//! - `mass_expiry_is_dropped_a_bounded_batch_per_call`: more crashed waiters than one call
+//!   drops are dropped over several calls, the head unknown meanwhile, as specified;
 //! - `a_release_publishes_to_the_next_waiter_only`: a raw subscriber on every waiter's wake
 //!   channel sees one message, on the head's;
 //! - the typed refusals: a wrong-type key (an attempt and the inspection), a spec of two keys,
@@ -23,7 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use lease_core::fair::{FairInfo, FairRequest, fair_keys, fair_spec, wake_key};
+use lease_core::fair::{
+    FairInfo, FairRequest, INSPECT_SHOWN, MAX_WAITERS, PRUNE_PER_CALL, fair_keys, fair_spec,
+    wake_key,
+};
 use lease_core::memory::{ManualClock, MemoryBackend};
 use lease_core::{AcquireOutcome, AcquireRequest, BackendError, LeaseBackend, LeaseSpec, Ttl};
 use lease_redis::{RedisBackend, Topology};
@@ -102,9 +109,10 @@ fn norm_inspect(r: &Result<FairInfo, BackendError>) -> String {
                 h.remaining <= Duration::from_millis(LONG)
             };
             format!(
-                "ok holder={:?} waiters={:?} within={} counter={:?} mark={:?}",
+                "ok holder={:?} waiters={:?} waiting={} within={} counter={:?} mark={:?}",
                 i.holder.as_ref().map(|h| &h.owner),
                 i.waiters.iter().map(|w| &w.owner).collect::<Vec<_>>(),
+                i.waiting,
                 i.holder.iter().chain(&i.waiters).all(within),
                 i.counter,
                 i.mark
@@ -178,7 +186,7 @@ impl Case<'_> {
             Op::Queue => {
                 let m = self.mem.fair_queue_now(&self.spec).expect("memory queue");
                 let [queue, _] = fair_keys(&self.spec.keys()[0]);
-                let r: Vec<String> = redis::cmd("LRANGE")
+                let r: Vec<String> = redis::cmd("ZRANGE")
                     .arg(&queue)
                     .arg(0)
                     .arg(-1)
@@ -186,7 +194,7 @@ impl Case<'_> {
                     .await
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 // Entries without a place behind the head (after a lost places key) stay in
-                // the stored list until they reach the front; the live queue skips them.
+                // the stored queue until they reach the front; the live queue skips them.
                 let places: Vec<String> = redis::cmd("ZRANGE")
                     .arg(fair_keys(&self.spec.keys()[0])[1].as_str())
                     .arg(0)
@@ -320,6 +328,160 @@ async fn a_lapsed_place_is_not_inspected() {
     let m = mem.inspect_fair_now(&spec);
     assert_eq!(norm_inspect(&info), norm_inspect(&m));
     assert_eq!(owners(&info.expect("inspect")), ["c", "d"], "b lapsed");
+}
+
+/// The queue's bound: with [`MAX_WAITERS`] live places, a new waiter is refused with
+/// `QueueFull` and nothing changes, on the server as in the specification; a queued waiter
+/// still heartbeats, and once one leaves a new one is queued. An attempt without a place (it
+/// never queues) is not refused.
+#[tokio::test]
+async fn a_full_queue_refuses_a_new_waiter() {
+    let (_server, backend, raw) = setup().await;
+    let mem = MemoryBackend::new(ManualClock::new());
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let both = |who: String| {
+        let req = fair(&spec, &who, long, Some(long));
+        let m = mem.acquire_fair_now(&req);
+        (req, m)
+    };
+    let (req, m) = both("h".to_owned());
+    let r = backend.acquire_fair(&req).await;
+    assert!(matches!(r, Ok(AcquireOutcome::Acquired { .. })), "{r:?}");
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    let waiters: Vec<String> = (0..MAX_WAITERS).map(|i| format!("w{i:05}")).collect();
+    for who in &waiters {
+        let (req, m) = both(who.clone());
+        let r = backend.acquire_fair(&req).await;
+        assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
+        assert!(matches!(m, Ok(AcquireOutcome::Held { .. })), "{m:?}");
+    }
+    let [queue, places] = fair_keys(&spec.keys()[0]);
+    let zcard = |key: String| {
+        let mut raw = raw.clone();
+        async move {
+            let n: usize = redis::cmd("ZCARD")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .expect("ZCARD");
+            n
+        }
+    };
+    assert_eq!(zcard(queue.clone()).await, MAX_WAITERS);
+    let (req, m) = both("late".to_owned());
+    let r = backend.acquire_fair(&req).await;
+    assert!(
+        matches!(r, Err(BackendError::QueueFull { ref name, limit }) if name == "{fair}" && limit == MAX_WAITERS),
+        "{r:?}"
+    );
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    assert_eq!(zcard(queue.clone()).await, MAX_WAITERS, "nothing queued");
+    assert_eq!(zcard(places.clone()).await, MAX_WAITERS, "nothing changed");
+    // Without a place: a plain attempt, not refused.
+    let req = fair(&spec, "late", long, None);
+    let (r, m) = (backend.acquire_fair(&req).await, mem.acquire_fair_now(&req));
+    assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    // A queued waiter heartbeats as before.
+    let (req, m) = both(waiters[MAX_WAITERS - 1].clone());
+    let r = backend.acquire_fair(&req).await;
+    assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    let info = backend.inspect_fair(&spec).await;
+    assert_eq!(
+        norm_inspect(&info),
+        norm_inspect(&mem.inspect_fair_now(&spec))
+    );
+    let info = info.expect("inspect");
+    assert_eq!(info.waiting, MAX_WAITERS);
+    assert_eq!(
+        info.waiters.len(),
+        INSPECT_SHOWN,
+        "the inspection is bounded"
+    );
+    // One leaves: the next new waiter is queued.
+    let w = owner(&waiters[7]);
+    let (r, m) = (
+        backend.leave_fair(&spec, &w).await,
+        mem.leave_fair_now(&spec, &w),
+    );
+    assert!(matches!(r, Ok(true)), "{r:?}");
+    assert_eq!(norm(&r), norm(&m));
+    let (req, m) = both("late".to_owned());
+    let r = backend.acquire_fair(&req).await;
+    assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    assert_eq!(zcard(queue).await, MAX_WAITERS);
+}
+
+/// More waiters crash at once than one call drops ([`PRUNE_PER_CALL`]): a call drops that
+/// many and, finding no live head within its budget, grants the free lock to nobody; the next
+/// calls drop the rest and the first live waiter gets the lock, on the server (its clock) as
+/// in the specification (a manual clock moved as far).
+#[tokio::test]
+async fn mass_expiry_is_dropped_a_bounded_batch_per_call() {
+    let (_server, backend, mut raw) = setup().await;
+    let mem = MemoryBackend::new(ManualClock::new());
+    let spec = spec();
+    let long = ttl_ms(LONG);
+    let short = Some(ttl_ms(300));
+    let crashed = PRUNE_PER_CALL + PRUNE_PER_CALL / 2;
+    let mut steps = vec![("h".to_owned(), Some(long))];
+    steps.extend((0..crashed).map(|i| (format!("c{i:04}"), short)));
+    steps.push(("z".to_owned(), Some(long)));
+    let started = std::time::Instant::now();
+    for (who, place) in &steps {
+        let req = fair(&spec, who, long, *place);
+        let r = backend.acquire_fair(&req).await;
+        let m = mem.acquire_fair_now(&req);
+        assert_eq!(norm_acquire(&r), norm_acquire(&m), "{who}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "queued before any short place lapsed"
+    );
+    let released = backend.release_fair(&release(&spec, "h", None)).await;
+    let m = mem.release_fair_now(&release(&spec, "h", None));
+    assert_eq!(norm(&released), norm(&m));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    mem.clock().advance(Duration::from_millis(400));
+    let [queue, _] = fair_keys(&spec.keys()[0]);
+    let stored = |raw: &mut Conn| {
+        let mut raw = raw.clone();
+        let queue = queue.clone();
+        async move {
+            let n: usize = redis::cmd("ZCARD")
+                .arg(&queue)
+                .query_async(&mut raw)
+                .await
+                .expect("ZCARD");
+            n
+        }
+    };
+    assert_eq!(stored(&mut raw).await, crashed + 1);
+    // z's first heartbeat drops PRUNE_PER_CALL crashed entries; the rest still hide the head.
+    let req = fair(&spec, "z", long, Some(long));
+    let r = backend.acquire_fair(&req).await;
+    let m = mem.acquire_fair_now(&req);
+    assert!(
+        matches!(r, Ok(AcquireOutcome::Held { holder: None, .. })),
+        "the head is not known yet: {r:?}"
+    );
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    assert_eq!(stored(&mut raw).await, crashed + 1 - PRUNE_PER_CALL);
+    let info = backend.inspect_fair(&spec).await;
+    assert_eq!(
+        norm_inspect(&info),
+        norm_inspect(&mem.inspect_fair_now(&spec))
+    );
+    assert_eq!(info.expect("inspect").waiting, 1, "only z is live");
+    // The next drops the rest and finds z first in line.
+    let r = backend.acquire_fair(&req).await;
+    let m = mem.acquire_fair_now(&req);
+    assert!(matches!(r, Ok(AcquireOutcome::Acquired { .. })), "{r:?}");
+    assert_eq!(norm_acquire(&r), norm_acquire(&m));
+    assert!(!exists(&mut raw, &queue).await, "nobody waits");
 }
 
 /// A release publishes one wake, on the next waiter's own channel.

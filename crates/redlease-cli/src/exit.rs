@@ -25,8 +25,9 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 /// Redis answered with an error or an unexpected reply (authentication, WRONGTYPE, script
 /// error), or another internal failure.
 pub(crate) const SOFTWARE: u8 = 70;
-/// `lock`: the lock was not obtained within `--wait` (someone else holds it); the default of
-/// `-E/--conflict-exit-code`. Not sysexits' `EX_OSERR`, whose number it shares.
+/// `lock`: the lock was not obtained within `--wait` (someone else holds it), or a fair lock's
+/// queue is full; the default of `-E/--conflict-exit-code`. Not sysexits' `EX_OSERR`, whose
+/// number it shares.
 pub(crate) const NOT_OBTAINED: u8 = 71;
 /// `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped. Not sysexits'
 /// `EX_OSFILE`, whose number it shares.
@@ -138,7 +139,13 @@ impl Failure {
     }
 
     pub(crate) fn lock(key: &str, e: &LockError) -> Failure {
-        if e.is_not_obtained() {
+        // A fair lock's full queue (`lock --fair`): not queued, nothing changed.
+        if e.is_not_obtained()
+            || matches!(
+                e,
+                LockError::Refused(redlease::BackendError::QueueFull { .. })
+            )
+        {
             return Failure::new(NOT_OBTAINED, format!("lock {key:?} not obtained: {e}"));
         }
         let code = match e {
@@ -227,6 +234,17 @@ mod tests {
             describe_status(ExitStatus::from_raw(15)),
             "killed by signal 15 (SIGTERM)"
         );
+    }
+
+    #[test]
+    fn a_full_fair_queue_is_not_obtained() {
+        let e = LockError::Refused(redlease::BackendError::QueueFull {
+            name: "{q}".into(),
+            limit: 10_000,
+        });
+        let f = Failure::lock("{q}", &e);
+        assert_eq!(f.code, NOT_OBTAINED, "{}", f.message);
+        assert!(f.message.contains("queue is full"), "{}", f.message);
     }
 
     #[test]

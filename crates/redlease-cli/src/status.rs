@@ -442,7 +442,8 @@ async fn shared<B: LeaseBackend>(ctx: &Ctx, backend: &B, key: &str) -> Result<()
 
 /// Prints fair lock `name`'s holder and its waiters in queue order (`status --fair`): one
 /// read, the store's own view (a place's expiry by the server's clock; a lapsed place is not
-/// shown). Refused before any round trip where fair locks are not offered (Redlock) or the
+/// shown); the count of every live waiter, and the first of them (bounded, as the store's
+/// inspection is). Refused before any round trip where fair locks are not offered (Redlock) or the
 /// name breaks Cluster's one-slot rule.
 async fn fair<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(), Failure> {
     const WHAT: &str = "status --fair";
@@ -467,7 +468,9 @@ async fn fair<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(),
                 "remaining_ms",
                 Json::from(info.holder.as_ref().map(|h| millis(h.remaining))),
             ),
-            ("waiting", Json::from(info.waiters.len() as u64)),
+            // Every live waiter; `waiters` lists the first of them (bounded: see
+            // `redlease::core::INSPECT_SHOWN`).
+            ("waiting", Json::from(info.waiting as u64)),
             ("waiters", holders_json(&info.waiters)),
             ("mark", Json::from(mark)),
             ("last_token", Json::from(last)),
@@ -485,9 +488,15 @@ async fn fair<B: LeaseBackend>(ctx: &Ctx, backend: &B, name: &str) -> Result<(),
             "token:      {}",
             token.map_or_else(none, |t| t.to_string())
         ));
-        print_stdout(&format!("waiting:    {}", info.waiters.len()));
+        print_stdout(&format!("waiting:    {}", info.waiting));
         for (i, w) in info.waiters.iter().enumerate() {
             print_stdout(&format!("waiter:     {}. {}", i + 1, held(w)));
+        }
+        if info.waiting > info.waiters.len() {
+            print_stdout(&format!(
+                "waiter:     ... and {} more",
+                info.waiting - info.waiters.len()
+            ));
         }
         print_stdout(&format!(
             "mark:       {}",

@@ -353,11 +353,11 @@ async fn lock_fair_hands_over_in_arrival_order() {
         // The next waiter starts once this one is queued.
         tokio::time::timeout(std::time::Duration::from_secs(20), async {
             loop {
-                let n: usize = redlease::redis::client::cmd("LLEN")
+                let n: usize = redlease::redis::client::cmd("ZCARD")
                     .arg("{q}:queue")
                     .query_async(&mut raw)
                     .await
-                    .expect("LLEN");
+                    .expect("ZCARD");
                 if n > i {
                     break;
                 }

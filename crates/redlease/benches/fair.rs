@@ -17,7 +17,15 @@
 //! a leave, an inspection; the plain lock's fenced obtain and release alongside, as the
 //! reference.
 //!
-//! `cargo bench -p redlease --bench fair` runs both; `-- contention` or `-- cpu` runs one. The
+//! A third section measures the fair scripts at scale (issue 54), on a server of its own: one
+//! held fair lock with 10, 1,000 and 10,000 waiters; µs of server time per script call for
+//! heartbeats along the queue, handovers, leaves and inspections; an unrelated `PING`'s
+//! latency from another connection while 4 connections heartbeat as fast as they can; the
+//! calls and their cost to skip that many crashed waiters; and the slow log's script calls
+//! above 1 ms.
+//!
+//! `cargo bench -p redlease --bench fair` runs all three; `-- contention`, `-- cpu` or
+//! `-- scale` runs one. The
 //! report is printed and written to `target/criterion/redlease-fair.md`. Without `--bench`
 //! (as `cargo test --all-targets` runs it) each section runs once, briefly, as a smoke test.
 
@@ -467,6 +475,376 @@ async fn cpu_run(server: &RedisServer, run: usize, n: usize) -> Vec<Usage> {
     ]
 }
 
+/// Queue lengths of the scale section in bench mode (a smoke run uses 10 and 100).
+const SCALE: [usize; 3] = [10, 1_000, 10_000];
+/// Load connections driving heartbeats at once in the scale section's load phase.
+const LOAD_TASKS: usize = 4;
+/// The slow log's threshold in the scale section: a script call above it is logged.
+const SLOW_US: u64 = 1_000;
+
+/// One queue length's figures (µs of server time per call: `cmdstat_evalsha`).
+struct Scale {
+    waiters: usize,
+    heartbeat: f64,
+    handover: f64,
+    leave_rejoin: f64,
+    inspect: f64,
+    load_calls: u64,
+    load_usec_per_call: f64,
+    ping: [Duration; 3],
+    crashed: usize,
+    crash_calls: u64,
+    crash_usec_per_call: f64,
+    slow: Vec<(String, u64)>,
+}
+
+/// `SLOWLOG GET`: each entry's command name and duration in µs.
+async fn slowlog(raw: &mut Raw) -> Vec<(String, u64)> {
+    let v: redis::Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(1_000)
+        .query_async(raw)
+        .await
+        .expect("SLOWLOG GET");
+    let mut out = Vec::new();
+    if let redis::Value::Array(entries) = v {
+        for e in entries {
+            let redis::Value::Array(fields) = e else {
+                continue;
+            };
+            let us = match fields.get(2) {
+                Some(redis::Value::Int(us)) => u64::try_from(*us).unwrap_or(0),
+                _ => 0,
+            };
+            let name = match fields.get(3) {
+                Some(redis::Value::Array(args)) => match args.first() {
+                    Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                },
+                _ => String::new(),
+            };
+            out.push((name, us));
+        }
+    }
+    out
+}
+
+/// The serial phases' reading: µs of server time per script call.
+async fn per_call<F, Fut>(raw: &mut Raw, calls: usize, mut call: F) -> f64
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    reset_stats(raw).await;
+    for i in 0..calls {
+        call(i).await;
+    }
+    let (u, info) = usage(raw).await;
+    assert_eq!(
+        u.calls, calls as u64,
+        "one script call per operation: {info}"
+    );
+    u.usec_per_call
+}
+
+/// PING round trips from a connection of their own, one per ms, until `stop`: p50, p99, max.
+async fn pings(mut conn: Raw, stop: CancellationToken) -> [Duration; 3] {
+    let mut rtts = Vec::new();
+    while !stop.is_cancelled() {
+        let t = std::time::Instant::now();
+        let () = redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(|_| ())
+            .expect("PING");
+        rtts.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    rtts.sort();
+    let at = |q: f64| {
+        rtts.get(((rtts.len() as f64 * q) as usize).min(rtts.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    [at(0.5), at(0.99), rtts.last().copied().unwrap_or_default()]
+}
+
+/// One queue length: a held fair lock with `n` waiters queued; serial phases (heartbeats of
+/// waiters all along the queue; handovers: release, the head's grant, the old holder queued
+/// again at the back; a waiter leaving and queuing again; inspections), then `LOAD_TASKS`
+/// connections heartbeating as fast as they can for `load` while another connection PINGs
+/// every ms; then `n - 1` waiters that crash at once, their places lapsing together, and a live
+/// waiter behind them heartbeating until it is granted. The slow log (above `SLOW_US`) covers
+/// every phase.
+async fn scale_run(server: &RedisServer, n: usize, calls: usize, load: Duration) -> Scale {
+    let backend = RedisBackend::new(server.connection().await.expect("connection"));
+    let b = &backend;
+    let mut raw = server.connection().await.expect("raw");
+    let spec = Arc::new(fair_spec(&format!("{{scale:{n}}}"), None).expect("spec"));
+    let h = owner(&redlease::random_owner());
+    assert!(fair_attempt(b, &spec, &h).await);
+    let waiters = owners(n);
+    for who in &waiters {
+        assert!(!fair_attempt(b, &spec, who).await);
+    }
+    // Warm-up (scripts loaded), not measured.
+    b.inspect_fair(&spec).await.expect("inspect");
+    let _ = b.leave_fair(&spec, &waiters[0]).await;
+    assert!(!fair_attempt(b, &spec, &waiters[0]).await);
+    let mut queue: std::collections::VecDeque<Owner> = waiters[1..].iter().cloned().collect();
+    queue.push_back(waiters[0].clone());
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(SLOW_US)
+        .query_async(&mut raw)
+        .await
+        .expect("CONFIG SET");
+    let () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(&mut raw)
+        .await
+        .expect("SLOWLOG RESET");
+
+    // Waiters all along the queue (a stride through it).
+    let heartbeat = per_call(&mut raw, calls, |i| {
+        let who = waiters[(i * 7_919) % n].clone();
+        let spec = Arc::clone(&spec);
+        async move { assert!(!fair_attempt(b, &spec, &who).await) }
+    })
+    .await;
+    // Handovers: 3 calls each.
+    let mut holder = h.clone();
+    let cycles = calls / 3;
+    reset_stats(&mut raw).await;
+    for _ in 0..cycles {
+        fair_release(b, &spec, &holder).await;
+        let head = queue.pop_front().expect("a waiter");
+        assert!(fair_attempt(b, &spec, &head).await, "the head is granted");
+        assert!(!fair_attempt(b, &spec, &holder).await);
+        queue.push_back(std::mem::replace(&mut holder, head));
+    }
+    let (u, _) = usage(&mut raw).await;
+    assert_eq!(u.calls, 3 * cycles as u64);
+    let handover = u.usec_per_call;
+    // A waiter from the middle leaves and queues again (2 calls each).
+    reset_stats(&mut raw).await;
+    for i in 0..cycles {
+        let who = waiters[(i * 7_919 + n / 2) % n].clone();
+        if who == holder {
+            continue;
+        }
+        let r = b.leave_fair(&spec, &who).await;
+        assert!(matches!(r, Ok(true)), "{r:?}");
+        assert!(!fair_attempt(b, &spec, &who).await);
+    }
+    let (u, _) = usage(&mut raw).await;
+    let leave_rejoin = u.usec_per_call;
+    let inspect = per_call(&mut raw, calls / 10, |_| {
+        let spec = Arc::clone(&spec);
+        async move {
+            let info = b.inspect_fair(&spec).await.expect("inspect");
+            assert_eq!(info.waiting, n);
+        }
+    })
+    .await;
+
+    // Load: heartbeats from LOAD_TASKS connections at once, PINGs from another.
+    reset_stats(&mut raw).await;
+    let stop = CancellationToken::new();
+    let ping = tokio::spawn(pings(
+        server.connection().await.expect("ping connection"),
+        stop.clone(),
+    ));
+    let mut tasks = Vec::new();
+    for t in 0..LOAD_TASKS {
+        let backend = RedisBackend::new(server.connection().await.expect("load connection"));
+        let (spec, stop, waiters, holder) = (
+            Arc::clone(&spec),
+            stop.clone(),
+            waiters.clone(),
+            holder.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut i = t;
+            while !stop.is_cancelled() {
+                let who = &waiters[(i * 7_919) % n];
+                i += LOAD_TASKS;
+                if *who == holder {
+                    continue;
+                }
+                assert!(!fair_attempt(&backend, &spec, who).await);
+            }
+        }));
+    }
+    tokio::time::sleep(load).await;
+    stop.cancel();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(20), t)
+            .await
+            .expect("load task ends")
+            .expect("load task");
+    }
+    let ping = tokio::time::timeout(Duration::from_secs(20), ping)
+        .await
+        .expect("pings end")
+        .expect("pings");
+    let (u, _) = usage(&mut raw).await;
+    let (load_calls, load_usec_per_call) = (u.calls, u.usec_per_call);
+
+    // Crashes: n - 1 waiters whose places lapse together, then a live one behind them (n in
+    // all: the queue's bound is MAX_WAITERS).
+    let crash = Arc::new(fair_spec(&format!("{{scale:{n}:crash}}"), None).expect("spec"));
+    assert!(fair_attempt(b, &crash, &h).await);
+    let place = Duration::from_millis(2_000 + n as u64 / 4);
+    let started = std::time::Instant::now();
+    for who in &waiters[1..] {
+        let req = FairRequest::new(
+            AcquireRequest::new(Arc::clone(&crash), who.clone(), long()),
+            Some(Ttl::new(place).expect("place")),
+        );
+        let r = b.acquire_fair(&req).await;
+        assert!(matches!(r, Ok(AcquireOutcome::Held { .. })), "{r:?}");
+    }
+    assert!(
+        started.elapsed() < place,
+        "queued before the first place lapsed"
+    );
+    let z = owner(&redlease::random_owner());
+    assert!(!fair_attempt(b, &crash, &z).await);
+    let filled = std::time::Instant::now();
+    fair_release(b, &crash, &h).await;
+    // Every crashed place set by `filled` has lapsed.
+    tokio::time::sleep((place + Duration::from_millis(100)).saturating_sub(filled.elapsed())).await;
+    reset_stats(&mut raw).await;
+    let mut granted = false;
+    for _ in 0..(n / redlease::core::PRUNE_PER_CALL + 2) {
+        if fair_attempt(b, &crash, &z).await {
+            granted = true;
+            break;
+        }
+    }
+    assert!(
+        granted,
+        "the live waiter is granted once the crashed are dropped"
+    );
+    let (u, _) = usage(&mut raw).await;
+    let slow = slowlog(&mut raw).await;
+    let _ = redis::cmd("FLUSHALL").query_async::<()>(&mut raw).await;
+    Scale {
+        waiters: n,
+        heartbeat,
+        handover,
+        leave_rejoin,
+        inspect,
+        load_calls,
+        load_usec_per_call,
+        ping,
+        crashed: n - 1,
+        crash_calls: u.calls,
+        crash_usec_per_call: u.usec_per_call,
+        slow,
+    }
+}
+
+/// The scale section: the fair scripts' server time per call, an unrelated PING's latency and
+/// the slow log, at each queue length of `counts`.
+fn scale_section(
+    rt: &tokio::runtime::Runtime,
+    s: &mut String,
+    counts: &[usize],
+    calls: usize,
+    load: Duration,
+) {
+    let server = rt
+        .block_on(RedisServer::builder().mode(ServerMode::Process).start())
+        .expect("redis");
+    let (version, load_before) = rt.block_on(conditions(&server));
+    let figures: Vec<Scale> = counts
+        .iter()
+        .map(|&n| rt.block_on(scale_run(&server, n, calls, load)))
+        .collect();
+    let (_, load_after) = rt.block_on(conditions(&server));
+    let cores = std::thread::available_parallelism().map_or(0, |c| c.get());
+    let _ = writeln!(
+        s,
+        "## Fair locks at scale: server time per call by queue length\n"
+    );
+    let _ = writeln!(
+        s,
+        "Redis {version} ({} mode, loopback); one held fair lock with N waiters (places long \
+         enough that none lapses); µs of server time per script call (`usec_per_call` of \
+         `cmdstat_evalsha`), serial phases of {calls} calls (handovers: release, the head's \
+         grant, the old holder queued again; leave: a waiter from the middle leaves and \
+         queues again; inspections: {} calls); then {LOAD_TASKS} connections heartbeating \
+         waiters as fast as they can for {:.1} s while another connection PINGs every ms; then \
+         N − 1 waiters whose places lapse at once and a live waiter behind them heartbeating \
+         until granted (at most {} dropped per call); the slow log (calls above {SLOW_US} µs) \
+         over all phases. {cores} cores, load average {load_before} before, {load_after} \
+         after.\n",
+        server.mode(),
+        calls / 10,
+        load.as_secs_f64(),
+        redlease::core::PRUNE_PER_CALL,
+    );
+    let _ = writeln!(
+        s,
+        "| waiters | heartbeat µs | handover µs | leave + rejoin µs | inspect µs | load: calls, µs/call | PING p50 / p99 / max ms | after the crash: calls to the grant, µs/call | slow log: script calls > 1 ms (max µs) |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in &figures {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let scripts: Vec<&(String, u64)> = f
+            .slow
+            .iter()
+            .filter(|(c, _)| c.eq_ignore_ascii_case("evalsha") || c.eq_ignore_ascii_case("eval"))
+            .collect();
+        let max = scripts.iter().map(|(_, us)| *us).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {}, {:.1} | {:.2} / {:.2} / {:.2} | {} ({} crashed), {:.1} | {} ({max}) |",
+            f.waiters,
+            f.heartbeat,
+            f.handover,
+            f.leave_rejoin,
+            f.inspect,
+            f.load_calls,
+            f.load_usec_per_call,
+            ms(f.ping[0]),
+            ms(f.ping[1]),
+            ms(f.ping[2]),
+            f.crash_calls,
+            f.crashed,
+            f.crash_usec_per_call,
+            scripts.len(),
+        );
+    }
+    for f in &figures {
+        let all: Vec<String> = f.slow.iter().map(|(c, us)| format!("{c} {us}")).collect();
+        let _ = writeln!(
+            s,
+            "\nSlow log at {} waiters (command, µs; every command, not only scripts): {}",
+            f.waiters,
+            if all.is_empty() {
+                "none".to_owned()
+            } else {
+                all.join(", ")
+            }
+        );
+    }
+    if let (Some(first), Some(last)) = (figures.first(), figures.last()) {
+        let _ = writeln!(
+            s,
+            "\nHeartbeat at {} waiters / at {}: {:.2}×; handover {:.2}×.",
+            last.waiters,
+            first.waiters,
+            last.heartbeat / first.heartbeat.max(f64::MIN_POSITIVE),
+            last.handover / first.handover.max(f64::MIN_POSITIVE),
+        );
+    }
+    let _ = writeln!(s);
+}
+
 /// The server's version and the machine's load, for the report's conditions.
 async fn conditions(server: &RedisServer) -> (String, String) {
     let mut raw = server.connection().await.expect("raw");
@@ -595,7 +973,7 @@ fn contention_section(
 
 fn main() {
     let bench_mode = std::env::args().any(|a| a == "--bench");
-    // `-- contention` or `-- cpu`: that section alone.
+    // `-- contention`, `-- cpu` or `-- scale`: that section alone.
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -619,6 +997,14 @@ fn main() {
         };
         let (plain, fair) = contention_section(&rt, &mut s, rounds, period);
         assert!(plain > 0 && fair > 0);
+    }
+    if wanted("scale") {
+        let (counts, calls, load): (&[usize], usize, Duration) = if bench_mode {
+            (&SCALE, 3_000, Duration::from_secs(3))
+        } else {
+            (&[10, 100], 30, Duration::from_millis(200))
+        };
+        scale_section(&rt, &mut s, counts, calls, load);
     }
     if wanted("cpu") {
         let (runs, calls) = if bench_mode {

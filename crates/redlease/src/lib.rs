@@ -281,8 +281,8 @@ pub mod core {
     };
     // Fair locks: the rule's types and the view the lock machines drive a fair hold through.
     pub use lease_core::fair::{
-        FairBackend, FairPlan, FairRequest, PLACE_HEARTBEATS, fair_keys, fair_spec, place_ttl,
-        wake_key,
+        FairBackend, FairPlan, FairRequest, INSPECT_SCAN, INSPECT_SHOWN, MAX_WAITERS,
+        PLACE_HEARTBEATS, PRUNE_PER_CALL, fair_keys, fair_spec, place_ttl, wake_key,
     };
     // Read-write locks: the readers' view the lock machines drive reader holds through.
     pub use lease_core::rwlock::{

@@ -54,11 +54,11 @@ async fn fair_on(server: &RedisServer, name: &str) -> Fair<Backend> {
 async fn queued(server: &RedisServer, name: &str) -> usize {
     let mut conn = server.connection().await.expect("raw");
     let [queue, _] = fair_keys(name);
-    redis::cmd("LLEN")
+    redis::cmd("ZCARD")
         .arg(queue)
         .query_async(&mut conn)
         .await
-        .expect("LLEN")
+        .expect("ZCARD")
 }
 
 /// Waits (bounded) until the queue of `name` holds `n` waiters.

@@ -43,7 +43,7 @@ pub enum Effect {
 /// | [`Refused`](Self::Refused), [`Invalid`](Self::Invalid), [`TokenExhausted`](Self::TokenExhausted), [`Corrupt`](Self::Corrupt) | not applied | no |
 /// | [`Protocol`](Self::Protocol) | **unknown** | yes |
 /// | [`TokenRegression`](Self::TokenRegression) | applied (a report, not a failure) | no |
-/// | [`Unsupported`](Self::Unsupported), [`PermitsMismatch`](Self::PermitsMismatch) | not applied | no |
+/// | [`Unsupported`](Self::Unsupported), [`PermitsMismatch`](Self::PermitsMismatch), [`QueueFull`](Self::QueueFull) | not applied | no |
 /// | [`Other`](Self::Other) | **unknown** | yes |
 ///
 /// Each message includes its cause once: the wrapped error is in the message (and in the
@@ -122,6 +122,17 @@ pub enum BackendError {
         /// The count this obtain asked for.
         asked: u32,
     },
+    /// A fair lock's queue already holds its bound of live waiters
+    /// ([`MAX_WAITERS`](crate::fair::MAX_WAITERS)) and this owner has no place in it: it was
+    /// not queued, nothing changed. Permanent for this attempt (reported at once, never
+    /// retried): the queue drains only as waiters get the lock, leave or expire.
+    #[error("fair lock {name}: its queue is full ({limit} live waiters); not queued")]
+    QueueFull {
+        /// The fair lock's name.
+        name: String,
+        /// The bound it reached.
+        limit: usize,
+    },
     /// An adapter-specific failure whose effect is unknown. Adapters that know a failure was
     /// not applied say so with [`Unavailable`](Self::Unavailable) (with the detailed error in
     /// its message) instead.
@@ -157,7 +168,8 @@ impl BackendError {
             | BackendError::TokenExhausted(_)
             | BackendError::Corrupt { .. }
             | BackendError::Unsupported(_)
-            | BackendError::PermitsMismatch { .. } => Effect::NotApplied,
+            | BackendError::PermitsMismatch { .. }
+            | BackendError::QueueFull { .. } => Effect::NotApplied,
             BackendError::TokenRegression { .. } => Effect::Applied,
         }
     }
@@ -206,6 +218,10 @@ impl BackendError {
                 name: name.clone(),
                 stored: *stored,
                 asked: *asked,
+            },
+            BackendError::QueueFull { name, limit } => BackendError::QueueFull {
+                name: name.clone(),
+                limit: *limit,
             },
             BackendError::Other(e) => BackendError::Other(boxed(e)),
         }

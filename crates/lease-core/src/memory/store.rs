@@ -21,7 +21,8 @@ pub(super) enum Value {
     /// A semaphore's permits: owner → when its permit expires (a Redis sorted set of
     /// owner → expiry in ms of the server's clock).
     ZSet(BTreeMap<String, Instant>),
-    /// A fair lock's queue: owners in arrival order (a Redis list).
+    /// A fair lock's queue: owners in arrival order (a Redis sorted set of owner → arrival
+    /// sequence).
     List(Vec<String>),
 }
 

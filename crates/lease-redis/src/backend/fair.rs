@@ -22,7 +22,7 @@ use lease_core::{
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
-use super::view::{ViewCall, acquire_reply};
+use super::view::{ViewCall, acquire_reply, int, protocol};
 use crate::notify;
 use crate::scripts::{Call, LuaScript};
 
@@ -141,8 +141,28 @@ where
     call.arg(req.owner().stored_value(&req.acquire.metadata))
         .arg(packed);
     ViewCall::new(call, &S_ACQUIRE)
-        .acquire(backend, |v| acquire_reply(v, fenced))
+        .acquire(backend, |v| fair_acquire_reply(v, req, fenced))
         .await
+}
+
+/// `fair_acquire.lua`'s reply: acquire.lua's shapes, or `{3, max}`: the queue is full.
+fn fair_acquire_reply(
+    v: &redis::Value,
+    req: &FairRequest,
+    fenced: bool,
+) -> Result<AcquireOutcome, BackendError> {
+    const W: &str = "fair_acquire";
+    if let redis::Value::Array(a) = v
+        && let [flag, max] = a.as_slice()
+        && int(W, flag)? == 3
+    {
+        let limit = usize::try_from(int(W, max)?).map_err(|_| protocol(W, v))?;
+        return Err(BackendError::QueueFull {
+            name: req.name().to_owned(),
+            limit,
+        });
+    }
+    acquire_reply(v, fenced)
 }
 
 /// `fair_release.lua` in `mode` (`r` release, `l` leave); whether it answered 1.
@@ -222,11 +242,11 @@ mod tests {
     const PINNED_SHA1: [(&str, &str); 2] = [
         (
             "fair_acquire.lua",
-            "25fa0a76166933a58e38e6656fbfe17798213963",
+            "4e88f8b040f30fa2137d10ee401c79eeb6e6c57a",
         ),
         (
             "fair_release.lua",
-            "ca4967cf90b5ec7fa6aecffad0ee42e5160c278c",
+            "e39431d11891a311f057cacfb6d38b749e2513f0",
         ),
     ];
 

@@ -53,7 +53,7 @@ fn fair_reply(v: &Value) -> Result<FairInfo, BackendError> {
     let Value::Array(a) = v else {
         return Err(protocol(W, v));
     };
-    let [holder, holder_ms, waiters, counter, mark] = a.as_slice() else {
+    let [holder, holder_ms, waiters, counter, mark, waiting] = a.as_slice() else {
         return Err(protocol(W, v));
     };
     let mut info = FairInfo::default();
@@ -78,6 +78,7 @@ fn fair_reply(v: &Value) -> Result<FairInfo, BackendError> {
     }
     info.counter = token_reply(W, counter)?;
     info.mark = token_reply(W, mark)?.map_or(FenceMark::NONE, FenceMark::at);
+    info.waiting = usize::try_from(int(W, waiting)?).map_err(|_| protocol(W, waiting))?;
     Ok(info)
 }
 
@@ -107,7 +108,7 @@ mod tests {
     fn the_fair_inspect_script_is_pinned_and_composed() {
         let hash = redis::Script::new(FAIR_INSPECT).get_hash().to_owned();
         assert_eq!(
-            hash, "0bb4f1e679615aa056bf05849c8d1bcbcd6c47ca",
+            hash, "bc3b37bd5b12ae7422c5803d3b90638ff5504708",
             "fair_inspect.lua: re-pin deliberately"
         );
         let own = FAIR_INSPECT
@@ -127,6 +128,7 @@ mod tests {
             Value::Array(vec![s("w1"), Value::Int(5), s("w2"), Value::Int(9)]),
             s("3"),
             s("2"),
+            Value::Int(2),
         ]);
         let info = fair_reply(&v).expect("a reply");
         let holder = info.holder.expect("a holder");
@@ -135,12 +137,14 @@ mod tests {
         let order: Vec<&str> = info.waiters.iter().map(|w| w.owner.as_str()).collect();
         assert_eq!(order, ["w1", "w2"]);
         assert_eq!(info.counter.map(|t| t.get()), Some(3));
+        assert_eq!(info.waiting, 2);
         let free = Value::Array(vec![
             s(""),
             Value::Int(-2),
             Value::Array(vec![]),
             s("0"),
             s("0"),
+            Value::Int(0),
         ]);
         let info = fair_reply(&free).expect("a reply");
         assert_eq!((info.holder, info.waiters.len()), (None, 0));
@@ -155,6 +159,7 @@ mod tests {
             Value::Array(vec![s("w1")]),
             s("0"),
             s("0"),
+            Value::Int(1),
         ]);
         assert!(matches!(fair_reply(&odd), Err(BackendError::Protocol(_))));
     }

@@ -184,6 +184,7 @@ pub fn kind(e: &BackendError) -> String {
         BackendError::PermitsMismatch { stored, asked, .. } => {
             format!("mismatch {stored} {asked}")
         }
+        BackendError::QueueFull { name, limit } => format!("queue full {name} {limit}"),
         other => format!("other {other}"),
     }
 }
