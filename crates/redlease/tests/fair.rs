@@ -441,3 +441,44 @@ async fn refusals_before_any_round_trip() {
         other => panic!("expected an unsupported refusal, got {other:?}"),
     }
 }
+
+/// Issue 54: a fair try-lock takes no place in the line. With the lock held, an acquire with
+/// a retry strategy but a zero wait (`lock --fair --wait 0`) is refused at once and leaves
+/// the queue as it found it; the control: the same acquire with a wait is queued.
+#[tokio::test]
+async fn a_try_lock_takes_no_place_in_the_line() {
+    let server = RedisServer::start().await.expect("redis");
+    let holder = fair_on(&server, "{try}").await;
+    let held = bounded("obtain", holder.acquire(ms(10_000), LockOptions::new()))
+        .await
+        .expect("obtain");
+    let once = fair_on(&server, "{try}").await;
+    let err = bounded(
+        "a try-lock",
+        once.acquire(
+            ms(10_000),
+            LockOptions::new().retry(linear(50)).wait(Duration::ZERO),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_not_obtained(), "{err:?}");
+    assert_eq!(queued(&server, "{try}").await, 0, "no place taken");
+    // The control: a waiter with a wait is queued behind the holder.
+    let waiter = fair_on(&server, "{try}").await;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(
+                ms(10_000),
+                LockOptions::new().retry(linear(50)).wait(ms(20_000)),
+            )
+            .await
+    });
+    until_queued(&server, "{try}", 1).await;
+    held.release().await.expect("release");
+    let got = bounded("the waiter", waiting)
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    got.release().await.expect("release");
+}

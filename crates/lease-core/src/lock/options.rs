@@ -220,8 +220,9 @@ impl LockOptions {
     /// is the lock's ([`fair_spec`](crate::fair::fair_spec)), fenced by
     /// [`fence_key`](Self::fence_key) or else `<name>:fence`, so every hold gets a fencing
     /// token; the waiter's place TTL is [`place_ttl`](crate::fair::place_ttl) of the retry
-    /// strategy (its longest delay must not exceed the TTL). Every other option means what it
-    /// means for a lock.
+    /// strategy (its longest delay must not exceed the TTL) — none, so it never queues, when
+    /// the obtain will not try again (no retries, or a zero [`wait`](Self::wait): a try-lock
+    /// takes no place in the line). Every other option means what it means for a lock.
     ///
     /// ```
     /// use std::time::Duration;
@@ -234,6 +235,8 @@ impl LockOptions {
     /// assert_eq!(plan.place_ttl.map(|t| t.get()), Some(ms(150)));
     /// let slow = LockOptions::new().retry(RetryStrategy::linear(Duration::from_secs(9))?);
     /// assert!(slow.plan_fair("{jobs}", Duration::from_secs(5), || "t".into()).is_err());
+    /// let once = opts.wait(Duration::ZERO).plan_fair("{jobs}", Duration::from_secs(5), || "t".into())?;
+    /// assert_eq!(once.place_ttl, None, "a try-lock never queues");
     /// # Ok::<(), lease_core::ConfigError>(())
     /// ```
     pub fn plan_fair(
@@ -243,10 +246,14 @@ impl LockOptions {
         fresh_token: impl FnOnce() -> String,
     ) -> Result<crate::fair::FairPlan, ConfigError> {
         let spec = crate::fair::fair_spec(name, self.fence_key.clone())?;
-        let place_ttl = crate::fair::place_ttl(&self.retry, ttl)?;
+        let mut place_ttl = crate::fair::place_ttl(&self.retry, ttl)?;
         let mut options = self.clone();
         options.fence_key = spec.fence_key().map(str::to_owned);
         let obtain = options.plan(spec.keys().iter().cloned(), ttl, fresh_token)?;
+        if obtain.wait.is_zero() {
+            // No attempt after the first: a place would only hold back those behind it.
+            place_ttl = None;
+        }
         Ok(crate::fair::FairPlan { obtain, place_ttl })
     }
 
