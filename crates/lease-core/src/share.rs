@@ -22,6 +22,23 @@ pub fn target(names: usize, members: usize, rank: usize) -> usize {
     names / members + usize::from(rank < names % members)
 }
 
+/// The target of a member that holds **no roster slot** and owns `owned` names: exactly
+/// those. A member without a slot is not ranked, so it contends for no name; but losing its
+/// slot (the key evicted or overwritten, an ACL change, a lost renewal) says nothing about its
+/// names, whose terms are still valid: it keeps them, resigning none, while it contends for a
+/// slot again. The other members no longer count it and take the names it does not hold;
+/// once it is ranked again the ordinary [`target`] applies. Before its first slot it owns
+/// nothing, so it aims at nothing.
+///
+/// ```
+/// use lease_core::share::{Step, step, target_without_slot};
+/// assert_eq!(step(7, target_without_slot(7)), Step::Hold, "a lost slot ends no term");
+/// assert_eq!(target_without_slot(0), 0, "and a member without one starts no new term");
+/// ```
+pub fn target_without_slot(owned: usize) -> usize {
+    owned
+}
+
 /// What a member owning `owned` names should do under its `target`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {

@@ -150,3 +150,36 @@ async fn acquires_and_roster_reads_whose_tasks_panic_are_answered() {
         .await
         .expect("shutdown in time");
 }
+
+/// Issue 54: once the group's task is gone (here its runtime is dropped under it, as a panic
+/// of the task would end it), `owned()` no longer reports its last publication as if it were
+/// still true: it is empty, and a watch sees the task gone.
+#[test]
+fn owned_is_empty_once_the_groups_task_is_gone() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let (group, owned) = runtime.block_on(async {
+        let clock = ManualClock::new();
+        let _b = bridge(clock.clone());
+        let names: Vec<String> = (0..3).map(|i| format!("shard-{i}")).collect();
+        let group = ElectionGroup::builder(MemoryBackend::new(clock), "g", names, "a")
+            .ttl(Duration::from_millis(900))
+            .contend_for_all()
+            .start()
+            .expect("a valid group");
+        let mut owned = group.subscribe();
+        tokio::time::timeout(Duration::from_secs(10), owned.wait_for(|o| o.len() == 3))
+            .await
+            .expect("every name won")
+            .expect("the group runs");
+        (group, owned)
+    });
+    assert_eq!(group.owned().len(), 3);
+    drop(runtime);
+    assert!(group.is_finished());
+    assert!(group.owned().is_empty(), "a gone task owns nothing");
+    assert!(owned.has_changed().is_err(), "watchers see the task gone");
+}

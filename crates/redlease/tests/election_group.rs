@@ -296,3 +296,68 @@ async fn without_the_share_rule_a_newcomer_gets_nothing() {
             .unwrap();
     }
 }
+
+/// Issue 54: a member whose roster slot is lost (its key deleted, as an eviction or an
+/// operator would) keeps every name it leads — same terms, same tokens, never fewer owned —
+/// while it wins a slot again. Before, it resigned every name at once.
+#[tokio::test]
+async fn a_lost_roster_slot_ends_no_term() {
+    const N: usize = 20;
+    let server = common::redis().await;
+    let mut raw = raw(&server).await;
+    let (ttl, acquire) = (ms(1_500), ms(300));
+    let group = ElectionGroup::builder(backend(&server).await, "lose", names(N), "a")
+        .ttl(ttl)
+        .acquire_interval(acquire)
+        .start()
+        .unwrap();
+    settle(&[&group], EVENTUALLY, "all led", |n| n[0] == N).await;
+    let before = group.owned();
+    // Watch the owned count from now on: it must never drop.
+    let mut watch = group.subscribe();
+    let fewest = tokio::spawn(async move {
+        let mut fewest = usize::MAX;
+        let deadline = tokio::time::Instant::now() + ttl * 3;
+        loop {
+            fewest = fewest.min(watch.borrow_and_update().len());
+            match tokio::time::timeout_at(deadline, watch.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return fewest,
+            }
+        }
+    });
+    // Delete every roster slot's key: the member's slot renewal finds it gone.
+    let mut deleted = 0;
+    for i in 0..64 {
+        let spec = redlease::core::LeaseSpec::election(&format!("lose.member.{i}"));
+        for key in spec.keys() {
+            let n: i64 = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            deleted += n;
+        }
+    }
+    assert_eq!(deleted, 1, "the member held one roster slot");
+    let fewest = tokio::time::timeout(EVENTUALLY, fewest)
+        .await
+        .expect("the watch window ends")
+        .expect("watch task");
+    assert_eq!(
+        fewest, N,
+        "names were resigned when the roster slot was lost"
+    );
+    // The same terms (no name changed hands or token), and a slot again.
+    assert_eq!(group.owned(), before);
+    tokio::time::timeout(EVENTUALLY, async {
+        while group.members() != 1 {
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await
+    .expect("a roster slot again");
+    tokio::time::timeout(EVENTUALLY, group.shutdown())
+        .await
+        .unwrap();
+}

@@ -84,8 +84,8 @@ enum InFlight {
     One(usize, RequestId),
     /// A batch of renewals, in the batch's order.
     Renewals(Vec<(usize, RequestId)>),
-    /// A roster read.
-    Roster,
+    /// A roster read, started while the member's roster slots were as in this epoch.
+    Roster(u64),
 }
 
 /// A renewal waiting for the turn's batch.
@@ -124,6 +124,9 @@ pub(super) struct Driver<B> {
     owned: usize,
     /// The roster slots led, lowest first.
     roster_held: std::collections::BTreeSet<usize>,
+    /// Counts changes of `roster_held`: a roster read started before the last change is not
+    /// used (it may count this member's old slot as another member).
+    roster_epoch: u64,
     stopping: bool,
     shared: Arc<Shared>,
     tx: watch::Sender<Owned>,
@@ -189,6 +192,7 @@ impl<B: LeaseBackend> Driver<B> {
             owned_changed: false,
             owned: 0,
             roster_held: std::collections::BTreeSet::new(),
+            roster_epoch: 0,
             stopping: false,
             shared,
             tx,
@@ -305,6 +309,11 @@ impl<B: LeaseBackend> Driver<B> {
                     slot.published_until = Some(valid_until);
                     if idx >= self.names {
                         self.roster_held.insert(idx);
+                        // The last roster view may count the old slot as another member
+                        // (its epoch moves: a read started before is not used).
+                        self.roster_epoch += 1;
+                        self.roster_live = None;
+                        self.next_roster_read = Instant::now();
                     } else {
                         self.owned += 1;
                         self.owned_changed = true;
@@ -321,6 +330,11 @@ impl<B: LeaseBackend> Driver<B> {
                     slot.published_until = None;
                     if idx >= self.names {
                         self.roster_held.remove(&idx);
+                        // The last roster view may count the old slot as another member
+                        // (its epoch moves: a read started before is not used).
+                        self.roster_epoch += 1;
+                        self.roster_live = None;
+                        self.next_roster_read = Instant::now();
                     } else {
                         self.owned = self.owned.saturating_sub(1);
                         self.owned_changed = true;
@@ -427,7 +441,7 @@ impl<B: LeaseBackend> Driver<B> {
                         reply: Reply::TimedOut,
                     },
                     Some(InFlight::Renewals(_)) => Done::Renewals(None),
-                    Some(InFlight::Roster) => Done::Roster(None),
+                    Some(InFlight::Roster(_)) => Done::Roster(None),
                     None => return,
                 };
                 (e.id(), done)
@@ -466,6 +480,13 @@ impl<B: LeaseBackend> Driver<B> {
             Done::Roster(view) => {
                 self.reading_roster = false;
                 self.next_roster_read = Instant::now() + self.acquire_interval;
+                if !matches!(in_flight, Some(InFlight::Roster(epoch)) if epoch == self.roster_epoch)
+                {
+                    // Read before this member's slots last changed: it may count a slot this
+                    // member held then as another member. Read again at once.
+                    self.next_roster_read = Instant::now();
+                    return;
+                }
                 match view {
                     Some(live) => {
                         if self.roster_live.as_ref() != Some(&live) {

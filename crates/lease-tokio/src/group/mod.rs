@@ -26,7 +26,10 @@
 //! differ by more than one. A member below its target contends for the names it does not own;
 //! at its target it contends for nothing more; above it, it **resigns** the excess (each
 //! release is a graceful one: the next owner does not wait for a TTL). A member contends for
-//! no name until it holds a slot and has read the roster once.
+//! no name until it holds a slot and has read the roster once. A member that **loses** its
+//! slot (the key evicted or overwritten, an ACL change) keeps the names it owns — it resigns
+//! none, contends for no more — while it contends for a slot again
+//! ([`lease_core::share::target_without_slot`]).
 //!
 //! This is simpler than consistent hashing or a coordinator, needs nothing from the store but
 //! the lease operations every backend has, and keeps each name an ordinary fenced election:
@@ -232,8 +235,13 @@ impl<B: LeaseBackend> ElectionGroup<B> {
         self.owned.clone()
     }
 
-    /// The names owned now (as last published).
+    /// The names owned now (as last published); none once the group's task has ended (after
+    /// [`ElectionGroup::shutdown`], or a panic: its last publication is not kept as if it
+    /// were still true).
     pub fn owned(&self) -> Owned {
+        if self.owned.has_changed().is_err() {
+            return Owned::default();
+        }
         Arc::clone(&self.owned.borrow())
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 
-use lease_core::share::{Step, step, target};
+use lease_core::share::{Step, step, target, target_without_slot};
 use lease_core::{BackendError, LeaseBackend, LeaseInfo, LeaseSpec};
 use tokio::time::Instant;
 
@@ -46,7 +46,8 @@ impl<B: LeaseBackend> Driver<B> {
                     self.shared.members.store(members, Ordering::Relaxed);
                     target(names, members, rank)
                 }
-                _ => 0,
+                // No slot (lost, or none yet), or no roster read yet: keep what is owned.
+                _ => target_without_slot(self.owned),
             }
         };
         self.shared.target.store(goal, Ordering::Relaxed);
@@ -102,7 +103,8 @@ impl<B: LeaseBackend> Driver<B> {
             let read = read_all(specs.iter().map(|spec| backend.inspect(spec)).collect());
             Done::Roster(tokio::time::timeout(timeout, read).await.ok().flatten())
         });
-        self.in_flight.insert(task.id(), InFlight::Roster);
+        self.in_flight
+            .insert(task.id(), InFlight::Roster(self.roster_epoch));
     }
 }
 
