@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use super::store::{Entry, Faults, Scheme, Store, Value};
 use super::{ManualClock, MemoryWrite, lock};
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
-    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, ForceReleaseOutcome, LeaseBackend,
+    LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use crate::fair::{FairInfo, FairRequest, check_fair_spec, fair_name, wake_key};
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
@@ -466,5 +466,12 @@ impl LeaseBackend for MemoryBackend {
     }
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.delayed(|s, now| s.inspect(spec, now)).await
+    }
+    async fn force_release(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        let outcome = self.delayed(|s, now| s.force_release(spec, now)).await;
+        if matches!(outcome, Ok(ForceReleaseOutcome::Released { .. })) {
+            self.notify_release(spec, &Ok(ReleaseOutcome::Released));
+        }
+        outcome
     }
 }
