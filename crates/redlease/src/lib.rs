@@ -181,9 +181,12 @@ pub use lease_core::RetryStrategy;
 #[allow(deprecated)]
 pub use lease_tokio::random_token;
 pub use lease_tokio::{
-    AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock, LockError,
-    LockObserver, LockOptions, Locker, random_owner,
+    ADMIN_TIMEOUT, AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock,
+    LockError, LockHolder, LockObserver, LockOptions, Locker, random_owner,
 };
+// Seeing and breaking plain locks: `Locker::holder`, `is_locked`, `remaining`, `lock_info`,
+// `force_release` (an administrator's release that also raises the fence).
+pub use lease_core::ForceReleaseOutcome;
 // Counting semaphores (at most N holders; each permit a lease with its own fencing token).
 pub use lease_core::semaphore::{
     MAX_PERMITS, PermitFencing, PermitHolder, PermitWriteOutcome, SemaphoreInfo,
@@ -245,9 +248,9 @@ pub mod core {
     };
     pub use lease_core::{
         AcquireOutcome, AcquireRequest, BackendError, Effect, Epoch, FenceMark, FenceOutcome,
-        FenceState, FencedResource, Fencing, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
-        ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, StoreLoss, Token, TokenError,
-        TokenScheme,
+        FenceState, FencedResource, Fencing, ForceReleaseOutcome, LeaseBackend, LeaseInfo,
+        LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+        StoreLoss, Token, TokenError, TokenScheme,
     };
     // Release notifications: what `LeaseBackend::release_watch` hands out.
     pub use lease_core::notify::{HubLink, NoticeMark, ReleaseHub, ReleaseWatch, WatchRole};
