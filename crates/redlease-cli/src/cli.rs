@@ -120,6 +120,10 @@ pub(crate) enum Command {
     /// Show who leads election NAME (holder, token, remaining TTL, applied mark), or who holds
     /// and waits for a semaphore, read-write lock or fair lock
     Status(StatusArgs),
+    /// Release lock KEY as an operator: only if OWNER holds it (--owner), or whoever holds it
+    /// (--force: also raises the fence so the old holder's fenced writes are refused)
+    #[command(after_long_help = UNLOCK_HELP)]
+    Unlock(UnlockArgs),
     /// Fenced writes from a shell leader: applied only if --token is not stale (exit 3 if it is)
     #[command(subcommand)]
     Fence(FenceCommand),
@@ -198,6 +202,24 @@ Example:
   redlease lock -q -w forever deploy -- ./deploy.sh
 
 Exit codes: see `redlease --help`.";
+
+const UNLOCK_HELP: &str = "\
+--owner OWNER deletes the lock only if OWNER holds it (a compare-and-delete; OWNER is the holder
+`redlease status --lock KEY` shows). --force deletes it whoever holds it and, in the same
+atomic step, mints a fresh token from the counter <KEY>:fence into the mark
+<KEY>:fence:applied (even when the lock was free: a holder whose lease lapsed may still write):
+the broken holder's fenced writes (REDLEASE_TOKEN of `lock --fence`) are refused from then on,
+the next holder's token is minted above it and accepted. A forced release is logged on stderr.
+The broken holder's `redlease lock` learns of it at its next renewal: it stops CMD and exits 72.
+Not offered with --redlock (exit 64).
+
+Exit codes: 0 released; 1 the lock was not held (by OWNER, with --owner): nothing deleted;
+69 Redis unreachable (nothing done); 75 outcome unknown (it may have been released); 64 bad key
+or owner.
+
+Example:
+  redlease unlock nightly-backup --owner host-a-1234-9f2c
+  redlease unlock nightly-backup --force";
 
 const DEMO_HELP: &str = "\
 Three contenders (alpha, bravo, charlie) contend for one election with a 1 s TTL. The leader
@@ -337,9 +359,13 @@ pub(crate) struct StatusArgs {
     #[arg(
         long,
         env = "REDLEASE_NAME",
-        required_unless_present_any = ["check", "semaphore", "shared", "fair"]
+        required_unless_present_any = ["check", "semaphore", "shared", "fair", "lock"]
     )]
     pub(crate) name: Option<String>,
+    /// Plain lock KEY (what `lock KEY` holds): print its holder, the metadata stored with it,
+    /// the time it has left, and the fence counter <KEY>:fence and mark (`lock --fence`)
+    #[arg(long, value_name = "KEY", conflicts_with = "watch")]
+    pub(crate) lock: Option<String>,
     /// Semaphore name (what `lock -n N NAME` holds): print its permit count and its current
     /// holders, each with the time its permit has left, the last token and the mark
     #[arg(long, conflicts_with = "watch")]
@@ -364,6 +390,20 @@ pub(crate) struct StatusArgs {
     /// How often --watch polls
     #[arg(long, value_parser = duration::parse, default_value = "500ms", requires = "watch")]
     pub(crate) every: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("how").required(true).args(["owner", "force"])))]
+pub(crate) struct UnlockArgs {
+    /// The lock's key
+    pub(crate) key: String,
+    /// Release only if OWNER holds the lock (compare-and-delete)
+    #[arg(long, value_name = "OWNER", conflicts_with = "force")]
+    pub(crate) owner: Option<String>,
+    /// Release whoever holds the lock, and raise the fence <KEY>:fence so the old holder's
+    /// fenced writes are refused
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, Args)]

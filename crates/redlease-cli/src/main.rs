@@ -92,6 +92,7 @@ mod sources;
 mod status;
 mod supervise;
 mod topology;
+mod unlock;
 
 use std::process::ExitCode;
 
@@ -273,6 +274,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
         Command::Lock(args) => lock::lock(ctx, args).await,
         Command::Status(args) => status::status(ctx, args).await,
         Command::Fence(args) => fence::fence(ctx, args).await,
+        Command::Unlock(args) => unlock::unlock(ctx, args).await,
         Command::Demo(_) => demo::demo(ctx).await,
         Command::Completions { shell } => {
             let mut script = Vec::new();
