@@ -114,7 +114,8 @@ pub(crate) enum Command {
     /// Contend for leadership of NAME; while leader, run CMD (stopped when leadership is lost)
     #[command(after_long_help = RUN_HELP)]
     Run(RunArgs),
-    /// Run CMD under the lock KEY, renewed automatically (like flock, across machines)
+    /// Run CMD under the lock KEY, renewed automatically (like flock, across machines); without
+    /// CMD, hold KEY until interrupted, printing its token
     #[command(after_long_help = LOCK_HELP)]
     Lock(LockArgs),
     /// Show who leads election NAME (holder, token, remaining TTL, applied mark), or who holds
@@ -196,6 +197,11 @@ redlease_lock_* metrics). An address that cannot be bound: exit 74.
 On a Redis Cluster (--cluster) the key must carry a hash tag ('{backup}'); through
 --sentinel or on a --redlock quorum it works as on one server (waiters on Cluster and
 Sentinel are woken by the holder's release notice; on Redlock they poll).
+
+Without CMD (`redlease lock KEY`, as etcdctl's `lock NAME`), the lock is fenced (as --fence)
+and held, renewed, until SIGINT or SIGTERM: its token is printed on stdout once obtained (with
+--json: {\"key\",\"token\",\"owner\"}), and the lock is released on exit (exit 0; 72 if it
+was lost meanwhile, e.g. broken by `redlease unlock --force`).
 
 Example:
   redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh
@@ -348,8 +354,10 @@ pub(crate) struct LockArgs {
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
     pub(crate) health_addr: Option<String>,
-    /// The command to run under the lock, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command to run under the lock, after `--`. Without CMD, redlease holds the lock
+    /// (fenced, as --fence) until SIGINT or SIGTERM, prints its token on stdout once obtained,
+    /// and releases it on exit (exit 0; 72 if it was lost meanwhile)
+    #[arg(last = true, value_name = "CMD")]
     pub(crate) cmd: Vec<OsString>,
 }
 
