@@ -81,6 +81,29 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
+//! # Seeing and breaking locks
+//!
+//! [`Locker::holder`], [`Locker::is_locked`] and [`Locker::remaining`] read a plain lock from
+//! the store (an error is an error, never "not locked"); [`Locker::force_release`] is an
+//! administrator's release, whoever holds it, that also raises the fence so the broken holder's
+//! fenced writes are refused while the next holder's are accepted ([`ForceReleaseOutcome`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use redlease::{ForceReleaseOutcome, Locker};
+//!
+//! let locker = Locker::new(redlease::redis::connect("redis://127.0.0.1/").await?);
+//! if let Some(h) = locker.holder("nightly").await? {
+//!     println!("held by {} ({:?} left)", h.owner, h.remaining);
+//! }
+//! // The fence key is the one its holders obtain with (`LockOptions::fence_key`).
+//! match locker.force_release("nightly", Some("nightly:fence")).await? {
+//!     ForceReleaseOutcome::Released { holder, fence, .. } => println!("broke {holder}; fence {fence:?}"),
+//!     other => println!("was not held; fence {:?}", other.fence()),
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Semaphores
 //!
 //! At most `N` holders of one name at once; each permit is a lease of its own (TTL,
