@@ -87,6 +87,7 @@ mod lock;
 mod log;
 mod output;
 mod run;
+mod sdnotify;
 mod secret;
 mod sources;
 mod status;
