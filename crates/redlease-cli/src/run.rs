@@ -226,10 +226,17 @@ async fn run_on<B: LeaseBackend + 'static>(
                     }
                 }
             },
-            _ = sigint.recv() => on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress, notifier.as_deref()),
-            _ = sigterm.recv() => on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress, notifier.as_deref()),
+            _ = sigint.recv() => {
+                notify_stopping(notifier.as_deref(), signalled);
+                on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
+            }
+            _ = sigterm.recv() => {
+                notify_stopping(notifier.as_deref(), signalled);
+                on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
+            }
             _ = other.quit.recv() => {
-                on_signal(3, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress, notifier.as_deref());
+                notify_stopping(notifier.as_deref(), signalled);
+                on_signal(3, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
                 hurry.cancel();
             }
             _ = other.tstp.recv() => other.tstp_ignored(&progress),
@@ -252,6 +259,13 @@ async fn run_on<B: LeaseBackend + 'static>(
     Ok(code)
 }
 
+/// Tells systemd (when `NOTIFY_SOCKET` is set) that `run` is stopping, at the first signal.
+fn notify_stopping(notifier: Option<&crate::sdnotify::Notifier>, signalled: bool) {
+    if let (Some(n), false) = (notifier, signalled) {
+        n.send("STOPPING=1");
+    }
+}
+
 fn on_signal(
     signo: u8,
     signalled: &mut bool,
@@ -260,7 +274,6 @@ fn on_signal(
     stop_child: &CancellationToken,
     hurry: &CancellationToken,
     progress: &Progress,
-    notifier: Option<&crate::sdnotify::Notifier>,
 ) {
     if *signalled {
         progress.event("signal", "second signal: killing CMD now", &[]);
@@ -268,9 +281,6 @@ fn on_signal(
         return;
     }
     *signalled = true;
-    if let Some(n) = notifier {
-        n.send("STOPPING=1");
-    }
     *exit_code = Some(128 + signo);
     *cause = "signal";
     let name = exit::signal_name(i32::from(signo));
