@@ -320,6 +320,11 @@ impl MemoryBackend {
     pub fn inspect_shared_now(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
         self.with(|s, now| s.inspect_shared(spec, now))
     }
+    /// An administrator's release of `spec` (see
+    /// [`LeaseBackend::force_release`]), applied at once (no release notice).
+    pub fn force_release_now(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        self.with(|s, now| s.force_release(spec, now))
+    }
     /// A fenced batch of writes under `token` against `mark_key`, applied at once.
     pub fn fenced_now(
         &self,
