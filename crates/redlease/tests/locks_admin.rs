@@ -246,3 +246,53 @@ async fn an_error_is_never_not_locked() {
         .unwrap_err();
     assert!(!matches!(e, LockError::Refused(_)), "{e:?}");
 }
+
+/// A waiter that only polls every 20 s is woken by the forced release's notice, as by a
+/// release: the broken lock passes on at once, not at the waiter's next poll.
+#[tokio::test]
+async fn a_forced_release_wakes_a_waiter() {
+    use redlease::redis::{Topology, notice_channel};
+    use redlease::{Locker, RetryStrategy};
+    let server = common::redis().await;
+    let connect = || async {
+        redlease::redis::connect(&server.url())
+            .await
+            .expect("connect")
+    };
+    let holder = Locker::new(connect().await);
+    let inner = connect().await;
+    let notices = inner.release_notices().expect("notices").clone();
+    let waiting = Locker::new(inner);
+    let admin = Locker::new(connect().await);
+    let held = bounded(
+        "the first lock",
+        holder.obtain("job", ms(30_000), LockOptions::new()),
+    )
+    .await
+    .unwrap();
+    let waiter = tokio::spawn(async move {
+        let slow = LockOptions::new()
+            .retry(RetryStrategy::linear(ms(20_000)).unwrap())
+            .wait(ms(60_000));
+        let lock = waiting.obtain("job", ms(30_000), slow).await;
+        (lock.map(drop), std::time::Instant::now())
+    });
+    // The waiter subscribes after its first attempt found the lock held (its attempt also
+    // marked the holder's value, so that the release publishes).
+    let channel = notice_channel("job", Topology::Standalone);
+    bounded("the waiter's subscription", async {
+        while !notices.is_live(&channel) {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    let forced = std::time::Instant::now();
+    let out = bounded("force_release", admin.force_release("job", None))
+        .await
+        .unwrap();
+    assert!(out.was_held(), "{out:?}");
+    let (lock, at) = bounded("the woken waiter", waiter).await.unwrap();
+    lock.expect("obtained");
+    assert!(at.duration_since(forced) < BOUND, "woken, not polled");
+    drop(held);
+}
