@@ -27,7 +27,11 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     }
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr).quiet(args.quiet));
     let view = health::LockSource::new(args.key.clone());
-    let signals = Signals::watch(Arc::clone(&progress), Arc::clone(&view))?;
+    let signals = Signals::watch(
+        Arc::clone(&progress),
+        Arc::clone(&view),
+        !args.cmd.is_empty(),
+    )?;
     crate::supervise::forward_signals(&progress)?;
     crate::child::reap_orphans_as_init();
 
@@ -396,7 +400,12 @@ struct Signals {
 }
 
 impl Signals {
-    fn watch(progress: Arc<Progress>, view: Arc<health::LockSource>) -> Result<Signals, Failure> {
+    /// `has_cmd`: whether a CMD runs under the lock (else `lock KEY` only holds it).
+    fn watch(
+        progress: Arc<Progress>,
+        view: Arc<health::LockSource>,
+        has_cmd: bool,
+    ) -> Result<Signals, Failure> {
         let mut sigint = signal(SignalKind::interrupt())
             .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
         let mut sigterm = signal(SignalKind::terminate())
@@ -432,9 +441,14 @@ impl Signals {
                 signo.store(n, Ordering::SeqCst);
                 // The sidecar says "shutting down" from the first signal on.
                 view.stopping();
+                let what = if has_cmd {
+                    "stopping CMD, then releasing the lock"
+                } else {
+                    "releasing the lock"
+                };
                 progress.event(
                     "signal",
-                    &format!("{name}: stopping CMD, then releasing the lock"),
+                    &format!("{name}: {what}"),
                     &[("signal", Json::from(name))],
                 );
                 if n == 3 {
