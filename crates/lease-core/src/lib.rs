@@ -68,8 +68,8 @@ pub mod token;
 
 pub use backend::{
     AcquireOutcome, AcquireRequest, BackendError, Effect, FenceOutcome, FencedResource, Fencing,
-    HandOffOutcome, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner, ReleaseOutcome,
-    ReleaseRequest, RenewOutcome, RenewRequest,
+    ForceReleaseOutcome, HandOffOutcome, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
+    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 pub use config::{ConfigError, ElectionConfig, ElectionConfigBuilder, Ttl};
 pub use election::{Election, Event, Role, StepDownReason};

@@ -179,13 +179,18 @@ where
             && self.native.enabled()
     }
 
+    /// The token scheme as the scripts name it: `counter` or `clock`.
+    pub(crate) fn scheme_name(&self) -> &'static str {
+        match self.scheme {
+            TokenScheme::Counter => "counter",
+            _ => "clock",
+        }
+    }
+
     /// The acquire scripts' minting argument of a fenced lease: `<scheme>:<floor>` (scheme
     /// `counter` or `clock`; floor a token to mint above, `0`: none).
     fn mint_arg(&self, floor: Option<Token>) -> String {
-        let scheme = match self.scheme {
-            TokenScheme::Counter => "counter",
-            _ => "clock",
-        };
+        let scheme = self.scheme_name();
         format!("{scheme}:{}", floor.map_or(0, Token::get))
     }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lease_core::backend::split_stored;
 use lease_core::{
-    AcquireOutcome, BackendError, Epoch, FenceMark, FenceOutcome, FenceState, HandOffOutcome,
-    LeaseInfo, ReleaseOutcome, RenewOutcome, Token,
+    AcquireOutcome, BackendError, Epoch, FenceMark, FenceOutcome, FenceState, ForceReleaseOutcome,
+    HandOffOutcome, LeaseInfo, ReleaseOutcome, RenewOutcome, Token,
 };
 use redis::Value;
 
@@ -198,6 +198,26 @@ pub(crate) fn remaining(v: &Value) -> Result<Option<Duration>, BackendError> {
         },
         _ => Err(protocol(W, v)),
     }
+}
+
+/// `force_release.lua`'s `{held, holder, token}`.
+pub(crate) fn force_release(v: &Value, fenced: bool) -> Result<ForceReleaseOutcome, BackendError> {
+    const W: &str = "force release";
+    let [held, holder, token] = array(W, v)? else {
+        return Err(protocol(W, v));
+    };
+    let fence = token_text(W, token)?;
+    if fenced != fence.is_some() {
+        return Err(protocol(W, v));
+    }
+    Ok(if flag(W, held)? {
+        ForceReleaseOutcome::Released {
+            holder: String::from_utf8_lossy(bytes(W, holder)?).into_owned(),
+            fence,
+        }
+    } else {
+        ForceReleaseOutcome::NotHeld { fence }
+    })
 }
 
 pub(crate) fn inspect(v: &Value, fenced: bool) -> Result<LeaseInfo, BackendError> {

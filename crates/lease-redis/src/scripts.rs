@@ -84,6 +84,8 @@ pub const PTTL: &str = plain_script!("pttl.lua");
 pub const INSPECT: &str = plain_script!("inspect.lua");
 /// `raise.lua`: raise counter and mark to a token where the lease is still ours.
 pub const RAISE: &str = plain_script!("raise.lua");
+/// `force_release.lua`: an administrator's release, whatever the owner, raising the fence.
+pub const FORCE_RELEASE: &str = plain_script!("force_release.lua");
 /// `fence_set.lua`: fenced `SET`.
 pub const FENCE_SET: &str = fence_script!("fence_set.lua");
 /// `fence_hset.lua`: fenced `HSET` of one field.
@@ -97,7 +99,7 @@ pub const FENCE_MULTI: &str = fence_script!("fence_multi.lua");
 pub const FENCE_EVAL: &str = fence_script!("fence_eval.lua");
 
 /// Every script, by file name.
-pub const ALL: [(&str, &str); 12] = [
+pub const ALL: [(&str, &str); 13] = [
     ("acquire.lua", ACQUIRE),
     ("renew.lua", RENEW),
     ("renew_many.lua", RENEW_MANY),
@@ -105,6 +107,7 @@ pub const ALL: [(&str, &str); 12] = [
     ("pttl.lua", PTTL),
     ("inspect.lua", INSPECT),
     ("raise.lua", RAISE),
+    ("force_release.lua", FORCE_RELEASE),
     ("fence_set.lua", FENCE_SET),
     ("fence_hset.lua", FENCE_HSET),
     ("fence_del.lua", FENCE_DEL),
@@ -143,6 +146,7 @@ script!(S_RELEASE_ONE, "release_one", RELEASE_ONE);
 script!(S_PTTL, "pttl", PTTL);
 script!(S_INSPECT, "inspect", INSPECT);
 script!(S_RAISE, "raise", RAISE);
+script!(S_FORCE_RELEASE, "force_release", FORCE_RELEASE);
 script!(S_FENCE_SET, "fence_set", FENCE_SET);
 script!(S_FENCE_HSET, "fence_hset", FENCE_HSET);
 script!(S_FENCE_DEL, "fence_del", FENCE_DEL);
@@ -531,7 +535,7 @@ mod tests {
     }
 
     /// Every script's own file (what follows the prelude, or the guard), by file name.
-    const OWN_PARTS: [(&str, &str); 12] = [
+    const OWN_PARTS: [(&str, &str); 13] = [
         ("acquire.lua", lua_file!("acquire.lua")),
         ("renew.lua", lua_file!("renew.lua")),
         ("renew_many.lua", lua_file!("renew_many.lua")),
@@ -539,6 +543,7 @@ mod tests {
         ("pttl.lua", lua_file!("pttl.lua")),
         ("inspect.lua", lua_file!("inspect.lua")),
         ("raise.lua", lua_file!("raise.lua")),
+        ("force_release.lua", lua_file!("force_release.lua")),
         ("fence_set.lua", lua_file!("fence_set.lua")),
         ("fence_hset.lua", lua_file!("fence_hset.lua")),
         ("fence_del.lua", lua_file!("fence_del.lua")),
@@ -550,7 +555,7 @@ mod tests {
     /// the advance or a script's own file) changes a SHA1 and must be deliberate: re-pin it
     /// then. (A server that cached an old script answers NOSCRIPT once and gets the new source
     /// by EVAL.)
-    const PINNED_SHA1: [(&str, &str); 12] = [
+    const PINNED_SHA1: [(&str, &str); 13] = [
         ("acquire.lua", "a4eae7dc1bb16f83b89492cac41ccb418d82d7ab"),
         ("renew.lua", "68745ccf39dfb26e1d26d18423f2318587844ce4"),
         ("renew_many.lua", "3f2e92cc1e1723056f4f482ce29e1a1b498e6504"),
@@ -558,6 +563,10 @@ mod tests {
         ("pttl.lua", "2f33cf41230258a05c727c1fac89fbeb781b773b"),
         ("inspect.lua", "ee29356897951a283e8a6df2b119485150cb7b96"),
         ("raise.lua", "ca63471b085b3ffc3840b29aa080c3777f58f267"),
+        (
+            "force_release.lua",
+            "f933d7a85ad1738322f672b1d70d690feee24996",
+        ),
         ("fence_set.lua", "9e9a36bd0adb1b41b965c989fd969d1f4eeaacca"),
         ("fence_hset.lua", "4cd89632d94ca772525f65d632b4bdbc0aafcf82"),
         ("fence_del.lua", "2fb8736a6a93fcd485ed1ba1b492ba7e89504fb3"),

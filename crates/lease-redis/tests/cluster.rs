@@ -98,6 +98,30 @@ async fn a_hash_tagged_election_works_end_to_end() {
         acquired_token(&b.acquire(&acq(&spec, "a")).await.unwrap()),
         Some(token(1))
     );
+    // An administrator's forced release, in the keys' slot: both keys gone, the fence raised
+    // above the holder's token (its writes refused), the next holder's token above that.
+    let out = b.force_release(&spec).await.unwrap();
+    assert_eq!(
+        out,
+        lease_core::ForceReleaseOutcome::Released {
+            holder: "a".into(),
+            fence: Some(token(2))
+        }
+    );
+    assert_eq!(cget(&mut raw, "{orders}:1").await, None);
+    assert_eq!(cget(&mut raw, "{orders}:2").await, None);
+    let old = b.fencer("{orders}:fence:applied", token(1));
+    assert!(!old.set("{orders}:out", "late").await.unwrap().is_applied());
+    assert_eq!(
+        acquired_token(&b.acquire(&acq(&spec, "b")).await.unwrap()),
+        Some(token(3))
+    );
+    assert!(
+        !b.force_release(&lock(&["{orders}:free"], None))
+            .await
+            .unwrap()
+            .was_held()
+    );
 }
 
 #[tokio::test]
@@ -136,12 +160,20 @@ async fn untagged_and_cross_slot_requests_are_refused_without_a_round_trip() {
         b.raise_counter(&untagged, &owner("a"), token(1)).await,
         Err(BackendError::Invalid(_))
     ));
+    assert!(matches!(
+        b.force_release(&untagged).await,
+        Err(BackendError::Invalid(_))
+    ));
 
     // Tagged keys in different slots.
     let cross = lock(&["{a}1", "{b}1"], None);
     assert!(matches!(b.check_spec(&cross), Err(SlotError::CrossSlot(_))));
     assert!(matches!(
         b.acquire(&acq(&cross, "a")).await,
+        Err(BackendError::Invalid(_))
+    ));
+    assert!(matches!(
+        b.force_release(&cross).await,
         Err(BackendError::Invalid(_))
     ));
 

@@ -324,6 +324,11 @@ async fn a_corrupt_counter_refuses_release_and_raise_by_name() {
         get(&mut raw, "{r}:fence:applied").await,
         Some(t.get().to_string())
     );
+    // force_release.lua: refused by name before anything changed (the holder keeps it).
+    let err = b.force_release(&spec).await.unwrap_err();
+    assert_eq!(corrupt_key(&err), Some("{r}:fence"), "{err:?}");
+    assert_eq!(get(&mut raw, "{r}:leader").await.as_deref(), Some("me"));
+    assert_eq!(get(&mut raw, "{r}:fence").await.as_deref(), Some("garbage"));
 }
 
 /// Keys with odd bytes are named readably in the error (control bytes escaped), never raw.

@@ -95,6 +95,9 @@ enum Op {
     Inspect {
         spec: usize,
     },
+    ForceRelease {
+        spec: usize,
+    },
     Raise {
         spec: usize,
         owner: usize,
@@ -162,6 +165,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(spec, owner, term)| Op::Release { spec, owner, term }),
         2 => (0..4usize, 0..3usize).prop_map(|(spec, owner)| Op::Remaining { spec, owner }),
         2 => (0..4usize).prop_map(|spec| Op::Inspect { spec }),
+        2 => (0..4usize).prop_map(|spec| Op::ForceRelease { spec }),
         2 => (fenced_spec(), 0..3usize, 1..20u64)
             .prop_map(|(spec, owner, token)| Op::Raise { spec, owner, token }),
         5 => (
@@ -306,6 +310,12 @@ impl Case<'_> {
                     Err(e) => format!("err {}", kind(e)),
                 };
                 prop_assert_eq!(strip(&r), strip(&m));
+            }
+            Op::ForceRelease { spec } => {
+                let s = &self.specs[*spec];
+                let m = self.mem.force_release(s).await;
+                let r = self.redis.force_release(s).await;
+                prop_assert_eq!(norm(&r), norm(&m));
             }
             Op::Raise { spec, owner, token } => {
                 let s = &self.specs[*spec];

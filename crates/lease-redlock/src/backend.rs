@@ -342,6 +342,20 @@ impl<N: QuorumNode> LeaseBackend for RedlockBackend<N> {
     /// (`raise.lua`) and its cleanup are a lock's, judged on a writer's string, and a reader's
     /// hold would need its own; a waiting writer's mark on independent nodes lapses on
     /// independent clocks. The shared operations keep the trait's refusing defaults.
+    /// Refused, before any round trip: a forced release must delete the lease and raise the
+    /// fence mark in one atomic step, and a quorum of independent nodes has no such step (a
+    /// mark raised on a minority is neither raised nor not, and the fenced resource's mark is
+    /// not on the nodes anyway).
+    async fn force_release(
+        &self,
+        _spec: &LeaseSpec,
+    ) -> Result<lease_core::ForceReleaseOutcome, BackendError> {
+        Err(BackendError::Unsupported(
+            "Redlock offers no forced release: deleting the lease and raising the fence mark              cannot be one atomic step on a quorum of independent nodes; let the holder's              lease expire, or use one Redis primary"
+                .into(),
+        ))
+    }
+
     fn check_shared(&self, _spec: &LeaseSpec) -> Result<(), BackendError> {
         Err(BackendError::Unsupported(
             "Redlock offers no read-write locks: the quorum round's token raise and cleanup are \

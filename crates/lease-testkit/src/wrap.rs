@@ -342,6 +342,13 @@ impl<B: LeaseBackend, H: Hooks> LeaseBackend for Wrapped<B, H> {
         self.inner.permit_remaining(spec, owner).await
     }
 
+    async fn force_release(
+        &self,
+        spec: &LeaseSpec,
+    ) -> Result<lease_core::ForceReleaseOutcome, BackendError> {
+        self.inner.force_release(spec).await
+    }
+
     async fn inspect_semaphore(&self, spec: &LeaseSpec) -> Result<SemaphoreInfo, BackendError> {
         self.inner.inspect_semaphore(spec).await
     }

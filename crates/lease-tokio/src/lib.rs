@@ -38,8 +38,8 @@ pub use group::{ElectionGroup, GroupBuilder, GroupError};
 pub use ids::random_token;
 pub use ids::{default_instance_id, random_owner};
 pub use lock::{
-    AutoRenew, Fair, FairLock, Lock, LockError, LockOptions, Locker, Permit, ReadGuard, ReadLock,
-    Semaphore,
+    ADMIN_TIMEOUT, AutoRenew, Fair, FairLock, Lock, LockError, LockHolder, LockOptions, Locker,
+    Permit, ReadGuard, ReadLock, Semaphore,
 };
 pub use observer::{LockObserver, NoopObserver, Observer};
 #[cfg(feature = "metrics")]

@@ -114,12 +114,17 @@ pub(crate) enum Command {
     /// Contend for leadership of NAME; while leader, run CMD (stopped when leadership is lost)
     #[command(after_long_help = RUN_HELP)]
     Run(RunArgs),
-    /// Run CMD under the lock KEY, renewed automatically (like flock, across machines)
+    /// Run CMD under the lock KEY, renewed automatically (like flock, across machines); without
+    /// CMD, hold KEY until interrupted, printing its token
     #[command(after_long_help = LOCK_HELP)]
     Lock(LockArgs),
     /// Show who leads election NAME (holder, token, remaining TTL, applied mark), or who holds
     /// and waits for a semaphore, read-write lock or fair lock
     Status(StatusArgs),
+    /// Release lock KEY as an operator: only if OWNER holds it (--owner), or whoever holds it
+    /// (--force: also raises the fence so the old holder's fenced writes are refused)
+    #[command(after_long_help = UNLOCK_HELP)]
+    Unlock(UnlockArgs),
     /// Fenced writes from a shell leader: applied only if --token is not stale (exit 3 if it is)
     #[command(subcommand)]
     Fence(FenceCommand),
@@ -193,11 +198,34 @@ On a Redis Cluster (--cluster) the key must carry a hash tag ('{backup}'); throu
 --sentinel or on a --redlock quorum it works as on one server (waiters on Cluster and
 Sentinel are woken by the holder's release notice; on Redlock they poll).
 
+Without CMD (`redlease lock KEY`, as etcdctl's `lock NAME`), the lock is fenced (as --fence)
+and held, renewed, until SIGINT or SIGTERM: its token is printed on stdout once obtained (with
+--json: {\"key\",\"token\",\"owner\"}), and the lock is released on exit (exit 0; 72 if it
+was lost meanwhile, e.g. broken by `redlease unlock --force`).
+
 Example:
   redlease lock nightly-backup --ttl 30s --wait 0 -- ./backup.sh
   redlease lock -q -w forever deploy -- ./deploy.sh
 
 Exit codes: see `redlease --help`.";
+
+const UNLOCK_HELP: &str = "\
+--owner OWNER deletes the lock only if OWNER holds it (a compare-and-delete; OWNER is the holder
+`redlease status --lock KEY` shows). --force deletes it whoever holds it and, in the same
+atomic step, mints a fresh token from the counter <KEY>:fence into the mark
+<KEY>:fence:applied (even when the lock was free: a holder whose lease lapsed may still write):
+the broken holder's fenced writes (REDLEASE_TOKEN of `lock --fence`) are refused from then on,
+the next holder's token is minted above it and accepted. A forced release is logged on stderr.
+The broken holder's `redlease lock` learns of it at its next renewal: it stops CMD and exits 72.
+Not offered with --redlock (exit 64).
+
+Exit codes: 0 released; 1 the lock was not held (by OWNER, with --owner): nothing deleted;
+69 Redis unreachable (nothing done); 75 outcome unknown (it may have been released); 64 bad key
+or owner.
+
+Example:
+  redlease unlock nightly-backup --owner host-a-1234-9f2c
+  redlease unlock nightly-backup --force";
 
 const DEMO_HELP: &str = "\
 Three contenders (alpha, bravo, charlie) contend for one election with a 1 s TTL. The leader
@@ -326,8 +354,10 @@ pub(crate) struct LockArgs {
     /// printed on stderr)
     #[arg(long, env = "REDLEASE_HEALTH_ADDR", value_name = "ADDR")]
     pub(crate) health_addr: Option<String>,
-    /// The command to run under the lock, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command to run under the lock, after `--`. Without CMD, redlease holds the lock
+    /// (fenced, as --fence) until SIGINT or SIGTERM, prints its token on stdout once obtained,
+    /// and releases it on exit (exit 0; 72 if it was lost meanwhile)
+    #[arg(last = true, value_name = "CMD")]
     pub(crate) cmd: Vec<OsString>,
 }
 
@@ -337,9 +367,13 @@ pub(crate) struct StatusArgs {
     #[arg(
         long,
         env = "REDLEASE_NAME",
-        required_unless_present_any = ["check", "semaphore", "shared", "fair"]
+        required_unless_present_any = ["check", "semaphore", "shared", "fair", "lock"]
     )]
     pub(crate) name: Option<String>,
+    /// Plain lock KEY (what `lock KEY` holds): print its holder, the metadata stored with it,
+    /// the time it has left, and the fence counter <KEY>:fence and mark (`lock --fence`)
+    #[arg(long, value_name = "KEY", conflicts_with = "watch")]
+    pub(crate) lock: Option<String>,
     /// Semaphore name (what `lock -n N NAME` holds): print its permit count and its current
     /// holders, each with the time its permit has left, the last token and the mark
     #[arg(long, conflicts_with = "watch")]
@@ -364,6 +398,20 @@ pub(crate) struct StatusArgs {
     /// How often --watch polls
     #[arg(long, value_parser = duration::parse, default_value = "500ms", requires = "watch")]
     pub(crate) every: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("how").required(true).args(["owner", "force"])))]
+pub(crate) struct UnlockArgs {
+    /// The lock's key
+    pub(crate) key: String,
+    /// Release only if OWNER holds the lock (compare-and-delete)
+    #[arg(long, value_name = "OWNER", conflicts_with = "force")]
+    pub(crate) owner: Option<String>,
+    /// Release whoever holds the lock, and raise the fence <KEY>:fence so the old holder's
+    /// fenced writes are refused
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,8 @@ use redlease::{BackendError, ConfigError, LockError, TokenError};
 
 /// Success (for `run` and `lock`: CMD exited 0).
 pub(crate) const OK: u8 = 0;
+/// `unlock`: the lock was not held (by `--owner`): nothing was deleted.
+pub(crate) const NOT_HELD: u8 = 1;
 /// The command line cannot be parsed: unknown option, missing argument, missing `--` or CMD,
 /// malformed duration.
 pub(crate) const USAGE: u8 = 2;
@@ -52,7 +54,8 @@ pub(crate) const NOT_FOUND: u8 = 127;
 pub(crate) const TABLE: &str = "\
 Exit codes:
   0        success (run/lock: CMD exited 0)
-  1        demo: the story did not go as expected
+  1        demo: the story did not go as expected; unlock: the lock was not held (by
+           --owner), nothing deleted
   1-255    run/lock: CMD's own exit status, passed through; 128+N when CMD was killed by
            signal N (shell convention)
   2        usage: unknown option, missing argument, missing `--` or CMD, malformed duration

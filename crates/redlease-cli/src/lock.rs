@@ -13,19 +13,25 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::child::Cmd;
 use crate::cli::LockArgs;
 use crate::exit::{self, Failure};
-use crate::output::{Json, Progress, Sink};
+use crate::output::{Json, Progress, Sink, object, print_stdout};
 use crate::run::OtherSignals;
 use crate::supervise::{Ended, Lease, supervise};
 use crate::{Ctx, duration, health};
 
 pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
-    Cmd {
-        argv: args.cmd.clone(),
+    if !args.cmd.is_empty() {
+        Cmd {
+            argv: args.cmd.clone(),
+        }
+        .check()?;
     }
-    .check()?;
     let progress = Arc::new(Progress::new(ctx.json, Sink::Stderr).quiet(args.quiet));
     let view = health::LockSource::new(args.key.clone());
-    let signals = Signals::watch(Arc::clone(&progress), Arc::clone(&view))?;
+    let signals = Signals::watch(
+        Arc::clone(&progress),
+        Arc::clone(&view),
+        !args.cmd.is_empty(),
+    )?;
     crate::supervise::forward_signals(&progress)?;
     crate::child::reap_orphans_as_init();
 
@@ -44,7 +50,8 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
         .map_err(|e| Failure::config(&e))?;
     options = options.retry(retry).wait(args.wait.duration());
     let fence_key = format!("{}:fence", args.key);
-    if args.fence || args.shared {
+    // Without CMD the lock is always fenced: the token is what it prints.
+    if args.fence || args.shared || args.cmd.is_empty() {
         options = options.fence_key(fence_key.clone());
     }
     // Refuse bad input before connecting.
@@ -216,6 +223,10 @@ async fn hold<B: LeaseBackend + 'static>(
         ],
     );
 
+    if args.cmd.is_empty() {
+        return hold_until_stopped(ctx, args, lock, &progress, &view, &signals).await;
+    }
+
     let mut env = vec![
         ("REDLEASE_LOCK_KEY", args.key.clone()),
         ("REDLEASE_REDIS_URL", ctx.exported_url.clone()),
@@ -314,6 +325,61 @@ async fn hold<B: LeaseBackend + 'static>(
     Ok(code)
 }
 
+/// `lock KEY` without CMD: prints the token on stdout, then holds the lock (renewed) until
+/// SIGINT/SIGTERM (released: exit 0) or until it is lost (exit 72).
+async fn hold_until_stopped<B: LeaseBackend + 'static>(
+    ctx: &Ctx,
+    args: &LockArgs,
+    lock: Lock<B>,
+    progress: &Progress,
+    view: &health::LockSource,
+    signals: &Signals,
+) -> Result<u8, Failure> {
+    let token = lock.fence_token().map(|t| t.get());
+    if ctx.json {
+        print_stdout(&object(&[
+            ("key", Json::from(args.key.as_str())),
+            ("token", Json::from(token)),
+            ("owner", Json::from(lock.owner())),
+        ]));
+    } else {
+        print_stdout(&token.map_or_else(|| "-".to_owned(), |t| t.to_string()));
+    }
+    let lost = lock.lost();
+    let (code, cause) = tokio::select! {
+        () = signals.stop.cancelled() => {
+            view.set(health::LockPhase::Released);
+            if let Err(e) = lock.release().await {
+                progress.event(
+                    "release_failed",
+                    &format!("warning: the lock was not released cleanly: {e}"),
+                    &[("error", Json::from(e.to_string()))],
+                );
+                return Err(Failure::lock(&args.key, &e));
+            }
+            (exit::OK, "signal")
+        }
+        () = lost.cancelled() => {
+            progress.event(
+                "lost",
+                &format!("lock {:?} lost while held", args.key),
+                &[("key", Json::from(args.key.as_str()))],
+            );
+            let _ = lock.release().await;
+            (exit::LOST, "lost")
+        }
+    };
+    progress.event(
+        "exit",
+        &format!("exiting with {code}"),
+        &[
+            ("code", Json::from(u64::from(code))),
+            ("cause", Json::from(cause)),
+        ],
+    );
+    Ok(code)
+}
+
 fn report_stopped(progress: &Progress, status: std::io::Result<std::process::ExitStatus>) {
     if let Ok(s) = status {
         progress.event(
@@ -334,7 +400,12 @@ struct Signals {
 }
 
 impl Signals {
-    fn watch(progress: Arc<Progress>, view: Arc<health::LockSource>) -> Result<Signals, Failure> {
+    /// `has_cmd`: whether a CMD runs under the lock (else `lock KEY` only holds it).
+    fn watch(
+        progress: Arc<Progress>,
+        view: Arc<health::LockSource>,
+        has_cmd: bool,
+    ) -> Result<Signals, Failure> {
         let mut sigint = signal(SignalKind::interrupt())
             .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch SIGINT: {e}")))?;
         let mut sigterm = signal(SignalKind::terminate())
@@ -370,9 +441,14 @@ impl Signals {
                 signo.store(n, Ordering::SeqCst);
                 // The sidecar says "shutting down" from the first signal on.
                 view.stopping();
+                let what = if has_cmd {
+                    "stopping CMD, then releasing the lock"
+                } else {
+                    "releasing the lock"
+                };
                 progress.event(
                     "signal",
-                    &format!("{name}: stopping CMD, then releasing the lock"),
+                    &format!("{name}: {what}"),
                     &[("signal", Json::from(name))],
                 );
                 if n == 3 {

@@ -87,11 +87,13 @@ mod lock;
 mod log;
 mod output;
 mod run;
+mod sdnotify;
 mod secret;
 mod sources;
 mod status;
 mod supervise;
 mod topology;
+mod unlock;
 
 use std::process::ExitCode;
 
@@ -273,6 +275,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Failure> {
         Command::Lock(args) => lock::lock(ctx, args).await,
         Command::Status(args) => status::status(ctx, args).await,
         Command::Fence(args) => fence::fence(ctx, args).await,
+        Command::Unlock(args) => unlock::unlock(ctx, args).await,
         Command::Demo(_) => demo::demo(ctx).await,
         Command::Completions { shell } => {
             let mut script = Vec::new();

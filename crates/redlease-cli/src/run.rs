@@ -104,8 +104,10 @@ async fn run_on<B: LeaseBackend + 'static>(
         mut other,
         sidecar,
     } = env;
+    // systemd's readiness protocol, when NOTIFY_SOCKET is set (docs/cli.md).
+    let notifier = crate::sdnotify::Notifier::from_env().map(Arc::new);
     let elector = Elector::builder(backend, config)
-        .observer(ProgressObserver::new(Arc::clone(&progress)))
+        .observer(ProgressObserver::new(Arc::clone(&progress)).with_notifier(notifier.clone()))
         .require_durable_store(args.require_durable_store)
         .build();
     progress.event(
@@ -123,6 +125,12 @@ async fn run_on<B: LeaseBackend + 'static>(
             ("ttl_ms", Json::from(millis(args.ttl))),
         ],
     );
+    if let Some(n) = &notifier {
+        n.send(&format!(
+            "READY=1\n{}",
+            crate::sdnotify::status_line(&format!("contending for {}", args.name))
+        ));
+    }
 
     let shutdown = CancellationToken::new();
     let stop_child = CancellationToken::new();
@@ -218,9 +226,16 @@ async fn run_on<B: LeaseBackend + 'static>(
                     }
                 }
             },
-            _ = sigint.recv() => on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
-            _ = sigterm.recv() => on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress),
+            _ = sigint.recv() => {
+                notify_stopping(notifier.as_deref(), signalled);
+                on_signal(2, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
+            }
+            _ = sigterm.recv() => {
+                notify_stopping(notifier.as_deref(), signalled);
+                on_signal(15, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
+            }
             _ = other.quit.recv() => {
+                notify_stopping(notifier.as_deref(), signalled);
                 on_signal(3, &mut signalled, &mut exit_code, &mut cause, &stop_child, &hurry, &progress);
                 hurry.cancel();
             }
@@ -242,6 +257,13 @@ async fn run_on<B: LeaseBackend + 'static>(
         ],
     );
     Ok(code)
+}
+
+/// Tells systemd (when `NOTIFY_SOCKET` is set) that `run` is stopping, at the first signal.
+fn notify_stopping(notifier: Option<&crate::sdnotify::Notifier>, signalled: bool) {
+    if let (Some(n), false) = (notifier, signalled) {
+        n.send("STOPPING=1");
+    }
 }
 
 fn on_signal(
@@ -406,6 +428,8 @@ impl<B: LeaseBackend> Work<B> {
 /// Prints election transitions; repeated identical errors are printed once per 10 s.
 pub(crate) struct ProgressObserver {
     progress: Arc<Progress>,
+    /// systemd's `NOTIFY_SOCKET`, told each transition as `STATUS=`.
+    notifier: Option<Arc<crate::sdnotify::Notifier>>,
     last_error: Mutex<Option<(String, Instant)>>,
 }
 
@@ -413,7 +437,25 @@ impl ProgressObserver {
     pub(crate) fn new(progress: Arc<Progress>) -> Self {
         ProgressObserver {
             progress,
+            notifier: None,
             last_error: Mutex::new(None),
+        }
+    }
+}
+
+impl ProgressObserver {
+    /// The same observer, also telling systemd each transition (`STATUS=`).
+    pub(crate) fn with_notifier(
+        mut self,
+        notifier: Option<Arc<crate::sdnotify::Notifier>>,
+    ) -> Self {
+        self.notifier = notifier;
+        self
+    }
+
+    fn notify(&self, status: &str) {
+        if let Some(n) = &self.notifier {
+            n.send(&crate::sdnotify::status_line(status));
         }
     }
 }
@@ -425,6 +467,7 @@ impl Observer for ProgressObserver {
             &format!("elected leader with token {token}"),
             &[("token", Json::from(token.get()))],
         );
+        self.notify(&format!("leader (token {token})"));
     }
 
     fn on_stepped_down(&self, token: Token, reason: StepDownReason) {
@@ -444,6 +487,7 @@ impl Observer for ProgressObserver {
                 ("reason", Json::from(format!("{reason:?}"))),
             ],
         );
+        self.notify(&format!("stepped down (term {token}: {why})"));
     }
 
     fn on_follower(&self, holder: Option<&str>) {
@@ -452,6 +496,10 @@ impl Observer for ProgressObserver {
             &format!("following {}", holder.unwrap_or("another instance")),
             &[("holder", Json::from(holder))],
         );
+        self.notify(&format!(
+            "follower (leader: {})",
+            holder.unwrap_or("another instance")
+        ));
     }
 
     fn on_error(&self, op: Op, error: &BackendError) {

@@ -28,6 +28,9 @@ pub(crate) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, Failure> {
     if let Some(name) = &args.fair {
         redlease::core::fair_spec(name, None).map_err(|e| Failure::config(&e))?;
     }
+    if let Some(key) = &args.lock {
+        shared_spec(key)?;
+    }
     crate::topology::with_backend!(ctx, once, args.watch, |backend, topology| {
         // On Redlock the counter is the highest over the answers, which a follower's failed
         // attempt may have raised: not the holder's token.
@@ -59,6 +62,9 @@ async fn status_on<B: LeaseBackend + 'static>(
     }
     if let Some(name) = &args.fair {
         fair(ctx, &backend, name).await?;
+    }
+    if let Some(key) = &args.lock {
+        plain_lock(ctx, &backend, key).await?;
     }
     if args.check {
         return check(ctx, &backend).await;
@@ -427,6 +433,56 @@ async fn shared<B: LeaseBackend>(ctx: &Ctx, backend: &B, key: &str) -> Result<()
                 "a writer (its mark lapses in {})",
                 duration::show(d)
             ))
+        ));
+        print_stdout(&format!(
+            "mark:       {}",
+            mark.map_or_else(none, |t| t.to_string())
+        ));
+        print_stdout(&format!(
+            "last token: {}",
+            last.map_or_else(none, |t| t.to_string())
+        ));
+    }
+    Ok(())
+}
+
+/// Prints plain lock `key`'s holder (`status --lock`): one read, the store's own view (the
+/// time left by the server's clock), with the fence counter and mark `lock --fence` uses
+/// (`<KEY>:fence`). While a `lock --fence` holder holds it, the last token is its token.
+async fn plain_lock<B: LeaseBackend>(ctx: &Ctx, backend: &B, key: &str) -> Result<(), Failure> {
+    const WHAT: &str = "status --lock";
+    let spec = shared_spec(key)?;
+    backend
+        .check_spec(&spec)
+        .map_err(|e| Failure::new(exit::INVALID, format!("{WHAT}: {e}")))?;
+    let info = read(WHAT, backend.inspect(&spec)).await?;
+    let metadata = info.metadata.clone().filter(|m| !m.is_empty());
+    let remaining = info.remaining.filter(|_| info.holder.is_some());
+    let mark = info.mark.token().map(|t| t.get());
+    let last = info.counter.map(|t| t.get());
+    if ctx.json {
+        print_stdout(&object(&[
+            ("lock", Json::from(key)),
+            ("held", Json::from(info.holder.is_some())),
+            ("holder", Json::from(info.holder.clone())),
+            ("metadata", Json::from(metadata)),
+            ("remaining_ms", Json::from(remaining.map(millis))),
+            ("mark", Json::from(mark)),
+            ("last_token", Json::from(last)),
+        ]));
+    } else {
+        let none = || "-".to_owned();
+        print_stdout(&format!("lock:       {key}"));
+        print_stdout(&format!(
+            "holder:     {}",
+            info.holder.clone().unwrap_or_else(|| "(none)".to_owned())
+        ));
+        if let Some(m) = &metadata {
+            print_stdout(&format!("metadata:   {m}"));
+        }
+        print_stdout(&format!(
+            "remaining:  {}",
+            remaining.map_or_else(none, duration::show)
         ));
         print_stdout(&format!(
             "mark:       {}",

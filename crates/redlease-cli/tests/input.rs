@@ -58,7 +58,8 @@ async fn bad_input_gives_one_line_and_its_exit_code() {
     .await;
     check(&url, &["run", "--name", "x", "sleep", "1"], 2, "`--`").await;
     check(&url, &["run", "--name", "x", "--"], 2, "CMD").await;
-    check(&url, &["lock", "k"], 2, "CMD").await;
+    // (`lock k` without CMD holds the lock: tests/hold.rs.) `unlock` needs --owner or --force.
+    check(&url, &["unlock", "k"], 2, "--owner").await;
     check(&url, &["status"], 2, "--name").await;
     check(
         &url,
@@ -73,7 +74,7 @@ async fn bad_input_gives_one_line_and_its_exit_code() {
     check(&url, &["status", "--name", &long], 64, "2000 bytes").await;
     // The holds' names too, before connecting (a closed port would answer 69).
     let closed = closed_port_url();
-    for what in ["--semaphore", "--shared", "--fair"] {
+    for what in ["--semaphore", "--shared", "--fair", "--lock"] {
         check(&closed, &["status", what, ""], 64, "empty").await;
     }
     check(
@@ -91,6 +92,8 @@ async fn bad_input_gives_one_line_and_its_exit_code() {
     )
     .await;
     check(&url, &["lock", "k", "--ttl", "0s", "--", "true"], 64, "ttl").await;
+    check(&url, &["lock", "k", "--ttl", "0s"], 64, "ttl").await;
+    check(&closed, &["unlock", "", "--force"], 64, "empty").await;
     // A grace at least the renew slack (TTL minus TTL/3) would stop CMD while renewals are
     // healthy: refused, for run and lock alike.
     check(

@@ -81,6 +81,29 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
+//! # Seeing and breaking locks
+//!
+//! [`Locker::holder`], [`Locker::is_locked`] and [`Locker::remaining`] read a plain lock from
+//! the store (an error is an error, never "not locked"); [`Locker::force_release`] is an
+//! administrator's release, whoever holds it, that also raises the fence so the broken holder's
+//! fenced writes are refused while the next holder's are accepted ([`ForceReleaseOutcome`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use redlease::{ForceReleaseOutcome, Locker};
+//!
+//! let locker = Locker::new(redlease::redis::connect("redis://127.0.0.1/").await?);
+//! if let Some(h) = locker.holder("nightly").await? {
+//!     println!("held by {} ({:?} left)", h.owner, h.remaining);
+//! }
+//! // The fence key is the one its holders obtain with (`LockOptions::fence_key`).
+//! match locker.force_release("nightly", Some("nightly:fence")).await? {
+//!     ForceReleaseOutcome::Released { holder, fence, .. } => println!("broke {holder}; fence {fence:?}"),
+//!     other => println!("was not held; fence {:?}", other.fence()),
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Semaphores
 //!
 //! At most `N` holders of one name at once; each permit is a lease of its own (TTL,
@@ -181,9 +204,12 @@ pub use lease_core::RetryStrategy;
 #[allow(deprecated)]
 pub use lease_tokio::random_token;
 pub use lease_tokio::{
-    AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock, LockError,
-    LockObserver, LockOptions, Locker, random_owner,
+    ADMIN_TIMEOUT, AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock,
+    LockError, LockHolder, LockObserver, LockOptions, Locker, random_owner,
 };
+// Seeing and breaking plain locks: `Locker::holder`, `is_locked`, `remaining`, `lock_info`,
+// `force_release` (an administrator's release that also raises the fence).
+pub use lease_core::ForceReleaseOutcome;
 // Counting semaphores (at most N holders; each permit a lease with its own fencing token).
 pub use lease_core::semaphore::{
     MAX_PERMITS, PermitFencing, PermitHolder, PermitWriteOutcome, SemaphoreInfo,
@@ -245,9 +271,9 @@ pub mod core {
     };
     pub use lease_core::{
         AcquireOutcome, AcquireRequest, BackendError, Effect, Epoch, FenceMark, FenceOutcome,
-        FenceState, FencedResource, Fencing, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner,
-        ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, StoreLoss, Token, TokenError,
-        TokenScheme,
+        FenceState, FencedResource, Fencing, ForceReleaseOutcome, LeaseBackend, LeaseInfo,
+        LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+        StoreLoss, Token, TokenError, TokenScheme,
     };
     // Release notifications: what `LeaseBackend::release_watch` hands out.
     pub use lease_core::notify::{HubLink, NoticeMark, ReleaseHub, ReleaseWatch, WatchRole};

@@ -19,8 +19,8 @@ use redlease::core::{
 };
 use redlease::redis::{HealingConnection, RedisBackend, Topology, notice_channel};
 use redlease::{
-    BackendError, FairInfo, Fencing, LeaseBackend, LockOptions, Locker, RetryStrategy,
-    SemaphoreInfo, SharedInfo, StoreReport, Token, Ttl, async_trait,
+    BackendError, FairInfo, Fencing, ForceReleaseOutcome, LeaseBackend, LockOptions, Locker,
+    RetryStrategy, SemaphoreInfo, SharedInfo, StoreReport, Token, Ttl, async_trait,
 };
 
 /// Every bound on a wait in this file: far below the 20 s poll of the waiter.
@@ -61,11 +61,12 @@ enum Method {
     ReleaseShared,
     SharedRemaining,
     InspectShared,
+    ForceRelease,
     Fencer,
 }
 
 impl Method {
-    const ALL: [Method; 33] = [
+    const ALL: [Method; 34] = [
         Method::Acquire,
         Method::Renew,
         Method::Release,
@@ -98,6 +99,7 @@ impl Method {
         Method::ReleaseShared,
         Method::SharedRemaining,
         Method::InspectShared,
+        Method::ForceRelease,
         Method::Fencer,
     ];
 }
@@ -155,6 +157,10 @@ impl<B: LeaseBackend> LeaseBackend for Forward<B> {
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.count(Method::Inspect);
         self.inner.inspect(spec).await
+    }
+    async fn force_release(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        self.count(Method::ForceRelease);
+        self.inner.force_release(spec).await
     }
     async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.count(Method::Observe);
@@ -501,10 +507,22 @@ async fn every_method_reaches_the_wrapped_backend() {
     .await
     .unwrap();
     assert_eq!(released, ReleaseOutcome::Released);
+    // An administrator's release, through the facade's Locker: it reaches the wrapped backend
+    // (the default would refuse as unsupported) and raises the fence of a free lock.
+    let admin = Locker::new(backend.clone());
+    let forced: ForceReleaseOutcome =
+        bounded("force_release", admin.force_release("f:a", Some("f:fence")))
+            .await
+            .unwrap();
+    assert!(!forced.was_held(), "{forced:?}");
+    assert!(forced.fence().is_some(), "{forced:?}");
+    let _: Option<redlease::LockHolder> = None;
+    let _ = redlease::ADMIN_TIMEOUT;
 
     for m in Method::ALL {
         let expected = match m {
-            Method::Acquire => 2,
+            // Locker::force_release checks its spec too.
+            Method::Acquire | Method::CheckSpec => 2,
             _ => 1,
         };
         assert_eq!(backend.calls(m), expected, "{m:?}");

@@ -149,6 +149,27 @@ async fn the_documented_acl_is_enough() {
         bounded(fencer.set("{app}:job", "done")).await.unwrap(),
         FenceOutcome::Applied
     );
+    // Seeing and breaking it: the same commands (GET, SET, DEL, TIME, PUBLISH) suffice.
+    assert!(bounded(locker.is_locked("{app}:fenced")).await.unwrap());
+    let broken = bounded(locker.force_release("{app}:fenced", Some("{app}:lockfence")))
+        .await
+        .unwrap();
+    assert!(broken.was_held(), "{broken:?}");
+    assert!(
+        !bounded(fencer.set("{app}:job", "late"))
+            .await
+            .unwrap()
+            .is_applied(),
+        "fenced out"
+    );
+    let fenced = locker
+        .obtain(
+            "{app}:fenced",
+            ms(1_000),
+            LockOptions::new().fence_key("{app}:lockfence"),
+        )
+        .await
+        .unwrap();
     fenced.release().await.unwrap();
 
     // The preflight without CONFIG or INFO: unknown, not an error.

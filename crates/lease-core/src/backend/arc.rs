@@ -6,8 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    AcquireOutcome, AcquireRequest, BackendError, HandOffOutcome, LeaseBackend, LeaseInfo,
-    LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+    AcquireOutcome, AcquireRequest, BackendError, ForceReleaseOutcome, HandOffOutcome,
+    LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest,
+    RenewOutcome, RenewRequest,
 };
 use crate::config::Ttl;
 use crate::fair::{FairInfo, FairRequest};
@@ -68,6 +69,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         (**self).inspect(spec).await
+    }
+    async fn force_release(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        (**self).force_release(spec).await
     }
     async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         (**self).observe(spec).await

@@ -16,6 +16,8 @@
 //! - **renew**: if every key holds this owner, set the TTL on each; otherwise nothing changes.
 //! - **release**: delete every key that holds this owner (compare-and-delete), unless a `term`
 //!   is given and the counter has moved past it (a later term of the same owner).
+//! - **force release** (an administrator's): read every key, mint a fresh token into counter
+//!   and mark when fenced (held or not), then delete every key whatever its owner.
 //! - **fenced write**: guard (`token >= 1`, `token >= mark`), write, then advance the mark.
 
 mod arc;
@@ -25,8 +27,8 @@ mod spec;
 
 pub use error::{BackendError, BoxError, Effect};
 pub use request::{
-    AcquireOutcome, AcquireRequest, HandOffOutcome, LeaseInfo, ReleaseOutcome, ReleaseRequest,
-    RenewOutcome, RenewRequest,
+    AcquireOutcome, AcquireRequest, ForceReleaseOutcome, HandOffOutcome, LeaseInfo, ReleaseOutcome,
+    ReleaseRequest, RenewOutcome, RenewRequest,
 };
 pub use spec::{
     LeaseSpec, MAX_KEYS, MAX_METADATA_LEN, Metadata, Owner, epoch_key_of, mark_key_of, split_stored,
@@ -145,6 +147,22 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// default reads only: its watchers poll for releases nobody else waits for.
     async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.inspect(spec).await
+    }
+
+    /// An administrator's release of `spec`'s lease, whatever its owner, in one atomic step:
+    /// every key is read first (a key that is not a plain lock's string is refused, nothing
+    /// changed); when the lease is fenced, a fresh token is minted exactly as an acquire mints
+    /// one (above the counter and the mark, by the store's token scheme; the epoch created if
+    /// absent) and stored in counter and mark, whether or not the lease was held; then every
+    /// held key is deleted (waiters notified as by a release). The broken holder's token is
+    /// below the new mark, so its fenced writes are refused; the next acquire mints above the
+    /// mark, so the next holder's are accepted. The default refuses with
+    /// [`BackendError::Unsupported`] (Redlock among them: no single store can raise the mark).
+    async fn force_release(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        let _ = spec;
+        Err(BackendError::Unsupported(
+            "this backend does not offer forced releases".into(),
+        ))
     }
 
     /// Whether [`hand_off`](Self::hand_off) can pass `spec`'s lease straight from one owner

@@ -210,6 +210,43 @@ pub enum ReleaseOutcome {
     NotHeld,
 }
 
+/// What an administrator's [forced release](crate::LeaseBackend::force_release) did. Either
+/// way, a fenced lease's counter and applied mark now hold a fresh token (`fence`), above
+/// every token minted before: the broken holder's fenced writes are refused from now on, and
+/// the next acquire mints above it, so the next holder's are accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForceReleaseOutcome {
+    /// The lease was held (on at least one key) and every held key is deleted.
+    Released {
+        /// The owner of the first held key (its owner part, without metadata).
+        holder: String,
+        /// The token minted into counter and mark; `None` when the lease is unfenced.
+        fence: Option<Token>,
+    },
+    /// No key was held: nothing was deleted (the fence was still raised, for a holder whose
+    /// lease lapsed but who may still write).
+    NotHeld {
+        /// The token minted into counter and mark; `None` when the lease is unfenced.
+        fence: Option<Token>,
+    },
+}
+
+impl ForceReleaseOutcome {
+    /// Whether a holder was removed.
+    pub fn was_held(&self) -> bool {
+        matches!(self, ForceReleaseOutcome::Released { .. })
+    }
+
+    /// The token now in the fence counter and the applied mark (`None`: unfenced).
+    pub fn fence(&self) -> Option<Token> {
+        match self {
+            ForceReleaseOutcome::Released { fence, .. }
+            | ForceReleaseOutcome::NotHeld { fence } => *fence,
+        }
+    }
+}
+
 /// What an inspection of a lease found. An adapter builds it from
 /// `LeaseInfo::default()` and sets the fields it knows (the struct is `#[non_exhaustive]`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

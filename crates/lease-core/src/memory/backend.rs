@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use super::store::{Entry, Faults, Scheme, Store, Value};
 use super::{ManualClock, MemoryWrite, lock};
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseBackend, LeaseInfo, LeaseSpec,
-    Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
+    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, ForceReleaseOutcome, LeaseBackend,
+    LeaseInfo, LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest,
 };
 use crate::fair::{FairInfo, FairRequest, check_fair_spec, fair_name, wake_key};
 use crate::notify::{HubLink, ReleaseHub, ReleaseWatch, WatchRole};
@@ -320,6 +320,11 @@ impl MemoryBackend {
     pub fn inspect_shared_now(&self, spec: &LeaseSpec) -> Result<SharedInfo, BackendError> {
         self.with(|s, now| s.inspect_shared(spec, now))
     }
+    /// An administrator's release of `spec` (see
+    /// [`LeaseBackend::force_release`]), applied at once (no release notice).
+    pub fn force_release_now(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        self.with(|s, now| s.force_release(spec, now))
+    }
     /// A fenced batch of writes under `token` against `mark_key`, applied at once.
     pub fn fenced_now(
         &self,
@@ -466,5 +471,12 @@ impl LeaseBackend for MemoryBackend {
     }
     async fn inspect(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.delayed(|s, now| s.inspect(spec, now)).await
+    }
+    async fn force_release(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        let outcome = self.delayed(|s, now| s.force_release(spec, now)).await;
+        if matches!(outcome, Ok(ForceReleaseOutcome::Released { .. })) {
+            self.notify_release(spec, &Ok(ReleaseOutcome::Released));
+        }
+        outcome
     }
 }

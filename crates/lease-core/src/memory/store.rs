@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::MemoryWrite;
 use super::rwlock::{current_readers, first_reader};
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, LeaseInfo, LeaseSpec, Owner,
-    ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
+    AcquireOutcome, AcquireRequest, BackendError, FenceOutcome, ForceReleaseOutcome, LeaseInfo,
+    LeaseSpec, Owner, ReleaseOutcome, ReleaseRequest, RenewOutcome, RenewRequest, split_stored,
 };
 use crate::rwlock::writer_retry_within;
 use crate::time::Instant;
@@ -405,6 +405,32 @@ impl Store {
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::NotHeld
+        })
+    }
+
+    /// An administrator's release (see [`LeaseBackend::force_release`](crate::LeaseBackend::force_release)):
+    /// every key read first (a key of another type is WRONGTYPE, nothing changed), a fresh
+    /// token minted when fenced, held or not, then every held key deleted.
+    pub(super) fn force_release(
+        &mut self,
+        spec: &LeaseSpec,
+        now: Instant,
+    ) -> Result<ForceReleaseOutcome, BackendError> {
+        let mut held = Vec::new();
+        let mut holder = None;
+        for k in spec.keys() {
+            if let Some(v) = self.get_str(k, now)? {
+                holder.get_or_insert_with(|| split_stored(&v).0.to_owned());
+                held.push(k.clone());
+            }
+        }
+        let (fence, _) = self.mint(spec, None, now)?;
+        for k in &held {
+            self.entries.remove(k);
+        }
+        Ok(match holder {
+            Some(holder) => ForceReleaseOutcome::Released { holder, fence },
+            None => ForceReleaseOutcome::NotHeld { fence },
         })
     }
 

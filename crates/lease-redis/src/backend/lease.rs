@@ -12,9 +12,9 @@ use lease_core::preflight::StoreReport;
 use lease_core::rwlock::SharedInfo;
 use lease_core::semaphore::{PermitRequest, SemaphoreInfo};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, HandOffOutcome,
-    LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner, ReleaseOutcome, ReleaseRequest,
-    RenewOutcome, RenewRequest, Token,
+    AcquireOutcome, AcquireRequest, BackendError, FenceState, Fencing, ForceReleaseOutcome,
+    HandOffOutcome, LeaseBackend, LeaseInfo, LeaseSpec, Metadata, Owner, ReleaseOutcome,
+    ReleaseRequest, RenewOutcome, RenewRequest, Token,
 };
 use redis::aio::ConnectionLike;
 
@@ -23,8 +23,8 @@ use crate::native;
 use crate::notify::{self};
 use crate::reply;
 use crate::scripts::{
-    Batch, Call, Decimal, S_ACQUIRE, S_INSPECT, S_PTTL, S_RELEASE, S_RELEASE_ONE, S_RENEW,
-    S_RENEW_MANY, script_cmd,
+    Batch, Call, Decimal, S_ACQUIRE, S_FORCE_RELEASE, S_INSPECT, S_PTTL, S_RELEASE, S_RELEASE_ONE,
+    S_RENEW, S_RENEW_MANY, script_cmd,
 };
 use crate::topology::Topology;
 
@@ -311,6 +311,27 @@ where
 
     /// `inspect.lua` with its mark flag: the holder's value gets the waiter mark in the same
     /// call (`redis.pcall`: an ACL without `SET` or a read-only replica only reads).
+    async fn force_release(&self, spec: &LeaseSpec) -> Result<ForceReleaseOutcome, BackendError> {
+        self.precheck("force_release", spec)?;
+        let Some(first) = spec.keys().first() else {
+            return Err(BackendError::Invalid("a lease without keys".into()));
+        };
+        let mut call = Call::new();
+        for k in spec.keys() {
+            call.key(k);
+        }
+        call.arg(spec.keys().len()).arg(self.notice_arg(first));
+        if let Some(fence) = spec.fence_key() {
+            call.key(fence)
+                .key(mark_key_of(fence))
+                .key(epoch_key_of(fence));
+            call.arg(self.scheme_name());
+        }
+        let mut conn = self.lend();
+        let v = call.run(&mut conn, &S_FORCE_RELEASE).await?;
+        reply::force_release(&v, spec.fence_key().is_some())
+    }
+
     async fn observe(&self, spec: &LeaseSpec) -> Result<LeaseInfo, BackendError> {
         self.inspect_lease(spec, true).await
     }

@@ -28,6 +28,7 @@
 //! [`HeldLock`]: lease_core::lock::HeldLock
 //! [`Refresh`]: lease_core::lock::Refresh
 
+mod admin;
 mod fair;
 mod handle;
 mod handoff;
@@ -37,6 +38,7 @@ mod rwlock;
 mod semaphore;
 mod task;
 
+pub use admin::{ADMIN_TIMEOUT, LockHolder};
 pub use fair::{Fair, FairLock};
 pub use handle::Lock;
 pub use lease_core::lock::{AutoRenew, LockError, LockOptions};
