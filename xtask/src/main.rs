@@ -17,7 +17,8 @@
 //!   `RUSTDOCFLAGS=-Dwarnings`; prints a timing table.
 //! * `bench` — prepare servers and image like `test`, then `cargo bench --workspace`
 //!   (extra arguments are passed on).
-//! * `package` — `cargo package --no-verify` of every published crate ([`publish`]).
+//! * `package` — `cargo package` of every published crate, each compiled from its tarball
+//!   ([`publish`]).
 //! * `features` — `cargo check` of each published crate with no features, then each alone;
 //!   and a `cargo tree` check that the facade compiles redis-rs's cluster code only with its
 //!   `cluster` feature.
@@ -74,7 +75,8 @@ commands:
                            build lease-jepsen and run its fault harness (root: network
                            namespaces, iptables); histories, summary.md and timeline.svg
                            go under target/jepsen/; exit 77 when it cannot run (skipped)
-  package                  cargo package --no-verify of every published crate (a dry run),
+  package                  cargo package of every published crate (a dry run), each
+                           built from its tarball against the others' (cargo's verify),
                            and a check that each package holds its README and licences
   features                 cargo check of each published crate with no features and with
                            each feature alone; redis-rs's cluster code only with `cluster`

@@ -13,9 +13,11 @@
 
 use std::time::Duration;
 
-use lease_postgres::{MarkTable, PgFenceError, TxOutcome};
+// The facade's `postgres` feature (redlease = { version = "0.1", features = ["postgres"] }):
+// the Postgres adapter and the tokio-postgres it is built on, with no dependency of their own.
+use redlease::postgres::tokio_postgres::{self, NoTls};
+use redlease::postgres::{MarkTable, PgFenceError, TxOutcome};
 use redlease::{CancellationToken, ElectionConfig, Elector};
-use tokio_postgres::NoTls;
 
 const NAME: &str = "ledger-writer";
 

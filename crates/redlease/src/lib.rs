@@ -506,3 +506,24 @@ pub mod postgres {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust blocks of the guides in `docs/`, compiled as doctests (`cargo test --doc -p
+/// redlease`), so an example in a guide cannot drift from the API. Only under `doctest`: the
+/// guides are not in the packaged crate.
+#[cfg(doctest)]
+pub mod docs_md {
+    #[doc = include_str!("../../../docs/fair-locks.md")]
+    pub struct FairLocks;
+    #[doc = include_str!("../../../docs/fencing.md")]
+    pub struct Fencing;
+    #[doc = include_str!("../../../docs/production.md")]
+    pub struct Production;
+    #[doc = include_str!("../../../docs/redlock.md")]
+    pub struct Redlock;
+    #[doc = include_str!("../../../docs/rwlocks.md")]
+    pub struct RwLocks;
+    #[doc = include_str!("../../../docs/semaphores.md")]
+    pub struct Semaphores;
+    #[doc = include_str!("../../../docs/testing.md")]
+    pub struct Testing;
+}

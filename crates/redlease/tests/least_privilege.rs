@@ -1,7 +1,9 @@
 //! The least-privilege ACL of `docs/production.md`, on a real server: a user with exactly
 //! those commands and a key pattern runs elections, locks (auto-renewed, refreshed, fenced) and
 //! fenced writes; with any one command less, the operation that needs it is refused at once
-//! with the server's `NOPERM`, never retried in a loop.
+//! with the server's `NOPERM`, never retried in a loop. Semaphores, read-write and fair locks
+//! each run with exactly their line of the table, and are refused at once without it; every
+//! command the scripts call is in the table.
 
 mod common;
 
@@ -20,6 +22,44 @@ use redlease::{
 const COMMANDS: [&str; 10] = [
     "+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+del", "+hset", "+type", "+time",
 ];
+
+/// What semaphores add to [`COMMANDS`] (`docs/production.md`, the README).
+const SEMAPHORE: [&str; 7] = [
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+zscore",
+    "+zcount",
+];
+
+/// What read-write locks add to [`COMMANDS`].
+const RWLOCK: [&str; 6] = [
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+zscore",
+];
+
+/// What fair locks add to [`COMMANDS`].
+const FAIR: [&str; 8] = [
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+zscore",
+    "+zcount",
+    "+zcard",
+];
+
+/// [`COMMANDS`] and `extra`.
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    COMMANDS.iter().chain(extra).copied().collect()
+}
 
 /// "At once": well below any retry schedule or TTL here.
 const AT_ONCE: Duration = Duration::from_millis(1_500);
@@ -371,4 +411,256 @@ async fn release_notices_with_and_without_their_acl() {
             assert!(stats.refused <= 1, "{stats:?}");
         }
     }
+}
+
+/// Runs `what` and asserts it was refused at once with the server's `NOPERM`.
+async fn refused_at_once<T, F>(what: &str, f: F)
+where
+    F: std::future::Future<Output = Result<T, LockError>>,
+{
+    let started = Instant::now();
+    let err = bounded(f)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{what}: obtained"));
+    assert!(matches!(err, LockError::Refused(_)), "{what}: {err}");
+    assert_noperm(what, &err.to_string());
+    assert!(
+        started.elapsed() < AT_ONCE,
+        "{what}: refused after {:?}, not at once",
+        started.elapsed()
+    );
+}
+
+/// A retry that gives up quickly: the attempt that finds the primitive full, then a few more.
+fn brief_wait() -> LockOptions {
+    LockOptions::new()
+        .retry(redlease::RetryStrategy::linear(ms(20)).unwrap())
+        .wait(ms(150))
+}
+
+#[tokio::test]
+async fn semaphores_run_with_their_documented_acl() {
+    use redlease::PermitWriteOutcome;
+    let server = RedisServer::start().await.unwrap();
+    let mut admin = raw(&server).await;
+    acl_user(&mut admin, "sem", &with(&SEMAPHORE)).await;
+    acl_user(&mut admin, "plain", &COMMANDS).await;
+    let locker = Locker::new(backend_at(&server.url_for_user("sem", "pw")).await);
+    let sem = locker.semaphore("{app}:sem", 2).unwrap();
+    let ttl = ms(2_000);
+
+    // Two permits (one auto-renewed), the third refused while both are held.
+    let a = bounded(sem.acquire(ttl, LockOptions::new().auto_renew(ms(300))))
+        .await
+        .unwrap();
+    let b = bounded(sem.acquire(ttl, LockOptions::new())).await.unwrap();
+    let full = bounded(sem.acquire(ttl, brief_wait())).await.unwrap_err();
+    assert!(full.is_not_obtained(), "{full}");
+    bounded(b.refresh(ms(3_000))).await.unwrap();
+    assert!(bounded(b.ttl()).await.unwrap() > ttl);
+    let info = bounded(sem.inspect(EVENTUALLY)).await.unwrap();
+    assert_eq!((info.permits, info.holders.len()), (Some(2), 2), "{info:?}");
+    // Permit-fenced writes.
+    let fencer = a.permit_fencer().expect("fenced by default");
+    assert_eq!(
+        bounded(fencer.set("{app}:out", "a")).await.unwrap(),
+        PermitWriteOutcome::Applied
+    );
+    assert_eq!(
+        bounded(fencer.hset("{app}:h", "f", "a")).await.unwrap(),
+        PermitWriteOutcome::Applied
+    );
+    // Auto-renewal keeps `a` past its TTL (the renewals fail loudly: `lost` fires).
+    let lost = a.lost();
+    tokio::select! {
+        _ = lost.cancelled() => panic!("the auto-renewed permit was lost"),
+        _ = tokio::time::sleep(ttl + ms(500)) => {}
+    }
+    bounded(b.release()).await.unwrap();
+    bounded(a.release()).await.unwrap();
+
+    // Without the sorted-set commands: refused at once.
+    let plain = Locker::new(backend_at(&server.url_for_user("plain", "pw")).await);
+    let sem = plain.semaphore("{app}:sem2", 2).unwrap();
+    refused_at_once(
+        "a semaphore with the locks' ACL",
+        sem.acquire(ttl, LockOptions::new()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn read_write_locks_run_with_their_documented_acl() {
+    let server = RedisServer::start().await.unwrap();
+    let mut admin = raw(&server).await;
+    acl_user(&mut admin, "rw", &with(&RWLOCK)).await;
+    acl_user(&mut admin, "plain", &COMMANDS).await;
+    let locker = Locker::new(backend_at(&server.url_for_user("rw", "pw")).await);
+    let key = "{app}:rw";
+    let opts = || LockOptions::new().fence_key("{app}:rw:fence");
+    let ttl = ms(2_000);
+    let readers = locker.shared(key).unwrap();
+
+    // Two readers (one auto-renewed); a writer refused while they hold (its waiting mark set).
+    let r1 = bounded(readers.acquire(ttl, opts().auto_renew(ms(300))))
+        .await
+        .unwrap();
+    let r2 = bounded(readers.acquire(ttl, opts())).await.unwrap();
+    let writer = bounded(
+        locker.obtain(
+            key,
+            ttl,
+            opts()
+                .retry(redlease::RetryStrategy::linear(ms(20)).unwrap())
+                .wait(ms(150)),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(writer.is_not_obtained(), "{writer}");
+    bounded(r2.refresh(ms(3_000))).await.unwrap();
+    assert!(bounded(r2.ttl()).await.unwrap() > ttl);
+    let info = bounded(readers.inspect(Some("{app}:rw:fence"), EVENTUALLY))
+        .await
+        .unwrap();
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    // (The newest reader's token: under the lock rule an older one is stale.)
+    let fencer = r2.fencer().expect("fenced");
+    assert_eq!(
+        bounded(fencer.set("{app}:read-out", "r2")).await.unwrap(),
+        FenceOutcome::Applied
+    );
+    let lost = r1.lost();
+    tokio::select! {
+        _ = lost.cancelled() => panic!("the auto-renewed reader was lost"),
+        _ = tokio::time::sleep(ttl + ms(500)) => {}
+    }
+    bounded(r2.release()).await.unwrap();
+    bounded(r1.release()).await.unwrap();
+
+    // The writer, alone now, with a fenced write; a reader refused while it holds.
+    let w = bounded(locker.obtain(key, ttl, opts())).await.unwrap();
+    let reader = bounded(readers.acquire(ttl, brief_wait().fence_key("{app}:rw:fence")))
+        .await
+        .unwrap_err();
+    assert!(reader.is_not_obtained(), "{reader}");
+    let fencer = w.fencer().expect("fenced");
+    assert_eq!(
+        bounded(fencer.set("{app}:write-out", "w")).await.unwrap(),
+        FenceOutcome::Applied
+    );
+    bounded(w.release()).await.unwrap();
+
+    // Without the sorted-set commands: a reader is refused at once.
+    let plain = Locker::new(backend_at(&server.url_for_user("plain", "pw")).await);
+    let readers = plain.shared("{app}:rw2").unwrap();
+    refused_at_once(
+        "a reader with the locks' ACL",
+        readers.acquire(ttl, LockOptions::new()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn fair_locks_run_with_their_documented_acl() {
+    let server = RedisServer::start().await.unwrap();
+    let mut admin = raw(&server).await;
+    acl_user(&mut admin, "fair", &with(&FAIR)).await;
+    acl_user(&mut admin, "plain", &COMMANDS).await;
+    let locker = Locker::new(backend_at(&server.url_for_user("fair", "pw")).await);
+    let fair = locker.fair("{app}:fair").unwrap();
+    let ttl = ms(2_000);
+    let fenced = || LockOptions::new().fence_key("{app}:fair:fence");
+
+    // A holder (auto-renewed); a waiter that queues and gives up; one that queues and gets it.
+    let a = bounded(fair.acquire(ttl, fenced().auto_renew(ms(300))))
+        .await
+        .unwrap();
+    let busy = bounded(fair.acquire(ttl, brief_wait())).await.unwrap_err();
+    assert!(busy.is_not_obtained(), "{busy}");
+    let waiter = {
+        let fair = fair.clone();
+        let options = fenced()
+            .retry(redlease::RetryStrategy::linear(ms(50)).unwrap())
+            .wait(EVENTUALLY);
+        tokio::spawn(async move { fair.acquire(ms(2_000), options).await })
+    };
+    bounded(a.refresh(ms(3_000))).await.unwrap();
+    let info = bounded(fair.inspect(EVENTUALLY)).await.unwrap();
+    assert!(info.holder.is_some(), "{info:?}");
+    let fencer = a.fencer().expect("fenced");
+    assert_eq!(
+        bounded(fencer.set("{app}:fair-out", "a")).await.unwrap(),
+        FenceOutcome::Applied
+    );
+    let lost = a.lost();
+    tokio::select! {
+        _ = lost.cancelled() => panic!("the auto-renewed fair lock was lost"),
+        _ = tokio::time::sleep(ttl + ms(500)) => {}
+    }
+    bounded(a.release()).await.unwrap();
+    let b = bounded(waiter)
+        .await
+        .unwrap()
+        .expect("the queued waiter's turn");
+    let fencer = b.fencer().expect("fenced");
+    assert_eq!(
+        bounded(fencer.set("{app}:fair-out", "b")).await.unwrap(),
+        FenceOutcome::Applied
+    );
+    bounded(b.release()).await.unwrap();
+
+    // Without the sorted-set commands: refused at once.
+    let plain = Locker::new(backend_at(&server.url_for_user("plain", "pw")).await);
+    let fair = plain.fair("{app}:fair2").unwrap();
+    refused_at_once(
+        "a fair lock with the locks' ACL",
+        fair.acquire(ttl, LockOptions::new()),
+    )
+    .await;
+}
+
+/// Every command a script of `crates/lease-redis/scripts/` calls is in the documented ACL (or
+/// is the notices' `PUBLISH`/`SPUBLISH`, documented with the channels): a script that starts
+/// calling a new command fails here until the table says so.
+#[test]
+fn the_documented_acl_covers_every_script() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lease-redis/scripts");
+    let documented: Vec<String> = with(&SEMAPHORE)
+        .into_iter()
+        .chain(RWLOCK)
+        .chain(FAIR)
+        .map(|c| c[1..].to_ascii_uppercase())
+        .chain(["PUBLISH".to_owned(), "SPUBLISH".to_owned()])
+        .collect();
+    let mut scripts = 0;
+    let mut calls = 0;
+    for entry in std::fs::read_dir(&dir).expect("the scripts directory") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "lua") {
+            continue;
+        }
+        scripts += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        // redis.call('NAME', ...) / redis.pcall("NAME", ...); a call through a variable names
+        // its command in a literal elsewhere (the notices' verb).
+        for (i, _) in text.match_indices("call(") {
+            let rest = &text[i + "call(".len()..];
+            let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"') else {
+                continue;
+            };
+            let name: String = rest[1..].chars().take_while(|c| *c != quote).collect();
+            calls += 1;
+            assert!(
+                documented.contains(&name.to_ascii_uppercase()),
+                "{}: {name} is not in the documented ACL (docs/production.md, README, this file)",
+                path.display()
+            );
+        }
+    }
+    assert!(
+        scripts > 20 && calls > 50,
+        "{scripts} scripts, {calls} calls"
+    );
 }
