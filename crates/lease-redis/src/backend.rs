@@ -130,9 +130,10 @@ where
 
     /// A backend with an explicit topology.
     pub fn with_topology(conn: C, topology: Topology) -> RedisBackend<C> {
+        let clones = Clones::for_conn(&conn);
         RedisBackend {
             conn,
-            clones: Clones::default(),
+            clones,
             topology,
             fence_timeout: DEFAULT_FENCE_TIMEOUT,
             scheme: TokenScheme::default(),

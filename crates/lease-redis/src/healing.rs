@@ -43,7 +43,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -51,6 +51,7 @@ use redis::io::tcp::{TcpSettings, socket2};
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value};
 
 use crate::CONNECT_TIMEOUT;
+use crate::lend::{Purge, PurgeHooks};
 
 mod silence;
 mod single_flight;
@@ -118,6 +119,8 @@ struct Shared {
     /// What every reply must tell the silence rule, kept outside the lock: a reply takes
     /// the lock only while a request is suspect ([`Shared::replied`]).
     replies: Replies,
+    /// The backends' kept clones, purged when a connection is given up (`lend.rs`).
+    purges: Arc<PurgeHooks>,
 }
 
 #[derive(Default)]
@@ -142,6 +145,12 @@ impl HealingConnection {
         {
             self.pinned = None;
         }
+    }
+
+    /// Where a backend over this connection registers its kept clones, to be purged when a
+    /// connection is given up (`lend.rs`).
+    pub(crate) fn purge_hooks(&self) -> Arc<PurgeHooks> {
+        Arc::clone(&self.shared.purges)
     }
 }
 
@@ -208,6 +217,7 @@ impl HealingConnection {
                 dial: SingleFlight::default(),
                 state: Mutex::new(State::default()),
                 replies: Replies::new(),
+                purges: Arc::default(),
             }),
             pinned: None,
         })
@@ -225,6 +235,7 @@ impl HealingConnection {
                 dial: SingleFlight::default(),
                 state: Mutex::new(State::default()),
                 replies: Replies::new(),
+                purges: Arc::default(),
             }),
             pinned: None,
         }
@@ -325,6 +336,8 @@ impl Shared {
         {
             let cause = format!("no reply for {silence:?} to a request abandoned unanswered");
             self.give_up_locked(&mut state, &cause);
+            drop(state);
+            self.purge_kept();
             return None;
         }
         state.conn.clone().map(|c| (state.generation, c))
@@ -386,6 +399,24 @@ impl Shared {
         let mut state = self.state();
         if state.generation == generation && state.conn.is_some() {
             self.give_up_locked(&mut state, cause);
+            drop(state);
+            self.purge_kept();
+        }
+    }
+
+    /// After a connection was given up (the state unlocked): the backends drop their idle
+    /// kept clones, which may pin it, so it closes now (its socket, its driver task, the
+    /// server's client slot) rather than when an idle clone is next lent.
+    fn purge_kept(&self) {
+        let hooks: Vec<Arc<dyn Purge>> = self
+            .purges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for hook in hooks {
+            hook.purge();
         }
     }
 
@@ -568,6 +599,7 @@ mod tests {
             dial: SingleFlight::default(),
             state: Mutex::new(State::default()),
             replies: Replies::new(),
+            purges: Arc::default(),
         }
     }
 

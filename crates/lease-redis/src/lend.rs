@@ -19,13 +19,17 @@
 //! - **Bounded.** At most [`PER_SLOT`] idle clones per slot, [`SLOTS`] slots per backend
 //!   (threads share slots beyond that); a clone given back to a full slot is dropped. All go
 //!   with the backend.
+//! - **Never a dead connection kept.** A [`HealingConnection`] that gives a connection up
+//!   drops every idle clone its backends keep ([`Purge`], registered at the backend's
+//!   construction), so a connection given up after a stall is closed at once, not when an idle
+//!   clone happens to be lent again; a clone given back is refreshed first.
 //! - **Never waits.** A slot in use by another thread (it happens only when threads share a
 //!   slot) is passed by: the call clones the connection as before.
 
 use std::any::{Any, TypeId};
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisError, RedisFuture, Value};
@@ -66,11 +70,53 @@ fn slot_index() -> Option<usize> {
 #[repr(align(128))]
 struct Slot<C>(Mutex<Vec<C>>);
 
+/// A backend's slots.
+struct Slots<C>(Box<[Slot<C>]>);
+
+/// What a [`HealingConnection`] calls when it gives a connection up: drop the idle clones
+/// kept (they may pin the connection given up). Registered weakly: a backend's slots go with
+/// it.
+pub(crate) trait Purge: Send + Sync {
+    /// Drops every idle clone.
+    fn purge(&self);
+}
+
+impl<C: Send> Purge for Slots<C> {
+    fn purge(&self) {
+        for slot in self.0.iter() {
+            // Dropped outside the slot's lock.
+            let idle = slot
+                .0
+                .lock()
+                .map(|mut v| std::mem::take(&mut *v))
+                .unwrap_or_default();
+            drop(idle);
+        }
+    }
+}
+
+/// The purge hooks of one [`HealingConnection`] and its clones (weak: dead ones are dropped
+/// as new ones register, so the list is bounded by the live backends).
+pub(crate) type PurgeHooks = Mutex<Vec<Weak<dyn Purge>>>;
+
 /// Idle clones of a backend's connection, per thread slot. See the [module docs](self).
 pub(crate) struct Clones<C> {
     /// Empty when the connection's type is not one known to keep nothing of a call in a clone
     /// ([`kept_as_fresh`]): its calls clone it, as before.
-    slots: Box<[Slot<C>]>,
+    slots: Arc<Slots<C>>,
+    /// Where these slots are registered to be purged (a [`HealingConnection`]'s hooks), and
+    /// how (made where `C: Send` is known, so a backend's clone registers its own slots).
+    hooks: Option<(Arc<PurgeHooks>, Register<C>)>,
+}
+
+/// Registers a backend's slots with a connection's purge hooks.
+type Register<C> = fn(&Arc<Slots<C>>, &PurgeHooks);
+
+fn register<C: Send + 'static>(slots: &Arc<Slots<C>>, hooks: &PurgeHooks) {
+    let purge: Arc<dyn Purge> = slots.clone();
+    let mut hooks = hooks.lock().unwrap_or_else(|p| p.into_inner());
+    hooks.retain(|h| h.strong_count() > 0);
+    hooks.push(Arc::downgrade(&purge));
 }
 
 /// Whether a clone of a `C` that served calls serves the next one exactly as a new clone
@@ -93,24 +139,37 @@ fn refresh<C: 'static>(conn: &mut C) {
     }
 }
 
-impl<C: 'static> Default for Clones<C> {
-    fn default() -> Self {
-        Clones::with_slots(if kept_as_fresh::<C>() { SLOTS } else { 0 })
+impl<C: Send + 'static> Clones<C> {
+    /// The slots of a backend over `conn`: none unless its type is kept ([`kept_as_fresh`]);
+    /// a [`HealingConnection`]'s are registered to be purged when it gives a connection up.
+    pub(crate) fn for_conn(conn: &C) -> Self {
+        let n = if kept_as_fresh::<C>() { SLOTS } else { 0 };
+        let hooks = (conn as &dyn Any)
+            .downcast_ref::<HealingConnection>()
+            .map(|h| (h.purge_hooks(), register::<C> as Register<C>));
+        Clones::with_slots(n, hooks)
     }
 }
 
 impl<C> Clones<C> {
-    fn with_slots(n: usize) -> Self {
-        Clones {
-            slots: (0..n).map(|_| Slot(Mutex::new(Vec::new()))).collect(),
+    fn with_slots(n: usize, hooks: Option<(Arc<PurgeHooks>, Register<C>)>) -> Self {
+        let slots = Arc::new(Slots(
+            (0..n).map(|_| Slot(Mutex::new(Vec::new()))).collect(),
+        ));
+        if let Some((hooks, register)) = &hooks {
+            register(&slots, hooks);
         }
+        Clones { slots, hooks }
     }
 }
 
 impl<C> Clone for Clones<C> {
-    /// A backend's clone keeps clones of its own.
+    /// A backend's clone keeps clones of its own (registered like the first's).
     fn clone(&self) -> Self {
-        Clones::with_slots(self.slots.len())
+        Clones::with_slots(
+            self.slots.0.len(),
+            self.hooks.as_ref().map(|(h, r)| (Arc::clone(h), *r)),
+        )
     }
 }
 
@@ -134,17 +193,21 @@ impl<C: Clone + 'static> Clones<C> {
     /// The calling thread's slot: `None` when clones are not kept, or while the thread's
     /// storage is torn down.
     fn slot(&self) -> Option<&Slot<C>> {
-        if self.slots.is_empty() {
+        let slots = &self.slots.0;
+        if slots.is_empty() {
             return None;
         }
-        self.slots.get(slot_index()? % self.slots.len())
+        slots.get(slot_index()? % slots.len())
     }
 
-    /// Keeps `conn` in the calling thread's slot if it has room (else drops it).
-    fn keep(&self, conn: C) {
+    /// Keeps `conn` in the calling thread's slot if it has room (else drops it), refreshed:
+    /// a clone given back after its connection was given up (and its slot purged) does not
+    /// keep that connection open.
+    fn keep(&self, mut conn: C) {
         let Some(slot) = self.slot() else {
             return;
         };
+        refresh(&mut conn);
         let Ok(mut idle) = slot.0.try_lock() else {
             return;
         };
@@ -157,6 +220,7 @@ impl<C: Clone + 'static> Clones<C> {
     #[cfg(test)]
     fn idle(&self) -> usize {
         self.slots
+            .0
             .iter()
             .map(|s| s.0.lock().map_or(0, |v| v.len()))
             .sum()
@@ -252,7 +316,7 @@ mod tests {
 
     /// Clones of an `Arc` count themselves: a kept one is reused, not cloned again.
     fn kept() -> (Arc<u8>, Clones<Arc<u8>>) {
-        (Arc::new(7), Clones::with_slots(SLOTS))
+        (Arc::new(7), Clones::with_slots(SLOTS, None))
     }
 
     #[test]
@@ -306,8 +370,28 @@ mod tests {
         assert!(kept_as_fresh::<HealingConnection>());
         // Anything else (a wrapper of yours) is cloned for every call, as before.
         let conn = Arc::new(1u8);
-        let clones = Clones::<Arc<u8>>::default();
+        let clones = Clones::for_conn(&conn);
         drop(clones.lend(&conn));
         assert_eq!((Arc::strong_count(&conn), clones.idle()), (1, 0));
+    }
+
+    #[test]
+    fn a_purge_drops_every_idle_clone_and_a_dead_hook_is_dropped() {
+        let hooks: Arc<PurgeHooks> = Arc::default();
+        let conn = Arc::new(7u8);
+        let clones = Clones::with_slots(SLOTS, Some((Arc::clone(&hooks), register::<Arc<u8>>)));
+        let copy = clones.clone();
+        drop(clones.lend(&conn));
+        drop(copy.lend(&conn));
+        assert_eq!(Arc::strong_count(&conn), 3);
+        for hook in hooks.lock().unwrap().iter() {
+            hook.upgrade().expect("live").purge();
+        }
+        assert_eq!((Arc::strong_count(&conn), clones.idle()), (1, 0));
+        drop(copy);
+        // The next registration drops the dead hook: bounded by the live backends.
+        let again = Clones::<Arc<u8>>::with_slots(SLOTS, Some((Arc::clone(&hooks), register)));
+        assert_eq!(hooks.lock().unwrap().len(), 2);
+        drop(again);
     }
 }

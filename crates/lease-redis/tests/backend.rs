@@ -644,3 +644,90 @@ async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
         .await
         .expect("no answer within 5 s")
 }
+
+/// The ids of the server's clients (`CLIENT LIST`).
+async fn client_ids(raw: &mut redis::aio::MultiplexedConnection) -> Vec<i64> {
+    let list: String = bounded(redis::cmd("CLIENT").arg("LIST").query_async(raw))
+        .await
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// Issue 54: idle kept clones never keep a dead connection. A backend's calls leave clones of
+/// its `HealingConnection` idle in their threads' slots, pinned to the connection they used;
+/// when that connection is given up after a stall, the backend makes no call, and the clones
+/// sit idle — yet the connection is closed at the server within one silence period: the give-up
+/// purges the kept clones. Before, it stayed open (socket, driver task, the server's client
+/// slot) for as long as the clones sat idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_kept_clones_do_not_keep_a_connection_given_up() {
+    let server = bounded(RedisServer::start()).await.expect("redis server");
+    let silence = Duration::from_millis(200);
+    let healing = bounded(HealingConnection::connect(server.client().expect("client")))
+        .await
+        .expect("connect")
+        .with_silence(silence);
+    let backend = std::sync::Arc::new(RedisBackend::new(healing.clone()));
+    let spec = lock(&["idle"], None);
+    // Calls on both worker threads, several at once: clones kept idle in their slots.
+    let mut calls = Vec::new();
+    for i in 0..16 {
+        let backend = std::sync::Arc::clone(&backend);
+        let spec = spec.clone();
+        calls.push(tokio::spawn(async move {
+            let owner = format!("o{i}");
+            let _ = backend.acquire(&acq(&spec, &owner)).await;
+            let _ = backend.release(&release(&spec, &owner, None)).await;
+        }));
+    }
+    for c in calls {
+        bounded(c).await.expect("call");
+    }
+    let mut raw = bounded(server.connection()).await.expect("raw");
+    let mut probe = healing.clone();
+    let first: i64 = bounded(redis::cmd("CLIENT").arg("ID").query_async(&mut probe))
+        .await
+        .expect("CLIENT ID");
+    let before = client_ids(&mut raw).await;
+    assert!(before.contains(&first));
+    // A stall: a request abandoned while the server is frozen, no reply past the silence.
+    bounded(server.pause()).await.expect("pause");
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(100),
+        redis::cmd("PING").query_async::<String>(&mut probe),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the frozen server answered");
+    drop(probe);
+    tokio::time::sleep(silence + Duration::from_millis(100)).await;
+    bounded(server.resume()).await.expect("resume");
+    // The next call (not the backend's) gives the silent connection up and dials again.
+    let mut fresh = healing.clone();
+    let _: String = bounded(redis::cmd("PING").query_async(&mut fresh))
+        .await
+        .expect("PING on a new connection");
+    drop(fresh);
+    assert_eq!(healing.stats().given_up, 1);
+    let given_up = std::time::Instant::now();
+    // Within one silence period the first connection is gone from the server, and the client
+    // count is back where it was (the new connection in place of the old).
+    let after = bounded(async {
+        loop {
+            let ids = client_ids(&mut raw).await;
+            if !ids.contains(&first) {
+                return ids;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        given_up.elapsed() <= silence,
+        "closed {:?} after the give-up",
+        given_up.elapsed()
+    );
+    assert_eq!(after.len(), before.len(), "{before:?} -> {after:?}");
+    drop(backend);
+}
