@@ -526,14 +526,43 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
         "the writer beside readers: {}",
         stderr(&out)
     );
-    // The writer's attempt left its waiting mark, shown beside the readers.
+    // A writer that tries once leaves no waiting mark: a try-lock blocks nobody (issue 54).
     let out = output(status(false)).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(
-        stdout(&out).contains("waiting:    a writer (its mark lapses in"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("waiting:    -"), "{}", stdout(&out));
+    // A writer that waits marks the key, shown beside the readers.
+    let w0 = d.join("w0.token");
+    let mut waiting = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args([
+            "lock",
+            "--fence",
+            "{doc}",
+            "--wait",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLEASE_TOKEN > \"$0\"",
+        ])
+        .arg(&w0);
+        c
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = output(status(false)).await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        if stdout(&out).contains("waiting:    a writer (its mark lapses in") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no waiting mark shown: {}\n{:#?}",
+            stdout(&out),
+            waiting.lines()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let out = output(status(true)).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let line = stdout(&out).trim().to_owned();
@@ -562,14 +591,14 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
         r.signal("TERM");
         assert_eq!(r.wait_exit().await.code(), Some(143), "{:#?}", r.lines());
     }
-    let out = output(writer("5s")).await;
+    // The waiting writer gets in once the readers left.
+    let token: u64 = wait_file(&w0).await.trim().parse().expect("a token");
     assert_eq!(
-        code(&out),
-        0,
-        "the writer once the readers left: {}",
-        stderr(&out)
+        waiting.wait_exit().await.code(),
+        Some(0),
+        "{:#?}",
+        waiting.lines()
     );
-    let token: u64 = stdout(&out).trim().parse().expect("a token");
     assert!(token > r1.max(r2), "one counter for readers and writers");
 
     // While a writer holds KEY, `status --shared` shows it, and no reader.
