@@ -126,6 +126,13 @@ pub enum LossReason {
     /// can succeed, so the lease is given up at once instead of renewing in a loop until the
     /// deadline. The error itself is reported as [`LeaseEvent::RenewFailed`] just before.
     Refused,
+    /// Not a loss to anyone: the hold reached the cap its holder set
+    /// ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)). Auto-renewal stopped
+    /// at the last renewal whose expiry at the store (`sent + ttl`) fits within
+    /// `obtained + max_hold`, and the lock ended at its local deadline (never after the cap),
+    /// released when its token was generated for it. Only locks report it; a
+    /// [`HeldLease`] on its own never does.
+    MaxHoldReached,
 }
 
 /// What a held lease reports.
