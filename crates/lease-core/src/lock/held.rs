@@ -121,11 +121,9 @@ pub struct HeldLock {
     slot: Option<Slot>,
     lost: Option<LossReason>,
     /// The cap of the hold ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)):
-    /// no request tells the store an expiry (`sent + ttl`) after it.
-    cap: Option<Instant>,
-    /// Auto-renewal stopped at the cap: the lock ends at its deadline with
-    /// [`LossReason::MaxHoldReached`].
-    capped: bool,
+    /// no request tells the store an expiry (`sent + ttl`) after it; [`Instant::MAX`] for
+    /// none (8 bytes where an `Option` takes 16).
+    cap: Instant,
     released: bool,
     private_token: bool,
     events: Events<LockEvent>,
@@ -151,8 +149,7 @@ impl HeldLock {
             renewal: auto_renew.then(|| HeldLease::renewed_when_due(timing, token, sent_at, now)),
             slot: None,
             lost: None,
-            cap: None,
-            capped: false,
+            cap: Instant::MAX,
             released: false,
             private_token,
             events: Events::new(),
@@ -185,20 +182,32 @@ impl HeldLock {
     /// # Ok::<(), lease_core::ConfigError>(())
     /// ```
     pub fn with_cap(mut self, cap: Option<Instant>) -> Self {
-        self.cap = cap;
+        self.cap = cap.unwrap_or(Instant::MAX);
         self
     }
 
     /// The cap of the hold, if any: the lock never holds, and the store is never told to keep
     /// it, after this instant.
     pub fn cap(&self) -> Option<Instant> {
-        self.cap
+        (self.cap != Instant::MAX).then_some(self.cap)
+    }
+
+    /// Whether auto-renewal stopped at the cap
+    /// ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)) and the lock is still
+    /// to end at its deadline: the renewal machine was ended, and not by a release or a loss
+    /// (the only other ways to end it).
+    pub fn is_capped(&self) -> bool {
+        self.lost.is_none()
+            && !self.released
+            && self.renewal.as_ref().is_some_and(HeldLease::is_ended)
     }
 
     /// Whether an expiry of `sent_at + ttl` at the store would pass the cap.
     fn past_cap(&self, sent_at: Instant, ttl: Ttl) -> bool {
-        self.cap
-            .is_some_and(|cap| sent_at.checked_add(ttl.get()).is_none_or(|end| end > cap))
+        self.cap != Instant::MAX
+            && sent_at
+                .checked_add(ttl.get())
+                .is_none_or(|end| end > self.cap)
     }
 
     /// The auto-renewal machine while it still renews (not capped, not ended).
@@ -291,16 +300,15 @@ impl HeldLock {
         let cap = self.cap;
         let lease = self.renewing()?;
         let mut order = lease.poll_renew_within(now, early)?;
-        if cap.is_some_and(|cap| {
-            order
+        let past = cap != Instant::MAX
+            && order
                 .sent_at
                 .checked_add(ttl.get())
-                .is_none_or(|end| end > cap)
-        }) {
+                .is_none_or(|end| end > cap);
+        if past {
             // This renewal would keep the lock at the store past the cap: auto-renewal stops
             // here, and the lock ends at its deadline (at or before the cap).
             lease.end();
-            self.capped = true;
             self.handle_timeout(now);
             return None;
         }
@@ -434,7 +442,7 @@ impl HeldLock {
             lease.handle_timeout(now);
             self.collect();
         } else if self.lost.is_none() && !self.released && now >= self.valid_until {
-            self.lose(if self.capped {
+            self.lose(if self.is_capped() {
                 LossReason::MaxHoldReached
             } else {
                 LossReason::DeadlineExpired
