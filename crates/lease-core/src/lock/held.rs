@@ -36,7 +36,9 @@ pub enum LockEvent {
         /// Why.
         reason: LossReason,
         /// Whether to send one best-effort release with the lock's (generated) token: a
-        /// renewal sent before the deadline may still land and extend a key nobody holds.
+        /// renewal sent before the deadline may still land and extend a key nobody holds;
+        /// at the cap ([`LossReason::MaxHoldReached`]), so that a waiter gets the lock at
+        /// once rather than when its key lapses.
         release: bool,
     },
 }
