@@ -96,7 +96,9 @@ pub trait LockObserver: Send + Sync + 'static {
     fn on_renew_failed(&self, keys: &[String], error: &BackendError) {
         let _ = (keys, error);
     }
-    /// The lock on `keys` is lost (not released: a release is the owner's own act).
+    /// The lock on `keys` is lost (not released: a release is the owner's own act), or its
+    /// hold reached its cap ([`LockOptions::max_hold`](crate::LockOptions::max_hold)):
+    /// `reason` is then [`LossReason::MaxHoldReached`], which is no loss to anyone.
     fn on_lost(&self, keys: &[String], reason: LossReason) {
         let _ = (keys, reason);
     }

@@ -13,6 +13,7 @@
 //! | `redlease_lock_obtain_seconds` | histogram (obtain call, waiting included) | `lock` |
 //! | `redlease_lock_not_obtained_total` | counter | `lock` |
 //! | `redlease_lock_lost_total` | counter | `lock`, `reason` |
+//! | `redlease_lock_max_hold_total` | counter (holds ended at their `LockOptions::max_hold`: not losses) | `lock` |
 //! | `redlease_lock_refresh_failures_total` | counter (auto-renewals and refreshes) | `lock` |
 //!
 //! Labels are names, never values: `election` is the election's name; `lock` is the first
@@ -120,6 +121,10 @@ pub fn describe_metrics() {
         "held locks lost before release, by reason"
     );
     describe_counter!(
+        "redlease_lock_max_hold_total",
+        "held locks ended at their max hold (not losses)"
+    );
+    describe_counter!(
         "redlease_lock_refresh_failures_total",
         "failed refreshes and auto-renewals"
     );
@@ -191,6 +196,12 @@ pub(crate) fn lock_not_obtained(lock: &str) {
 }
 
 pub(crate) fn lock_lost(lock: &str, reason: LossReason) {
+    #[cfg(feature = "metrics")]
+    if reason == LossReason::MaxHoldReached {
+        // Not a loss: counted apart, so an alert on losses never fires for a capped hold.
+        metrics::counter!("redlease_lock_max_hold_total", "lock" => lock_label(lock)).increment(1);
+        return;
+    }
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "redlease_lock_lost_total",

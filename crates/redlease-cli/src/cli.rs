@@ -321,6 +321,11 @@ pub(crate) struct LockArgs {
     /// TTL [default: TTL/3]
     #[arg(long, env = "REDLEASE_GRACE", value_parser = duration::parse)]
     pub(crate) grace: Option<Duration>,
+    /// Cap the hold: auto-renewal stops so that the lock ends no later than D after it was
+    /// obtained; CMD gets SIGTERM --grace before the end and SIGKILL at it (as when the lock
+    /// is lost), the lock is released, and redlease exits 73. At least --ttl
+    #[arg(long, env = "REDLEASE_LOCK_MAX_HOLD", value_parser = duration::parse, value_name = "D")]
+    pub(crate) max_hold: Option<Duration>,
     /// Give CMD redlease's stdin (by default CMD's stdin is /dev/null)
     #[arg(long)]
     pub(crate) stdin: bool,

@@ -34,6 +34,11 @@ pub(crate) const NOT_OBTAINED: u8 = 71;
 /// `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped. Not sysexits'
 /// `EX_OSFILE`, whose number it shares.
 pub(crate) const LOST: u8 = 72;
+/// `lock --max-hold`: the hold reached its cap while CMD ran (or while held without CMD);
+/// CMD was stopped as for a lost lock, and the lock released (or left to lapse within the
+/// cap). Not a loss: nobody else took it. Not sysexits' `EX_CANTCREAT`, whose number it
+/// shares.
+pub(crate) const MAX_HOLD: u8 = 73;
 /// `run`/`lock --health-addr`: the address cannot be bound (in use, not an address of this
 /// host, a privileged port).
 pub(crate) const CANNOT_LISTEN: u8 = 74;
@@ -72,6 +77,8 @@ Exit codes:
   71       lock: not obtained within --wait (held by someone else); choose another status
            with -E/--conflict-exit-code N
   72       run/lock: leadership or the lock was lost while CMD ran; CMD was stopped
+  73       lock --max-hold: the hold reached its cap; CMD was stopped (as for 72) and the
+           lock released; not a loss
   74       run/lock: --health-addr cannot be bound (in use, not local, privileged port)
   75       outcome unknown: the request may have reached Redis but no reply was seen (fence:
            the write may have been applied; lock: it may be held until its TTL)
@@ -85,9 +92,9 @@ Exit codes:
            forwarded to CMD: a CMD they kill gives 128+N as its own status)
 
 69, 70, 74, 75 and 78 mean what BSD's sysexits.h says (EX_UNAVAILABLE, EX_SOFTWARE,
-EX_IOERR, EX_TEMPFAIL, EX_CONFIG), 64 (EX_USAGE) marks a refused value; 71 and 72 are
-redlease's own (not EX_OSERR / EX_OSFILE). The CLI's own codes (2, 3, 64-72, 74, 75, 78, 126,
-127) overlap with statuses CMD may return; with --json the final `exit` event on stderr says
+EX_IOERR, EX_TEMPFAIL, EX_CONFIG), 64 (EX_USAGE) marks a refused value; 71, 72 and 73 are
+redlease's own (not EX_OSERR / EX_OSFILE / EX_CANTCREAT). The CLI's own codes (2, 3, 64-75,
+78, 126, 127) overlap with statuses CMD may return; with --json the final `exit` event on stderr says
 which it was (`\"cause\"`).";
 
 /// A failure: an exit code and one line for stderr.

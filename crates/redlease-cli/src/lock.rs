@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use redlease::{
-    CancellationToken, LeaseBackend, Lock, LockError, LockOptions, Locker, RetryStrategy,
+    CancellationToken, LeaseBackend, Lock, LockError, LockOptions, Locker, LossReason,
+    RetryStrategy,
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -49,6 +50,9 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
     let retry = RetryStrategy::exponential(Duration::from_millis(25), max)
         .map_err(|e| Failure::config(&e))?;
     options = options.retry(retry).wait(args.wait.duration());
+    if let Some(max_hold) = args.max_hold {
+        options = options.max_hold(max_hold);
+    }
     let fence_key = format!("{}:fence", args.key);
     // Without CMD the lock is always fenced: the token is what it prints.
     if args.fence || args.shared || args.cmd.is_empty() {
@@ -61,6 +65,19 @@ pub(crate) async fn lock(ctx: &Ctx, args: LockArgs) -> Result<u8, Failure> {
             exit::INVALID,
             format!(
                 "invalid value: --ttl {} is too short to renew (TTL/3 must be at least 1ms)",
+                duration::show(args.ttl)
+            ),
+        ));
+    }
+    if let Some(max_hold) = args.max_hold
+        && max_hold < args.ttl
+    {
+        return Err(Failure::new(
+            exit::INVALID,
+            format!(
+                "invalid value: --max-hold {} is shorter than --ttl {} (obtaining alone holds \
+                 the lock one TTL)",
+                duration::show(max_hold),
                 duration::show(args.ttl)
             ),
         ));
@@ -266,6 +283,7 @@ async fn hold<B: LeaseBackend + 'static>(
             (until > tokio::time::Instant::now()).then_some(until)
         },
         ended: lock.lost(),
+        capped: || lock.capped(),
     };
     let ended = supervise(
         &mut child,
@@ -296,6 +314,12 @@ async fn hold<B: LeaseBackend + 'static>(
                 ),
             }
             (code, "cmd_exited")
+        }
+        Ended::Capped(status) => capped(args, lock, &progress, Some(status)).await,
+        Ended::Expiring(status) | Ended::Lost(status)
+            if lock.loss_reason() == Some(LossReason::MaxHoldReached) =>
+        {
+            capped(args, lock, &progress, Some(status)).await
         }
         Ended::Expiring(status) | Ended::Lost(status) => {
             progress.event(
@@ -360,6 +384,9 @@ async fn hold_until_stopped<B: LeaseBackend + 'static>(
             (exit::OK, "signal")
         }
         () = lost.cancelled() => {
+            if lock.loss_reason() == Some(LossReason::MaxHoldReached) {
+                capped(args, lock, progress, None).await
+            } else {
             progress.event(
                 "lost",
                 &format!("lock {:?} lost while held", args.key),
@@ -367,6 +394,7 @@ async fn hold_until_stopped<B: LeaseBackend + 'static>(
             );
             let _ = lock.release().await;
             (exit::LOST, "lost")
+            }
         }
     };
     progress.event(
@@ -378,6 +406,36 @@ async fn hold_until_stopped<B: LeaseBackend + 'static>(
         ],
     );
     Ok(code)
+}
+
+/// The hold reached its `--max-hold` (CMD, if any, was stopped: `status`): reports it, makes
+/// sure the lock is released, and gives [`exit::MAX_HOLD`].
+async fn capped<B: LeaseBackend + 'static>(
+    args: &LockArgs,
+    lock: Lock<B>,
+    progress: &Progress,
+    status: Option<std::io::Result<std::process::ExitStatus>>,
+) -> (u8, &'static str) {
+    let what = if status.is_some() {
+        "while CMD ran: CMD stopped"
+    } else {
+        "while held"
+    };
+    progress.event(
+        "max_hold",
+        &format!(
+            "lock {:?} reached its --max-hold {what}; releasing it",
+            args.key
+        ),
+        &[("key", Json::from(args.key.as_str()))],
+    );
+    if let Some(status) = status {
+        report_stopped(progress, status);
+    }
+    // The library released it at the end of the hold when the token was its own; `lock` names
+    // its owner, so release here (a compare-and-delete: nothing of anyone else's).
+    let _ = lock.release().await;
+    (exit::MAX_HOLD, "max_hold")
 }
 
 fn report_stopped(progress: &Progress, status: std::io::Result<std::process::ExitStatus>) {

@@ -66,6 +66,7 @@
 //! | 70 | Redis error or unexpected reply (authentication, WRONGTYPE, script error) |
 //! | 71 | `lock`: not obtained within `--wait` (another status with `-E N`); not sysexits' `EX_OSERR` |
 //! | 72 | `run`/`lock`: leadership or the lock was lost while CMD ran; CMD was stopped; not sysexits' `EX_OSFILE` |
+//! | 73 | `lock --max-hold`: the hold reached its cap; CMD was stopped (as for 72) and the lock released; not a loss; not sysexits' `EX_CANTCREAT` |
 //! | 74 | `run`/`lock`: `--health-addr` cannot be bound (in use, not local, privileged port) |
 //! | 75 | outcome unknown: the request may have reached Redis and no reply was seen (`fence`: the write may have been applied; `lock`: it may be held until its TTL) |
 //! | 78 | `status --check`, `run --require-durable-store`: the server's settings let the fence keys be evicted or lost |

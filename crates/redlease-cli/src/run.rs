@@ -394,6 +394,7 @@ impl<B: LeaseBackend> Work<B> {
         let lease = Lease {
             valid_until: || self.elector.valid_until(),
             ended: term.cancellation_token(),
+            capped: || false,
         };
         let ended = supervise(
             &mut child,
@@ -420,7 +421,10 @@ impl<B: LeaseBackend> Work<B> {
                 }
                 TermEnd::Interrupted
             }
-            Ended::Expiring(status) | Ended::Lost(status) => TermEnd::Lost(status),
+            // A term has no cap: `Capped` never comes from it.
+            Ended::Expiring(status) | Ended::Lost(status) | Ended::Capped(status) => {
+                TermEnd::Lost(status)
+            }
         })
     }
 }

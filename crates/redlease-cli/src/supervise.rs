@@ -41,17 +41,24 @@ pub(crate) enum Ended {
     Lost(io::Result<ExitStatus>),
     /// `stop` was cancelled (a signal to redlease): SIGTERM, SIGKILL after the grace.
     Stopped(io::Result<ExitStatus>),
+    /// Auto-renewal stopped at the lock's `--max-hold` and the remaining validity reached the
+    /// grace: CMD was stopped as for [`Ended::Expiring`] (SIGTERM, SIGKILL at the deadline at
+    /// the latest). Not a loss.
+    Capped(io::Result<ExitStatus>),
 }
 
 /// The lease CMD runs under.
-pub(crate) struct Lease<F> {
+pub(crate) struct Lease<F, G = fn() -> bool> {
     /// The lease's local deadline, `None` once it has passed or the lease ended.
     pub(crate) valid_until: F,
     /// Cancelled when the lease ends (loss or deadline).
     pub(crate) ended: CancellationToken,
+    /// Whether renewal stopped at the hold's cap (`lock --max-hold`): the deadline will not
+    /// move again, and no renewal failed.
+    pub(crate) capped: G,
 }
 
-impl<F: Fn() -> Option<Instant>> Lease<F> {
+impl<F: Fn() -> Option<Instant>, G> Lease<F, G> {
     /// Completes when the lease ends or its deadline passes (re-read after every renewal).
     pub(crate) async fn deadline(&self) {
         loop {
@@ -67,9 +74,9 @@ impl<F: Fn() -> Option<Instant>> Lease<F> {
 }
 
 /// Watches CMD under `lease` until it has ended one of the ways of [`Ended`].
-pub(crate) async fn supervise<F: Fn() -> Option<Instant>>(
+pub(crate) async fn supervise<F: Fn() -> Option<Instant>, G: Fn() -> bool>(
     child: &mut Child,
-    lease: &Lease<F>,
+    lease: &Lease<F, G>,
     grace: Duration,
     stop: &CancellationToken,
     hurry: &CancellationToken,
@@ -98,6 +105,20 @@ pub(crate) async fn supervise<F: Fn() -> Option<Instant>>(
                     Some(until) if until.saturating_duration_since(now) > grace => continue,
                     // Already past (this process was paused): no grace left.
                     None => return lost(child, progress, "the lease's deadline passed").await,
+                    Some(until) if (lease.capped)() => {
+                        let left = until.saturating_duration_since(now);
+                        progress.event(
+                            "max_hold",
+                            &format!(
+                                "the lock reaches its --max-hold in {} (--grace {}): stopping \
+                                 CMD (SIGTERM now, SIGKILL when the hold ends)",
+                                duration::show(left),
+                                duration::show(grace)
+                            ),
+                            &[("remaining_ms", Json::from(millis(left)))],
+                        );
+                        return Ended::Capped(child.stop(grace, hurry, lease.deadline()).await);
+                    }
                     Some(until) => {
                         let left = until.saturating_duration_since(now);
                         progress.event(

@@ -105,3 +105,22 @@ async fn lock_without_cmd_exits_72_when_its_lock_is_broken() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(h.exit_code().await, Some(72), "lost at its next renewal");
 }
+
+/// Issue 56: `lock KEY --max-hold D` without CMD holds (renewed past its TTL) until the cap,
+/// then releases and exits 73 (the cap's code, not 72: nothing was lost).
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_without_cmd_exits_73_at_its_max_hold() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-hold-capped");
+    let d = dir.path();
+    let started = Instant::now();
+    let (mut h, printed) = Holder::start(&url, d, "hold-capped", &["--max-hold", "2500ms"]).await;
+    printed.parse::<u64>().expect("the token on stdout");
+    assert_eq!(h.exit_code().await, Some(73), "ended at the cap");
+    let took = started.elapsed();
+    // Renewed past its 1 s TTL (the hold ends within TTL/3 of the 2.5 s cap), and capped.
+    assert!(took >= Duration::from_millis(2_000), "cut short: {took:?}");
+    assert!(took < Duration::from_secs(10), "not capped: {took:?}");
+    assert!(!held(&url, d, "hold-capped").await, "released at the cap");
+}

@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::*;
 
 /// `lock` runs CMD and exits with its status; with --fence, CMD gets a token that increases
@@ -656,4 +658,105 @@ async fn lock_shared_is_a_reader_and_plain_lock_the_writer() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Issue 56: `--max-hold` caps a hold that renews fine. CMD (still running) gets SIGTERM
+/// --grace before the hold ends, as when the lock is lost; the lock is released, and `lock`
+/// exits 73 (the cap's own code, not 72: nothing was lost). The hold outlived its TTL (it was
+/// renewed), and ended within the cap plus generous scheduling slack.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_hold_stops_cmd_and_exits_73() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-max-hold");
+    let d = dir.path();
+    let job = job_script(d);
+    let started = Instant::now();
+    let mut p = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args([
+            "lock",
+            "capped",
+            "--ttl",
+            "300ms",
+            "--grace",
+            "100ms",
+            "--max-hold",
+            "1s",
+            "--",
+        ])
+        .arg(&job)
+        .arg("m");
+        c
+    });
+    p.cleanup_group_from(d.join("m.pid"));
+    wait_file(&d.join("m.token")).await;
+    let status = p.wait_exit().await;
+    let took = started.elapsed();
+    assert_eq!(status.code(), Some(73), "{:#?}", p.lines());
+    assert_eq!(
+        wait_file(&d.join("m.term")).await,
+        "term",
+        "CMD got SIGTERM"
+    );
+    assert!(took >= Duration::from_millis(600), "cut short: {took:?}");
+    assert!(took < Duration::from_secs(6), "not capped: {took:?}");
+    let lines = p.lines();
+    assert!(lines.iter().any(|l| l.contains("--max-hold")), "{lines:#?}");
+    assert!(!lines.iter().any(|l| l.contains("lost")), "{lines:#?}");
+    let mut conn = server.connection().await.unwrap();
+    let value: Option<String> = redlease::redis::client::cmd("GET")
+        .arg("capped")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, None, "released at the cap");
+}
+
+/// Negative control for the test above: without `--max-hold` the same CMD is still running,
+/// under the same lock, well past the 1 s cap (until SIGTERM to redlease).
+#[tokio::test(flavor = "multi_thread")]
+async fn without_max_hold_the_same_lock_holds_on() {
+    let server = redis().await;
+    let url = server.url();
+    let dir = workdir("cli-lock-no-max-hold");
+    let d = dir.path();
+    let job = job_script(d);
+    let mut p = Proc::spawn({
+        let mut c = redlease(&url, d);
+        c.args([
+            "lock", "uncapped", "--ttl", "300ms", "--grace", "100ms", "--",
+        ])
+        .arg(&job)
+        .arg("u");
+        c
+    });
+    p.cleanup_group_from(d.join("u.pid"));
+    wait_file(&d.join("u.token")).await;
+    // Still held well past the cap the test above sets (bounded: the exit is the failure).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(2_000), p.wait_exit())
+            .await
+            .is_err(),
+        "exited without a cap: {:#?}",
+        p.lines()
+    );
+    p.signal("TERM");
+    assert_eq!(p.wait_exit().await.code(), Some(143), "{:#?}", p.lines());
+}
+
+/// A `--max-hold` shorter than `--ttl` is refused before connecting (exit 64).
+#[tokio::test(flavor = "multi_thread")]
+async fn max_hold_shorter_than_the_ttl_is_refused() {
+    let dir = workdir("cli-lock-max-hold-bad");
+    let d = dir.path();
+    // Nothing listens there: a refusal before connecting is the only way to get 64.
+    let out = output({
+        let mut c = redlease("redis://127.0.0.1:1", d);
+        c.args(["lock", "k", "--ttl", "2s", "--max-hold", "1s", "--", "true"]);
+        c
+    })
+    .await;
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-hold"), "{}", stderr(&out));
 }

@@ -207,6 +207,9 @@ pub use lease_tokio::{
     ADMIN_TIMEOUT, AutoRenew, LOCK_LABEL_LIMIT, LOCK_LABEL_MAX_LEN, LOCK_LABEL_OTHER, Lock,
     LockError, LockHolder, LockObserver, LockOptions, Locker, random_owner,
 };
+// Why a lock ended (`Lock::loss_reason`, `LockObserver::on_lost`): lost, or its cap reached
+// (`LockOptions::max_hold`: `LossReason::MaxHoldReached`).
+pub use lease_core::LossReason;
 // Seeing and breaking plain locks: `Locker::holder`, `is_locked`, `remaining`, `lock_info`,
 // `force_release` (an administrator's release that also raises the fence).
 pub use lease_core::ForceReleaseOutcome;

@@ -573,3 +573,55 @@ async fn a_waiter_behind_the_wrapper_is_woken_by_the_release_notice() {
     lock.expect("obtained");
     assert!(at.duration_since(released) < BOUND);
 }
+
+/// Issue 56's capped hold, with `redlease::*` paths only: `LockOptions::max_hold`, the cap's
+/// own reason (`redlease::LossReason::MaxHoldReached`, via `Lock::loss_reason`), and the
+/// release at the cap, which goes through the wrapper (a hold left to lapse would send none).
+#[tokio::test]
+async fn a_capped_hold_ends_with_its_reason_and_releases_through_the_wrapper() {
+    let server = RedisServer::start().await.expect("redis");
+    let backend = Forward::new(connect(&server).await);
+    let locker = Locker::new(backend.clone());
+    let ms = Duration::from_millis;
+    // Refused before any round trip: a cap shorter than the TTL, or without auto-renewal.
+    for bad in [
+        LockOptions::new().auto_renew(ms(100)).max_hold(ms(200)),
+        LockOptions::new().max_hold(ms(5_000)),
+    ] {
+        let result = locker.obtain("capped", ms(300), bad).await;
+        assert!(
+            matches!(result, Err(redlease::LockError::Invalid(_))),
+            "refused before any round trip"
+        );
+    }
+    assert_eq!(backend.calls(Method::Acquire), 0);
+    let lock = bounded(
+        "the capped lock",
+        locker.obtain(
+            "capped",
+            ms(300),
+            LockOptions::new().auto_renew(ms(100)).max_hold(ms(500)),
+        ),
+    )
+    .await
+    .unwrap();
+    bounded("the cap", lock.lost().cancelled()).await;
+    assert_eq!(
+        lock.loss_reason(),
+        Some(redlease::LossReason::MaxHoldReached)
+    );
+    // The release is sent in the background as the hold ends; no signal of its own, so a
+    // bounded check every few milliseconds.
+    bounded("the release at the cap", async {
+        while backend.calls(Method::Release) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(backend.calls(Method::Release), 1);
+    assert!(
+        !bounded("is_locked", locker.is_locked("capped"))
+            .await
+            .unwrap()
+    );
+}

@@ -18,7 +18,7 @@ use common::{EVENTUALLY, get, raw};
 use lease_testkit::proxy::{FaultProxy, Mode};
 use redlease::TokenScheme;
 use redlease::redis::RedisBackend;
-use redlease::{LockError, LockOptions, Locker};
+use redlease::{LockError, LockOptions, Locker, LossReason};
 
 /// go-redlock WithAutoRenew: a 500 ms lock renewed every 100 ms stays held across many TTLs
 /// (30 successful renewals, at least 6 TTLs); another obtainer still fails; renewals mint no
@@ -439,5 +439,95 @@ async fn the_first_renewal_comes_one_interval_after_the_obtain() {
         after >= interval * 3 / 4,
         "first renewal {after:?} after the obtain, interval {interval:?}"
     );
+    lock.release().await.unwrap();
+}
+
+/// Issue 56 (capped holds; Redisson's watchdog renews forever): a 200 ms lock auto-renewed
+/// every 50 ms with `max_hold(600 ms)` is renewed past its TTL, then auto-renewal stops, the
+/// loss signal fires by the cap with `LossReason::MaxHoldReached`, the lock is released, and a
+/// waiter in another locker gets it. A refresh past the cap is refused before any round trip.
+#[tokio::test]
+async fn max_hold_ends_an_auto_renewed_lock_by_its_cap_and_a_waiter_gets_it() {
+    let server = common::redis().await;
+    let holder = locker(&server).await;
+    let waiter = locker(&server).await;
+    let mut conn = raw(&server).await;
+    let started = std::time::Instant::now();
+    let lock = holder
+        .obtain(
+            "k",
+            ms(200),
+            LockOptions::new().auto_renew(ms(50)).max_hold(ms(600)),
+        )
+        .await
+        .unwrap();
+    let lost = lock.lost();
+    // Past the cap: refused at once, nothing sent, the lock unchanged.
+    assert!(matches!(
+        lock.refresh(ms(10_000)).await,
+        Err(LockError::MaxHoldReached)
+    ));
+    assert!(lock.held());
+    assert_eq!(lock.loss_reason(), None);
+    let take = tokio::spawn(async move {
+        let next = waiter
+            .obtain(
+                "k",
+                ms(5_000),
+                LockOptions::new().retry(linear(20)).wait(EVENTUALLY),
+            )
+            .await;
+        (next, std::time::Instant::now())
+    });
+    fired(&lost, "the loss signal at the cap").await;
+    let fired_after = started.elapsed();
+    // The cap is dated from the obtain's send, after `started`: the signal fires by it (the
+    // slack is the timer's lateness on a busy machine), and not before renewals carried the
+    // lock past two TTLs.
+    within(started, ms(600) + SLACK, "the loss signal");
+    assert!(fired_after >= ms(400), "cut short: {fired_after:?}");
+    assert_eq!(lock.loss_reason(), Some(LossReason::MaxHoldReached));
+    assert!(!lock.held());
+    let (next, taken_at) = tokio::time::timeout(EVENTUALLY, take)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    let next = next.unwrap();
+    // Released at the cap (not left to lapse a TTL later): the waiter has it by then.
+    assert!(
+        taken_at.duration_since(started) <= ms(600) + SLACK,
+        "{:?}",
+        taken_at.duration_since(started)
+    );
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(next.owner()));
+    assert!(matches!(lock.release().await, Err(LockError::NotHeld)));
+    assert_eq!(get(&mut conn, "k").await.as_deref(), Some(next.owner()));
+    next.release().await.unwrap();
+}
+
+/// Negative control for the test above: without `max_hold` the same lock is still held past
+/// the 600 ms the cap allowed, and the same waiter (bounded to 900 ms) does not get it.
+#[tokio::test]
+async fn without_max_hold_the_same_lock_is_held_past_the_cap() {
+    let server = common::redis().await;
+    let holder = locker(&server).await;
+    let waiter = locker(&server).await;
+    let lock = holder
+        .obtain("k", ms(200), LockOptions::new().auto_renew(ms(50)))
+        .await
+        .unwrap();
+    let lost = lock.lost();
+    let err = waiter
+        .obtain(
+            "k",
+            ms(5_000),
+            LockOptions::new().retry(linear(20)).wait(ms(900)),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_not_obtained(), "{err:?}");
+    assert!(!lost.is_cancelled());
+    assert!(lock.held());
+    assert_eq!(lock.loss_reason(), None);
     lock.release().await.unwrap();
 }

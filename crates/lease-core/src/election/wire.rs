@@ -113,6 +113,8 @@ impl From<LossReason> for StepDownReason {
             LossReason::NotOurs => StepDownReason::Lost,
             LossReason::DeadlineExpired => StepDownReason::DeadlineExpired,
             LossReason::Refused => StepDownReason::Refused,
+            // Only a capped lock ends so; an election's lease never does.
+            LossReason::MaxHoldReached => StepDownReason::DeadlineExpired,
         }
     }
 }

@@ -48,6 +48,12 @@ pub enum LockError {
     /// (keys across Redis Cluster slots, `WRONGTYPE`, `NOPERM`, ...): nothing changed.
     #[error("{}", prefixed("backend refused the request", .0))]
     Refused(BackendError),
+    /// The request would keep the lock past the cap its holder set
+    /// ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)): a refresh whose
+    /// expiry (`now + ttl`) passes `obtained + max_hold`. Refused before any round trip;
+    /// nothing changed, and the lock is still held until its deadline. Never a lost lock.
+    #[error("the lock's max hold would be passed: refused, nothing changed")]
+    MaxHoldReached,
 }
 
 impl From<ConfigError> for LockError {

@@ -36,7 +36,9 @@ pub enum LockEvent {
         /// Why.
         reason: LossReason,
         /// Whether to send one best-effort release with the lock's (generated) token: a
-        /// renewal sent before the deadline may still land and extend a key nobody holds.
+        /// renewal sent before the deadline may still land and extend a key nobody holds;
+        /// at the cap ([`LossReason::MaxHoldReached`]), so that a waiter gets the lock at
+        /// once rather than when its key lapses.
         release: bool,
     },
 }
@@ -68,6 +70,10 @@ pub enum RefreshStart {
     Send(RefreshOrder),
     /// A renewal is in flight: wait until its reply was handled, then ask again.
     Busy,
+    /// The refresh would tell the store an expiry past the lock's cap
+    /// ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)): refused before any
+    /// round trip, nothing changed (the driver answers [`LockError::MaxHoldReached`]).
+    PastCap,
     /// The lock is not held (lost, released, or past its deadline): no round trip.
     NotHeld,
 }
@@ -116,6 +122,10 @@ pub struct HeldLock {
     renewal: Option<HeldLease>,
     slot: Option<Slot>,
     lost: Option<LossReason>,
+    /// The cap of the hold ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)):
+    /// no request tells the store an expiry (`sent + ttl`) after it; [`Instant::MAX`] for
+    /// none (8 bytes where an `Option` takes 16).
+    cap: Instant,
     released: bool,
     private_token: bool,
     events: Events<LockEvent>,
@@ -141,10 +151,70 @@ impl HeldLock {
             renewal: auto_renew.then(|| HeldLease::renewed_when_due(timing, token, sent_at, now)),
             slot: None,
             lost: None,
+            cap: Instant::MAX,
             released: false,
             private_token,
             events: Events::new(),
         }
+    }
+
+    /// With a cap on the hold: no renewal or refresh tells the store an expiry
+    /// (`sent + ttl`) after `cap`. Auto-renewal stops at the last renewal that fits; the lock
+    /// then ends at its local deadline (never after `cap`) with
+    /// [`LossReason::MaxHoldReached`], and a lock with a generated token is released then
+    /// (friendlier to waiters than letting the key lapse). See
+    /// [`LockOptions::max_hold`](crate::lock::LockOptions::max_hold).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Instant, LossReason, RenewOutcome, Ttl};
+    /// use lease_core::lease::LeaseTiming;
+    /// use lease_core::lock::{HeldLock, LockEvent};
+    /// let ms = Duration::from_millis;
+    /// let timing = LeaseTiming::new(Ttl::new(ms(300))?, ms(100));
+    /// let t0 = Instant::ZERO;
+    /// let mut lock = HeldLock::new(timing, true, None, true, t0, t0).with_cap(Some(t0 + ms(450)));
+    /// // At 100 ms a renewal fits (100 + 300 <= 450); at 200 ms it would not.
+    /// assert!(lock.poll_renew(t0 + ms(100)).is_some());
+    /// lock.handle_renew(t0 + ms(101), Ok(RenewOutcome::Renewed));
+    /// assert!(lock.poll_renew(t0 + ms(200)).is_none(), "renewal stopped at the cap");
+    /// assert_eq!(lock.poll_timeout(), Some(t0 + ms(400)));
+    /// lock.handle_timeout(t0 + ms(400));
+    /// assert_eq!(lock.lost(), Some(LossReason::MaxHoldReached));
+    /// # Ok::<(), lease_core::ConfigError>(())
+    /// ```
+    pub fn with_cap(mut self, cap: Option<Instant>) -> Self {
+        self.cap = cap.unwrap_or(Instant::MAX);
+        self
+    }
+
+    /// The cap of the hold, if any: the lock never holds, and the store is never told to keep
+    /// it, after this instant.
+    pub fn cap(&self) -> Option<Instant> {
+        (self.cap != Instant::MAX).then_some(self.cap)
+    }
+
+    /// Whether auto-renewal stopped at the cap
+    /// ([`LockOptions::max_hold`](crate::lock::LockOptions::max_hold)) and the lock is still
+    /// to end at its deadline: the renewal machine was ended, and not by a release or a loss
+    /// (the only other ways to end it).
+    pub fn is_capped(&self) -> bool {
+        self.lost.is_none()
+            && !self.released
+            && self.renewal.as_ref().is_some_and(HeldLease::is_ended)
+    }
+
+    /// Whether an expiry of `sent_at + ttl` at the store would pass the cap.
+    fn past_cap(&self, sent_at: Instant, ttl: Ttl) -> bool {
+        self.cap != Instant::MAX
+            && sent_at
+                .checked_add(ttl.get())
+                .is_none_or(|end| end > self.cap)
+    }
+
+    /// The auto-renewal machine while it still renews (not capped, not ended).
+    fn renewing(&mut self) -> Option<&mut HeldLease> {
+        self.renewal.as_mut().filter(|l| !l.is_ended())
     }
 
     /// The lock `plan`'s obtain won (`obtained`), held from `now`; `margin` is the backend's
@@ -162,6 +232,7 @@ impl HeldLock {
             obtained.sent_at,
             now,
         )
+        .with_cap(plan.max_hold.and_then(|d| obtained.sent_at.checked_add(d)))
     }
 
     /// The fencing token minted at obtain, if fenced.
@@ -227,7 +298,22 @@ impl HeldLock {
         if self.slot.is_some() || !self.is_held(now) {
             return None;
         }
-        let mut order = self.renewal.as_mut()?.poll_renew_within(now, early)?;
+        let ttl = self.timing.ttl();
+        let cap = self.cap;
+        let lease = self.renewing()?;
+        let mut order = lease.poll_renew_within(now, early)?;
+        let past = cap != Instant::MAX
+            && order
+                .sent_at
+                .checked_add(ttl.get())
+                .is_none_or(|end| end > cap);
+        if past {
+            // This renewal would keep the lock at the store past the cap: auto-renewal stops
+            // here, and the lock ends at its deadline (at or before the cap).
+            lease.end();
+            self.handle_timeout(now);
+            return None;
+        }
         self.slot = Some(Slot::Renew {
             sent_at: order.sent_at,
         });
@@ -281,6 +367,9 @@ impl HeldLock {
         self.handle_timeout(now);
         if !self.is_held(now) {
             return RefreshStart::NotHeld;
+        }
+        if self.past_cap(now, ttl) {
+            return RefreshStart::PastCap;
         }
         let told = now + ttl.get().saturating_sub(margin);
         if told < self.valid_until {
@@ -344,18 +433,22 @@ impl HeldLock {
             return None;
         }
         match (&self.renewal, self.slot) {
-            (Some(lease), None) => lease.poll_timeout(),
+            (Some(lease), None) if !lease.is_ended() => lease.poll_timeout(),
             _ => Some(self.valid_until),
         }
     }
 
     /// Advances time: at or after the deadline the lock is lost.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some(lease) = self.renewal.as_mut() {
+        if let Some(lease) = self.renewing() {
             lease.handle_timeout(now);
             self.collect();
         } else if self.lost.is_none() && !self.released && now >= self.valid_until {
-            self.lose(LossReason::DeadlineExpired);
+            self.lose(if self.is_capped() {
+                LossReason::MaxHoldReached
+            } else {
+                LossReason::DeadlineExpired
+            });
         }
     }
 
@@ -390,7 +483,7 @@ impl HeldLock {
     /// Moves the local deadline to exactly `until` (the store was told so, or may have been).
     fn set_deadline(&mut self, now: Instant, until: Instant) {
         self.valid_until = until;
-        if let Some(lease) = self.renewal.as_mut() {
+        if let Some(lease) = self.renewing() {
             lease.set_valid_until(now, until);
             self.collect();
         } else {
@@ -428,8 +521,12 @@ impl HeldLock {
         }
         // After a permanent refusal the release would be refused the same way; after "not
         // ours" there is nothing of ours to delete.
-        let release =
-            self.renewal.is_some() && reason == LossReason::DeadlineExpired && self.private_token;
+        // At the cap the lock is released for the waiters, when the token is ours alone.
+        let release = match reason {
+            LossReason::DeadlineExpired => self.renewal.is_some() && self.private_token,
+            LossReason::MaxHoldReached => self.private_token,
+            _ => false,
+        };
         self.events.push_back(LockEvent::Lost { reason, release });
     }
 }

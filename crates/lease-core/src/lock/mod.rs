@@ -67,6 +67,11 @@
 //!   the store may have been told an earlier expiry;
 //! - the lock is never held at or after its local deadline, and no late reply revives it;
 //! - "not ours" is loss at once; a renewal refused permanently gives the lock up.
+//! - with a cap ([`LockOptions::max_hold`]), no renewal or refresh tells the store an expiry
+//!   past `obtained + max_hold`: auto-renewal stops at the last renewal that fits, the lock
+//!   ends at its deadline (never after the cap) with [`crate::LossReason::MaxHoldReached`],
+//!   released when its token is private; a refresh past the cap is [`RefreshStart::PastCap`]
+//!   (tested by property in `tests/lock_cap_props.rs`).
 
 mod error;
 mod held;

@@ -41,6 +41,7 @@ pub struct LockOptions {
     auto_renew: Option<AutoRenew>,
     operation_timeout: Option<Duration>,
     fence_floor: Option<Token>,
+    max_hold: Option<Duration>,
 }
 
 impl LockOptions {
@@ -90,6 +91,28 @@ impl LockOptions {
     /// Renew in the background every `interval` until released or lost.
     pub fn auto_renew(mut self, interval: Duration) -> Self {
         self.auto_renew = Some(AutoRenew { interval });
+        self
+    }
+    /// A cap on the hold under auto-renewal: the lock ends no later than `max_hold` after it
+    /// was obtained (dated, like everything else, from the instant the winning obtain was
+    /// sent).
+    ///
+    /// The rule: no renewal or refresh tells the store an expiry (`sent + ttl`) past
+    /// `obtained + max_hold`. Auto-renewal stops at the last renewal that fits; the lock then
+    /// ends at its local deadline — at most one renew interval before the cap, never after it
+    /// — the loss signal fires with [`LossReason::MaxHoldReached`] (never confused with a
+    /// lost lock), and a lock with a generated token is released then, so a waiter gets it
+    /// at once (with a caller-chosen [`owner`](Self::owner) it lapses with its TTL, which the
+    /// rule keeps within the cap). A refresh past the cap is refused with
+    /// [`LockError::MaxHoldReached`] before any round trip.
+    ///
+    /// Needs [`auto_renew`](Self::auto_renew), and at least one TTL (the obtain alone keeps
+    /// the key one TTL): otherwise [`LockOptions::plan`] refuses it.
+    ///
+    /// [`LossReason::MaxHoldReached`]: crate::LossReason::MaxHoldReached
+    /// [`LockError::MaxHoldReached`]: crate::lock::LockError::MaxHoldReached
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
     /// A cap on each round trip (default: the remaining wait, or the remaining validity).
@@ -166,6 +189,20 @@ impl LockOptions {
         if let Some(t) = self.operation_timeout {
             check_operation_timeout(t)?;
         }
+        if let Some(max_hold) = self.max_hold {
+            if self.auto_renew.is_none() {
+                return Err(ConfigError::Invalid(
+                    "a max hold caps auto-renewal: it needs LockOptions::auto_renew".into(),
+                ));
+            }
+            if max_hold < ttl.get() {
+                return Err(ConfigError::Invalid(format!(
+                    "a max hold of {max_hold:?} is shorter than the TTL {:?} (the obtain alone \
+                     keeps the lock one TTL)",
+                    ttl.get()
+                )));
+            }
+        }
         let wait = self.wait.unwrap_or(ttl.get());
         Ok(ObtainPlan {
             request: AcquireRequest::new(spec, owner, ttl)
@@ -175,6 +212,7 @@ impl LockOptions {
             wait,
             operation_timeout: self.operation_timeout,
             auto_renew: self.auto_renew,
+            max_hold: self.max_hold,
             retry: self.retry.clone(),
             private_token: self.owner.is_none(),
         })
@@ -298,6 +336,9 @@ pub struct ObtainPlan {
     pub operation_timeout: Option<Duration>,
     /// Auto-renewal, when asked for.
     pub auto_renew: Option<AutoRenew>,
+    /// The cap on the hold ([`LockOptions::max_hold`]), when asked for: validated (with
+    /// auto-renewal, at least one TTL).
+    pub max_hold: Option<Duration>,
     /// The retry strategy while the lock is held by someone else or the store is unavailable.
     pub retry: RetryStrategy,
     /// Whether the ownership token was generated for this obtain alone: only then may a

@@ -10,8 +10,8 @@ use lease_core::lock::{
     release_request,
 };
 use lease_core::{
-    BackendError, Fencing, LeaseBackend, LeaseSpec, Metadata, Owner, RenewOutcome, RenewRequest,
-    RetryStrategy, Token, Ttl,
+    BackendError, Fencing, LeaseBackend, LeaseSpec, LossReason, Metadata, Owner, RenewOutcome,
+    RenewRequest, RetryStrategy, Token, Ttl,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -157,7 +157,14 @@ impl<B: LeaseBackend> Shared<B> {
                 }
             }
             LockEvent::Lost { reason, release } => {
-                tracing::warn!(?reason, "lock lost");
+                if reason == LossReason::MaxHoldReached {
+                    tracing::info!(
+                        release,
+                        "lock reached its max hold: auto-renewal stopped, the hold ends"
+                    );
+                } else {
+                    tracing::warn!(?reason, "lock lost");
+                }
                 telemetry::lock_lost(self.key(), reason);
                 if let Some(ObserverSlot(o)) = &self.observer {
                     o.on_lost(keys, reason);
@@ -391,6 +398,26 @@ impl<B: LeaseBackend> Lock<B> {
         shared.lost.token()
     }
 
+    /// Why the lock is no longer held, once its machine ended it: renewal refused or "not
+    /// ours", the local deadline passed, or [`LossReason::MaxHoldReached`] — the hold reached
+    /// its cap ([`LockOptions::max_hold`](lease_core::lock::LockOptions::max_hold)), which is
+    /// no loss to anyone. `None` while held, and after a release. Read it once
+    /// [`lost`](Self::lost) fired to tell the cap from a lost lock.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.shared.with(|m, now| {
+            m.handle_timeout(now);
+            m.lost()
+        })
+    }
+
+    /// Whether auto-renewal has stopped at the cap
+    /// ([`LockOptions::max_hold`](lease_core::lock::LockOptions::max_hold)): the lock is
+    /// still held, and ends at [`valid_until`](Self::valid_until) with
+    /// [`LossReason::MaxHoldReached`]. A supervisor stops its work by then.
+    pub fn capped(&self) -> bool {
+        self.shared.with_untimed(|m| m.is_capped())
+    }
+
     /// The remaining TTL at the backend: the minimum over the keys, zero when not held.
     pub async fn ttl(&self) -> Result<Duration, LockError> {
         let shared = &self.shared;
@@ -414,13 +441,17 @@ impl<B: LeaseBackend> Lock<B> {
     /// A refresh and the auto-renewal never run at once, and the local deadline becomes what
     /// this refresh told the store (it may shorten it). If no attempt was answered and one may
     /// have been applied, the result is [`LockError::OutcomeUnknown`] and the deadline is not
-    /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied.
+    /// extended — for a shorter `ttl` it is shortened, as if the refresh had applied. A
+    /// refresh that would keep the lock past its cap
+    /// ([`LockOptions::max_hold`](lease_core::lock::LockOptions::max_hold)) is
+    /// [`LockError::MaxHoldReached`], at once and without a round trip; the lock is unchanged.
     ///
     /// **Dropping the future** ends the refresh: the slot goes back to the auto-renewal, and
     /// a request in flight counts as unknown (the deadline is not extended by it).
     pub async fn refresh(&self, ttl: Duration) -> Result<(), LockError> {
         let result = self.refresh_inner(ttl).await;
-        if matches!(&result, Err(e) if !matches!(e, LockError::NotHeld | LockError::Invalid(_))) {
+        if matches!(&result, Err(e) if !matches!(e, LockError::NotHeld | LockError::Invalid(_) | LockError::MaxHoldReached))
+        {
             telemetry::lock_refresh_failed(self.key());
         }
         result
@@ -437,9 +468,13 @@ impl<B: LeaseBackend> Lock<B> {
         let margin = shared.backend.validity_margin(ttl);
         let mut refresh = Refresh::new(ttl, self.retry.jittered_sequence(jitter_seed()));
         loop {
-            let Some(order) = self.take_turn(ttl, margin).await else {
-                shared.lost.fire();
-                return Err(LockError::NotHeld);
+            let order = match self.take_turn(ttl, margin).await {
+                Ok(order) => order,
+                Err(LockError::NotHeld) => {
+                    shared.lost.fire();
+                    return Err(LockError::NotHeld);
+                }
+                Err(e) => return Err(e),
             };
             // Whatever happens to this call from here on, the slot is given back.
             let mut slot = SlotGuard { shared, held: true };
@@ -465,12 +500,13 @@ impl<B: LeaseBackend> Lock<B> {
     }
 
     /// Waits for the slot (a renewal may be in flight) and takes it for one refresh attempt;
-    /// `None` when the lock is not held.
+    /// [`LockError::NotHeld`] when the lock is not held, [`LockError::MaxHoldReached`] when
+    /// the refresh would pass the lock's cap (nothing sent).
     async fn take_turn(
         &self,
         ttl: Ttl,
         margin: Duration,
-    ) -> Option<lease_core::lock::RefreshOrder> {
+    ) -> Result<lease_core::lock::RefreshOrder, LockError> {
         let shared = &self.shared;
         loop {
             let moved = shared.moved.notified();
@@ -481,10 +517,11 @@ impl<B: LeaseBackend> Lock<B> {
                 RefreshStart::Send(order) => {
                     // The deadline may have moved: whoever sleeps towards it re-reads it.
                     shared.moved();
-                    return Some(order);
+                    return Ok(order);
                 }
                 RefreshStart::Busy => moved.await,
-                _ => return None,
+                RefreshStart::PastCap => return Err(LockError::MaxHoldReached),
+                _ => return Err(LockError::NotHeld),
             }
         }
     }
