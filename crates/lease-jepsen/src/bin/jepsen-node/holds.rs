@@ -175,7 +175,8 @@ pub(super) async fn permits(
 /// while, release it, and again. A writer writes to the log through the fence (its sink, made
 /// by `main`); a reader reads (a read accepted only if no higher-token write was applied, and
 /// logged). With `--unfenced` both append plainly. The operations go on for one TTL after
-/// each release.
+/// each release. Both retry every TTL/8 within their wait (a writer's waiting mark stands only
+/// while it tries).
 pub(super) async fn rwlocks(
     locker: Locker<RedisBackend<HealingConnection>>,
     node: Arc<Node_>,
@@ -192,10 +193,20 @@ pub(super) async fn rwlocks(
             std::process::exit(64);
         }
     };
+    // Both wait up to a TTL, retrying: a writer that retries keeps its waiting mark standing
+    // (one that would not try again sets none), so readers cannot starve it.
+    let retry = match redlease::RetryStrategy::linear(ttl / 8) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jepsen-node: {e}");
+            std::process::exit(64);
+        }
+    };
     while !shutdown.is_cancelled() {
         let options = LockOptions::new()
             .fence_key(RWLOCK_FENCE)
             .wait(ttl)
+            .retry(retry.clone())
             .auto_renew(ttl / 3);
         if rng.chance(33) {
             let obtained = tokio::select! {
